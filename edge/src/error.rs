@@ -1,0 +1,71 @@
+//! The one place where errors become HTTP answers (RFC 9457 problem+json).
+
+use onceclick_protocol::{ErrorCode, Problem};
+
+/// Everything a handler can fail with. Handlers return `Result<_, AppError>` and use `?`;
+/// only [`AppError::into_response`] knows about status codes and headers.
+#[derive(Debug)]
+pub(crate) struct AppError {
+    pub(crate) code: ErrorCode,
+    pub(crate) detail: String,
+    pub(crate) job_id: Option<String>,
+}
+
+impl AppError {
+    pub(crate) fn new(code: ErrorCode, detail: impl Into<String>) -> Self {
+        Self {
+            code,
+            detail: detail.into(),
+            job_id: None,
+        }
+    }
+
+    pub(crate) fn with_job(mut self, job_id: &str) -> Self {
+        self.job_id = Some(job_id.to_owned());
+        self
+    }
+
+    pub(crate) fn not_found(what: &str) -> Self {
+        Self::new(ErrorCode::NotFound, format!("{what} does not exist"))
+    }
+
+    /// A failure on our side. The cause is logged, never sent: it may name internals.
+    pub(crate) fn internal(cause: impl std::fmt::Display) -> Self {
+        worker::console_error!(
+            "{}",
+            serde_json::json!({"event": "internal_error", "cause": cause.to_string()})
+        );
+        Self::new(
+            ErrorCode::Internal,
+            "the request could not be completed; it is safe to retry with the same Idempotency-Key",
+        )
+    }
+
+    pub(crate) fn into_response(self) -> worker::Response {
+        let mut problem = Problem::new(self.code, self.detail);
+        if let Some(job) = self.job_id {
+            problem = problem.with_job(job);
+        }
+        let body = serde_json::to_string(&problem).unwrap_or_default();
+        let headers = worker::Headers::new();
+        let _ = headers.set("Content-Type", "application/problem+json");
+        if self.code == ErrorCode::Unauthorized {
+            let _ = headers.set("WWW-Authenticate", "Bearer");
+        }
+        if self.code.retryable() {
+            let _ = headers.set("Retry-After", "1");
+        }
+        worker::Response::builder()
+            .with_status(self.code.status())
+            .with_headers(headers)
+            .fixed(body.into_bytes())
+    }
+}
+
+impl From<worker::Error> for AppError {
+    fn from(e: worker::Error) -> Self {
+        Self::internal(e)
+    }
+}
+
+pub(crate) type ApiResult<T> = Result<T, AppError>;

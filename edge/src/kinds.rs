@@ -1,0 +1,28 @@
+//! The kinds this Worker knows, compiled in from `edge/kinds/*.json`.
+
+use onceclick_protocol::contract::Kind;
+use std::sync::OnceLock;
+
+/// The kind files, compiled into the Worker. Add a kind by adding its file here.
+const KIND_FILES: &[(&str, &str)] = &[("summarize.json", include_str!("../kinds/summarize.json"))];
+
+static KINDS: OnceLock<Result<Vec<Kind>, String>> = OnceLock::new();
+
+/// Every declared kind, compiled once per isolate.
+pub(crate) fn all() -> Result<&'static [Kind], String> {
+    KINDS
+        .get_or_init(|| {
+            KIND_FILES
+                .iter()
+                .map(|(file, text)| Kind::from_json(text).map_err(|e| format!("{file}: {e}")))
+                .collect()
+        })
+        .as_ref()
+        .map(Vec::as_slice)
+        .map_err(Clone::clone)
+}
+
+/// The kind called `name`, if declared.
+pub(crate) fn find(name: &str) -> Result<Option<&'static Kind>, String> {
+    Ok(all()?.iter().find(|k| k.name() == name))
+}

@@ -1,0 +1,88 @@
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+/// SHA-256 (lowercase hex) over the RFC 8785 canonical JSON of `{kind, input, provider}`.
+///
+/// Two requests with the same fingerprint ask for the same thing, whatever their key
+/// order or whitespace. The provider must be resolved first (the kind's primary when the
+/// request named none), so that naming the default explicitly is still the same request.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Fingerprint(String);
+
+impl Fingerprint {
+    /// The hex digest.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for Fingerprint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Computes the request fingerprint. See [`Fingerprint`].
+pub fn fingerprint(kind: &str, input: &Value, provider: &str) -> Fingerprint {
+    let request = json!({ "kind": kind, "input": input, "provider": provider });
+    Fingerprint(canonical_sha256(&request))
+}
+
+/// Lowercase hex SHA-256 of the RFC 8785 canonical form of `value`.
+pub(crate) fn canonical_sha256(value: &Value) -> String {
+    // Canonicalization of a `Value` cannot fail: serde_json holds only finite numbers.
+    // Should it ever fail, fall back to serde_json's own (sorted-key) output so the
+    // result is still deterministic rather than a panic.
+    let canonical =
+        serde_json_canonicalizer::to_vec(value).unwrap_or_else(|_| value.to_string().into_bytes());
+    hex::encode(Sha256::digest(&canonical))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ijson;
+
+    #[test]
+    fn key_order_and_whitespace_do_not_matter() {
+        let a = ijson::parse(br#"{"text":"hi","opts":{"x":1,"y":[1,2]}}"#).unwrap();
+        let b =
+            ijson::parse(b"{ \"opts\" : { \"y\" : [ 1 , 2 ] , \"x\" : 1 } ,\n\"text\" : \"hi\" }")
+                .unwrap();
+        assert_eq!(
+            fingerprint("summarize", &a, "primary"),
+            fingerprint("summarize", &b, "primary")
+        );
+    }
+
+    #[test]
+    fn number_spelling_does_not_matter() {
+        let a = ijson::parse(br#"{"n":1.0e2}"#).unwrap();
+        let b = ijson::parse(br#"{"n":100}"#).unwrap();
+        assert_eq!(fingerprint("k", &a, "p"), fingerprint("k", &b, "p"));
+    }
+
+    #[test]
+    fn kind_input_and_provider_all_count() {
+        let input = json!({"text": "hi"});
+        let base = fingerprint("summarize", &input, "primary");
+        assert_ne!(base, fingerprint("translate", &input, "primary"));
+        assert_ne!(base, fingerprint("summarize", &input, "fallback"));
+        assert_ne!(
+            base,
+            fingerprint("summarize", &json!({"text": "hi!"}), "primary")
+        );
+    }
+
+    #[test]
+    fn is_sha256_of_the_jcs_form() {
+        // JCS of {"input":{"text":"hi"},"kind":"summarize","provider":"primary"}
+        let expected = hex::encode(Sha256::digest(
+            br#"{"input":{"text":"hi"},"kind":"summarize","provider":"primary"}"#,
+        ));
+        assert_eq!(
+            fingerprint("summarize", &json!({"text": "hi"}), "primary").as_str(),
+            expected
+        );
+    }
+}

@@ -1,0 +1,182 @@
+use serde::{Deserialize, Serialize};
+
+/// Where a job stands. `succeeded` and `cancelled` are final.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobStatus {
+    /// Its attempt is `starting`: inserted, not yet picked up by the dispatcher.
+    Queued,
+    /// An attempt is talking to a provider.
+    Running,
+    /// An attempt timed out: the provider may still be working. Blocks new attempts.
+    Unknown,
+    /// The last attempt failed; a new attempt may be asked for.
+    Failed,
+    /// An attempt won; `result` holds its output for good.
+    Succeeded,
+    /// The owner gave up; every later result is discarded.
+    Cancelled,
+}
+
+impl JobStatus {
+    /// Every status.
+    pub const ALL: &'static [JobStatus] = &[
+        Self::Queued,
+        Self::Running,
+        Self::Unknown,
+        Self::Failed,
+        Self::Succeeded,
+        Self::Cancelled,
+    ];
+
+    /// The wire and database spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Queued => "queued",
+            Self::Running => "running",
+            Self::Unknown => "unknown",
+            Self::Failed => "failed",
+            Self::Succeeded => "succeeded",
+            Self::Cancelled => "cancelled",
+        }
+    }
+
+    /// Nothing more can happen to a job in a final status.
+    pub fn is_final(self) -> bool {
+        matches!(self, Self::Succeeded | Self::Cancelled)
+    }
+}
+
+/// Where one attempt against one provider stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptState {
+    /// Inserted with its job (or by a retry); waiting for the dispatcher.
+    Starting,
+    /// The dispatcher claimed it and is calling the provider.
+    Running,
+    /// It finished first and its output is the job's result.
+    Succeeded,
+    /// It failed; its `error` says whether trying again may help.
+    Failed,
+    /// The provider did not answer in time; it may still be working.
+    Unknown,
+    /// An `unknown` attempt whose provider has certainly stopped (`abandon_after_ms`).
+    Abandoned,
+    /// The job was cancelled, or an admin resolved the attempt so.
+    Cancelled,
+    /// It finished, but another attempt had already won; its output was dropped.
+    Superseded,
+}
+
+impl AttemptState {
+    /// Every state.
+    pub const ALL: &'static [AttemptState] = &[
+        Self::Starting,
+        Self::Running,
+        Self::Succeeded,
+        Self::Failed,
+        Self::Unknown,
+        Self::Abandoned,
+        Self::Cancelled,
+        Self::Superseded,
+    ];
+
+    /// The only moves that exist. Each is made by one conditional UPDATE that names the
+    /// state it leaves (`… WHERE id = ? AND state = 'running'`).
+    pub const MOVES: &'static [(AttemptState, AttemptState)] = &[
+        (Self::Starting, Self::Running),
+        (Self::Running, Self::Succeeded),
+        (Self::Running, Self::Failed),
+        (Self::Running, Self::Unknown),
+        (Self::Unknown, Self::Succeeded),
+        (Self::Unknown, Self::Failed),
+        (Self::Unknown, Self::Abandoned),
+        (Self::Starting, Self::Cancelled),
+        (Self::Running, Self::Cancelled),
+        (Self::Unknown, Self::Cancelled),
+        (Self::Running, Self::Superseded),
+        (Self::Unknown, Self::Superseded),
+    ];
+
+    /// The wire and database spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Starting => "starting",
+            Self::Running => "running",
+            Self::Succeeded => "succeeded",
+            Self::Failed => "failed",
+            Self::Unknown => "unknown",
+            Self::Abandoned => "abandoned",
+            Self::Cancelled => "cancelled",
+            Self::Superseded => "superseded",
+        }
+    }
+
+    /// Whether `self → to` is one of [`Self::MOVES`].
+    pub fn can_move_to(self, to: AttemptState) -> bool {
+        Self::MOVES.contains(&(self, to))
+    }
+
+    /// No move leaves a final state.
+    pub fn is_final(self) -> bool {
+        !Self::MOVES.iter().any(|(from, _)| *from == self)
+    }
+
+    /// `starting` or `running`: a new attempt must wait (`attempt_in_flight`).
+    pub fn is_in_flight(self) -> bool {
+        matches!(self, Self::Starting | Self::Running)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn final_states_are_exactly_the_contracts() {
+        let finals: Vec<_> = AttemptState::ALL
+            .iter()
+            .copied()
+            .filter(|s| s.is_final())
+            .collect();
+        assert_eq!(
+            finals,
+            [
+                AttemptState::Succeeded,
+                AttemptState::Failed,
+                AttemptState::Abandoned,
+                AttemptState::Cancelled,
+                AttemptState::Superseded
+            ]
+        );
+    }
+
+    #[test]
+    fn timeout_never_becomes_failed_directly_from_starting() {
+        assert!(!AttemptState::Starting.can_move_to(AttemptState::Unknown));
+        assert!(!AttemptState::Starting.can_move_to(AttemptState::Failed));
+        assert!(AttemptState::Running.can_move_to(AttemptState::Unknown));
+        assert!(AttemptState::Unknown.can_move_to(AttemptState::Abandoned));
+        assert!(!AttemptState::Running.can_move_to(AttemptState::Abandoned));
+        assert!(!AttemptState::Succeeded.can_move_to(AttemptState::Superseded));
+    }
+
+    #[test]
+    fn spellings_match_serde() {
+        for s in AttemptState::ALL {
+            assert_eq!(
+                serde_json::to_value(s).unwrap(),
+                serde_json::Value::from(s.as_str())
+            );
+        }
+        for s in JobStatus::ALL {
+            assert_eq!(
+                serde_json::to_value(s).unwrap(),
+                serde_json::Value::from(s.as_str())
+            );
+        }
+        assert!(JobStatus::Succeeded.is_final() && JobStatus::Cancelled.is_final());
+        assert!(!JobStatus::Failed.is_final() && !JobStatus::Unknown.is_final());
+    }
+}
