@@ -111,10 +111,13 @@ impl Kind {
         compiler.set_default_draft(boon::Draft::V2020_12);
         let mut compile = |name: &str, schema: &Value| {
             let url = format!("urn:onceclick:{}:{name}", decl.kind);
+            let failed = |e: boon::CompileError| {
+                format!("kind {}: {name} schema does not compile: {e}", decl.kind)
+            };
             compiler
                 .add_resource(&url, schema.clone())
-                .and_then(|()| compiler.compile(&url, &mut schemas))
-                .map_err(|e| format!("kind {}: {name} schema does not compile: {e}", decl.kind))
+                .map_err(failed)?;
+            compiler.compile(&url, &mut schemas).map_err(failed)
         };
         let input = compile("input", &decl.input_schema)?;
         let output = compile("output", &decl.output_schema)?;

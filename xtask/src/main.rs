@@ -1,1 +1,220 @@
-fn main() {}
+//! Project automation, run as `cargo xtask <command>`:
+//!
+//! - `dev [--port N]`: install what is missing, build, migrate the local D1, start
+//!   `wrangler dev` on 127.0.0.1, print the URL and a ready token.
+//! - `test`: the same bootstrap, then unit tests, `wrangler deploy --dry-run`, and the
+//!   integration tests against a fresh `wrangler dev` on a free port.
+//! - `token --owner NAME [--admin] [--ttl SECONDS]`: a bearer token for the local secret.
+//! - `build-edge`: build the Worker (wrangler's `[build] command`).
+//! - `lint`: `cargo fmt --check` and clippy (`-D warnings`) on every crate.
+
+mod tools;
+mod wrangler;
+
+use anyhow::{bail, Context, Result};
+use std::path::Path;
+use std::process::Command;
+use tools::{project_root, run, Tools};
+use wrangler::{DevOptions, Wrangler};
+
+const USAGE: &str = "usage: cargo xtask <dev [--port N] | test | token --owner NAME [--admin] [--ttl SECONDS] | build-edge | lint>";
+
+fn main() {
+    if let Err(e) = real_main() {
+        eprintln!("xtask: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn real_main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (command, rest) = args.split_first().context(USAGE)?;
+    match command.as_str() {
+        "dev" => dev(&Flags::parse(rest)?),
+        "test" => test(),
+        "token" => token(&Flags::parse(rest)?),
+        "build-edge" => wrangler::build_edge(&Tools::bootstrap()?),
+        "lint" => lint(&project_root()),
+        _ => bail!("unknown command {command:?}\n{USAGE}"),
+    }
+}
+
+#[derive(Default)]
+struct Flags {
+    port: Option<u16>,
+    owner: Option<String>,
+    admin: bool,
+    ttl: Option<u64>,
+}
+
+impl Flags {
+    fn parse(args: &[String]) -> Result<Self> {
+        let mut flags = Flags::default();
+        let mut it = args.iter();
+        while let Some(arg) = it.next() {
+            let mut value = || it.next().with_context(|| format!("{arg} needs a value"));
+            match arg.as_str() {
+                "--port" => flags.port = Some(value()?.parse().context("--port")?),
+                "--owner" => flags.owner = Some(value()?.clone()),
+                "--ttl" => flags.ttl = Some(value()?.parse().context("--ttl")?),
+                "--admin" => flags.admin = true,
+                _ => bail!("unknown flag {arg:?}\n{USAGE}"),
+            }
+        }
+        Ok(flags)
+    }
+}
+
+/// `.dev.vars` holds the local AUTH_SECRET. Created with a random one when missing;
+/// an existing file is never touched.
+fn dev_secret(root: &Path) -> Result<String> {
+    let path = root.join(".dev.vars");
+    if !path.exists() {
+        let mut bytes = [0u8; 32];
+        getrandom::fill(&mut bytes).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
+        std::fs::write(&path, format!("AUTH_SECRET={}\n", hex::encode(bytes)))?;
+        eprintln!("xtask: wrote .dev.vars with a new random AUTH_SECRET");
+    }
+    let text = std::fs::read_to_string(&path)?;
+    text.lines()
+        .filter_map(|l| l.strip_prefix("AUTH_SECRET="))
+        .map(|v| v.trim().trim_matches('"').to_owned())
+        .next()
+        .context(".dev.vars has no AUTH_SECRET line")
+}
+
+fn dev(flags: &Flags) -> Result<()> {
+    let tools = Tools::bootstrap()?;
+    let root = project_root();
+    let secret = dev_secret(&root)?;
+    wrangler::build_edge(&tools)?;
+    let persist = root.join(".wrangler/state");
+    wrangler::migrate(&tools, &persist, false)?;
+    let port = flags.port.unwrap_or(8787);
+    let server = Wrangler::start(
+        &tools,
+        DevOptions {
+            port,
+            persist,
+            vars: Vec::new(),
+            log: None,
+        },
+    )?;
+    let token = onceclick_tests::auth::mint(&secret, "dev-owner", false, 7 * 24 * 3600)?;
+    println!("\nonceclick is running at {}", server.url);
+    println!("demo page:   {}/", server.url);
+    println!("token (owner dev-owner, 7 days):\n  export TOKEN={token}");
+    println!(
+        "try:\n  curl -i -X POST {}/v1/jobs -H \"Authorization: Bearer $TOKEN\" -H 'Idempotency-Key: demo-1' \\\n       -H 'Content-Type: application/json' -d '{{\"kind\":\"summarize\",\"input\":{{\"text\":\"A long day at the office ended well.\"}}}}'",
+        server.url
+    );
+    server.wait()
+}
+
+fn test() -> Result<()> {
+    let tools = Tools::bootstrap()?;
+    let root = project_root();
+
+    lint(&root)?;
+    eprintln!("xtask: unit tests");
+    run(Command::new("cargo")
+        .args([
+            "test",
+            "--workspace",
+            "--exclude",
+            "onceclick-tests",
+            "--all-features",
+        ])
+        .current_dir(&root))?;
+
+    wrangler::build_edge(&tools)?;
+    eprintln!("xtask: wrangler deploy --dry-run");
+    let outdir = root.join("target/xtask/deploy-dry-run");
+    run(tools
+        .command("wrangler")
+        .args(["deploy", "--dry-run", "--outdir"])
+        .arg(&outdir))?;
+
+    let scratch = root.join("target/xtask");
+    std::fs::create_dir_all(&scratch)?;
+    let port = wrangler::free_port()?;
+    let persist = scratch.join(format!("d1-{port}"));
+    let _ = std::fs::remove_dir_all(&persist);
+    wrangler::migrate(&tools, &persist, true)?;
+    let mut secret = [0u8; 32];
+    getrandom::fill(&mut secret).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
+    let secret = hex::encode(secret);
+    let log = scratch.join(format!("wrangler-{port}.log"));
+    eprintln!(
+        "xtask: starting wrangler dev on 127.0.0.1:{port} (log: {})",
+        log.display()
+    );
+    let server = Wrangler::start(
+        &tools,
+        DevOptions {
+            port,
+            persist: persist.clone(),
+            vars: vec![("AUTH_SECRET".into(), secret.clone())],
+            log: Some(log),
+        },
+    )?;
+
+    eprintln!("xtask: integration tests against {}", server.url);
+    let status = Command::new("cargo")
+        .args(["test", "-p", "onceclick-tests", "--tests"])
+        .env("ONCECLICK_URL", &server.url)
+        .env("ONCECLICK_AUTH_SECRET", &secret)
+        .env("ONCECLICK_D1_DIR", &persist)
+        .current_dir(&root)
+        .status()?;
+    drop(server);
+    if !status.success() {
+        bail!("integration tests failed");
+    }
+    Ok(())
+}
+
+/// `cargo fmt --check` and clippy with warnings denied, on the host crates and on the
+/// Worker for its real target.
+fn lint(root: &Path) -> Result<()> {
+    eprintln!("xtask: cargo fmt --check and clippy");
+    run(Command::new("cargo")
+        .args(["fmt", "--all", "--", "--check"])
+        .current_dir(root))?;
+    run(Command::new("cargo")
+        .args([
+            "clippy",
+            "--workspace",
+            "--exclude",
+            "onceclick-edge",
+            "--all-targets",
+            "--all-features",
+            "--",
+            "-D",
+            "warnings",
+        ])
+        .current_dir(root))?;
+    run(Command::new("cargo")
+        .args([
+            "clippy",
+            "-p",
+            "onceclick-edge",
+            "--target",
+            "wasm32-unknown-unknown",
+            "--",
+            "-D",
+            "warnings",
+        ])
+        .current_dir(root))
+}
+
+fn token(flags: &Flags) -> Result<()> {
+    let owner = flags.owner.as_deref().context("token needs --owner NAME")?;
+    let secret = dev_secret(&project_root())?;
+    let ttl = flags.ttl.unwrap_or(24 * 3600);
+    println!(
+        "{}",
+        onceclick_tests::auth::mint(&secret, owner, flags.admin, ttl)?
+    );
+    Ok(())
+}

@@ -1,0 +1,43 @@
+//! A read-only look at the local D1 database behind `wrangler dev` (a SQLite file that
+//! miniflare keeps under `--persist-to`), so tests can count rows directly.
+
+use rusqlite::{Connection, OpenFlags};
+use std::path::{Path, PathBuf};
+
+fn find_sqlite(dir: &Path, found: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            find_sqlite(&path, found);
+        } else if path.extension().is_some_and(|e| e == "sqlite")
+            && path.file_name().is_some_and(|n| n != "metadata.sqlite")
+        {
+            found.push(path);
+        }
+    }
+}
+
+/// Opens the D1 database under `ONCECLICK_D1_DIR` read-only.
+pub fn open() -> Connection {
+    let dir = std::env::var("ONCECLICK_D1_DIR")
+        .expect("ONCECLICK_D1_DIR is not set: run with `cargo xtask test`");
+    let mut found = Vec::new();
+    find_sqlite(&Path::new(&dir).join("v3/d1"), &mut found);
+    assert_eq!(
+        found.len(),
+        1,
+        "expected one D1 database under {dir}: {found:?}"
+    );
+    let conn = Connection::open_with_flags(&found[0], OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .expect("open local D1");
+    conn.busy_timeout(std::time::Duration::from_secs(5))
+        .expect("busy timeout");
+    conn
+}
+
+/// `SELECT count(*) …` with one text parameter.
+pub fn count(sql: &str, param: &str) -> i64 {
+    open()
+        .query_row(sql, [param], |row| row.get(0))
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+}

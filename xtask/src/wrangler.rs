@@ -1,0 +1,195 @@
+//! Building the Worker and running it under `wrangler dev` (workerd, local D1).
+
+use crate::tools::{run, Tools};
+use anyhow::{bail, Context, Result};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+/// The newest modification time under `path` (a file or a folder).
+fn newest(path: &Path) -> SystemTime {
+    let own = std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .unwrap_or(SystemTime::UNIX_EPOCH);
+    let children = std::fs::read_dir(path)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| newest(&e.path()));
+    children.fold(own, SystemTime::max)
+}
+
+/// Builds `edge/` with worker-build unless its output is newer than every input.
+pub(crate) fn build_edge(tools: &Tools) -> Result<()> {
+    let root = &tools.root;
+    let out = root.join("edge/build/worker/shim.mjs");
+    let built = std::fs::metadata(&out).and_then(|m| m.modified()).ok();
+    let inputs = [
+        "edge/src",
+        "edge/kinds",
+        "edge/Cargo.toml",
+        "protocol/src",
+        "protocol/Cargo.toml",
+        "Cargo.lock",
+        ".cargo/config.toml",
+    ];
+    let newest_input = inputs
+        .iter()
+        .map(|p| newest(&root.join(p)))
+        .fold(SystemTime::UNIX_EPOCH, SystemTime::max);
+    if built.is_some_and(|b| b >= newest_input) {
+        return Ok(());
+    }
+    eprintln!("xtask: building the Worker (worker-build --release)");
+    run(tools
+        .command("worker-build")
+        .arg("--release")
+        .current_dir(root.join("edge")))
+}
+
+/// A port the OS says is free right now.
+pub(crate) fn free_port() -> Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Applies `edge/migrations` to the local D1 kept in `persist`.
+pub(crate) fn migrate(tools: &Tools, persist: &Path, quiet: bool) -> Result<()> {
+    let mut cmd = tools.command("wrangler");
+    cmd.args(["d1", "migrations", "apply", "DB", "--local", "--persist-to"])
+        .arg(persist);
+    if quiet {
+        let out = cmd
+            .output()
+            .context("running wrangler d1 migrations apply")?;
+        if !out.status.success() {
+            bail!(
+                "wrangler d1 migrations apply failed:\n{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(())
+    } else {
+        run(&mut cmd)
+    }
+}
+
+/// What to start `wrangler dev` with.
+pub(crate) struct DevOptions {
+    pub(crate) port: u16,
+    pub(crate) persist: PathBuf,
+    /// `--var NAME:VALUE` overrides of wrangler.toml and .dev.vars.
+    pub(crate) vars: Vec<(String, String)>,
+    /// Where its output goes; `None` inherits the terminal.
+    pub(crate) log: Option<PathBuf>,
+}
+
+/// A running `wrangler dev`, stopped (with workerd) when dropped.
+pub(crate) struct Wrangler {
+    child: Child,
+    pub(crate) url: String,
+    log: Option<PathBuf>,
+}
+
+impl Wrangler {
+    pub(crate) fn start(tools: &Tools, opts: DevOptions) -> Result<Self> {
+        let mut cmd = tools.command("wrangler");
+        cmd.args(["dev", "--ip", "127.0.0.1", "--port"])
+            .arg(opts.port.to_string())
+            .arg("--inspector-port")
+            .arg(free_port()?.to_string())
+            .arg("--persist-to")
+            .arg(&opts.persist)
+            .args(["--test-scheduled", "--show-interactive-dev-session=false"]);
+        for (name, value) in &opts.vars {
+            cmd.arg("--var").arg(format!("{name}:{value}"));
+        }
+        if let Some(log) = &opts.log {
+            let file = std::fs::File::create(log)?;
+            cmd.stdout(file.try_clone()?)
+                .stderr(file)
+                .stdin(Stdio::null());
+            // Its own process group, so that stopping it stops workerd too.
+            std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        }
+        let child = cmd.spawn().context("starting wrangler dev")?;
+        let mut wrangler = Self {
+            child,
+            url: format!("http://127.0.0.1:{}", opts.port),
+            log: opts.log,
+        };
+        wrangler.wait_ready(opts.port)?;
+        Ok(wrangler)
+    }
+
+    /// Waits until `GET /v1/health` answers 200, or wrangler exits, or 5 minutes pass
+    /// (a first build on a cold machine takes a few).
+    fn wait_ready(&mut self, port: u16) -> Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(300);
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                bail!(
+                    "wrangler dev exited with {status} before it was ready{}",
+                    self.log_tail()
+                );
+            }
+            if health(port) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "wrangler dev was not ready within 5 minutes{}",
+                    self.log_tail()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn log_tail(&self) -> String {
+        let Some(log) = &self.log else {
+            return String::new();
+        };
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        format!(
+            "; the end of {}:\n{}",
+            log.display(),
+            lines[lines.len().saturating_sub(40)..].join("\n")
+        )
+    }
+
+    /// Blocks until wrangler exits (for `cargo xtask dev`).
+    pub(crate) fn wait(mut self) -> Result<()> {
+        self.child.wait()?;
+        Ok(())
+    }
+}
+
+impl Drop for Wrangler {
+    fn drop(&mut self) {
+        if self.log.is_some() {
+            let group = format!("-{}", self.child.id());
+            let _ = Command::new("kill").args(["-TERM", "--", &group]).status();
+        } else {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// One plain HTTP/1.1 GET of /v1/health on loopback; true on a 200.
+fn health(port: u16) -> bool {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    let request = "GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    if stream.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    let mut head = [0u8; 12];
+    stream.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/1.1 200")
+}
