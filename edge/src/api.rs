@@ -3,10 +3,11 @@
 use crate::auth::{self, Caller};
 use crate::clock;
 use crate::error::{ApiResult, AppError};
-use crate::jobs;
-use crate::store::Store;
-use onceclick_protocol::ErrorCode;
-use worker::{Env, Method, Request, Response};
+use crate::store::{Store, StoredJob};
+use crate::{attempts, jobs};
+use onceclick_protocol::{ijson, ErrorCode, MAX_BODY_BYTES};
+use serde::de::DeserializeOwned;
+use worker::{Env, Headers, Method, Request, Response};
 
 /// Everything a handler may need about the request's world.
 pub(crate) struct Ctx<'a> {
@@ -55,6 +56,28 @@ async fn route(req: &mut Request, ctx: &Ctx<'_>) -> ApiResult<Response> {
             let caller = caller(req, ctx)?;
             jobs::events(ctx, &caller, id).await
         }
+        ["v1", "jobs", id, "attempts"] => {
+            allow(&method, &[Method::Post])?;
+            let caller = caller(req, ctx)?;
+            attempts::create(req, ctx, &caller, id).await
+        }
+        ["v1", "jobs", id, "cancel"] => {
+            allow(&method, &[Method::Post])?;
+            let caller = caller(req, ctx)?;
+            attempts::cancel(ctx, &caller, id).await
+        }
+        ["v1", "attempts", id, "resolve"] => {
+            allow(&method, &[Method::Post])?;
+            let caller = caller(req, ctx)?;
+            caller.require_admin()?;
+            attempts::resolve(req, ctx, id).await
+        }
+        ["v1", "attempts", id, "dispatch"] => {
+            allow(&method, &[Method::Post])?;
+            let caller = caller(req, ctx)?;
+            caller.require_admin()?;
+            attempts::redispatch(ctx, id).await
+        }
         _ => Err(AppError::not_found(&format!("the path {path}"))),
     }
 }
@@ -79,4 +102,64 @@ fn caller(req: &Request, ctx: &Ctx<'_>) -> ApiResult<Caller> {
         .map_err(|_| AppError::internal("AUTH_SECRET is not set"))?;
     let header = req.headers().get("Authorization").ok().flatten();
     auth::authenticate(header, &secret, clock::now_ms())
+}
+
+/// Reads the body as I-JSON into `T`: `413` over 64 KiB, `400 invalid_json` otherwise.
+pub(crate) async fn read_json<T: DeserializeOwned>(req: &mut Request, what: &str) -> ApiResult<T> {
+    let too_large = |n: usize| {
+        AppError::new(
+            ErrorCode::PayloadTooLarge,
+            format!("the body is {n} bytes; at most {MAX_BODY_BYTES} are accepted"),
+        )
+    };
+    let declared = req
+        .headers()
+        .get("Content-Length")
+        .ok()
+        .flatten()
+        .and_then(|v| v.parse::<usize>().ok());
+    if let Some(n) = declared.filter(|n| *n > MAX_BODY_BYTES) {
+        return Err(too_large(n));
+    }
+    let body = req.bytes().await?;
+    if body.len() > MAX_BODY_BYTES {
+        return Err(too_large(body.len()));
+    }
+    // An empty body is an empty object: every field of an optional body is optional.
+    let body = if body.iter().all(u8::is_ascii_whitespace) {
+        b"{}".to_vec()
+    } else {
+        body
+    };
+    let value =
+        ijson::parse(&body).map_err(|e| AppError::new(ErrorCode::InvalidJson, e.to_string()))?;
+    serde_json::from_value(value).map_err(|e| {
+        AppError::new(
+            ErrorCode::InvalidJson,
+            format!("the body is not {what}: {e}"),
+        )
+    })
+}
+
+/// Whether an `If-None-Match` / `If-Match` header names `current`.
+pub(crate) fn etag_matches(header: &str, current: &str) -> bool {
+    header
+        .split(',')
+        .map(|t| t.trim().trim_start_matches("W/"))
+        .any(|t| t == "*" || t == current)
+}
+
+/// `ETag` for a job response.
+pub(crate) fn job_headers(stored: &StoredJob) -> Headers {
+    let headers = Headers::new();
+    let _ = headers.set("ETag", &stored.etag);
+    headers
+}
+
+/// A JSON response with `status`.
+pub(crate) fn json(status: u16, body: String, headers: Headers) -> ApiResult<Response> {
+    headers.set("Content-Type", "application/json")?;
+    Ok(Response::from_bytes(body.into_bytes())?
+        .with_status(status)
+        .with_headers(headers))
 }

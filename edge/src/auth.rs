@@ -10,7 +10,6 @@ use serde::Deserialize;
 #[derive(Debug, Clone)]
 pub(crate) struct Caller {
     pub(crate) owner: String,
-    #[allow(dead_code)] // read by the admin endpoints (resolve, certify), which come next
     pub(crate) admin: bool,
 }
 
@@ -64,7 +63,6 @@ pub(crate) fn authenticate(header: Option<String>, secret: &str, now_ms: f64) ->
 
 impl Caller {
     /// Refuses a caller without the admin role.
-    #[allow(dead_code)]
     pub(crate) fn require_admin(&self) -> ApiResult<()> {
         if self.admin {
             Ok(())

@@ -15,3 +15,8 @@ pub(crate) fn now_rfc3339() -> String {
 pub(crate) fn new_id(prefix: &str) -> String {
     format!("{prefix}_{}", uuid::Uuid::now_v7())
 }
+
+/// RFC 3339 UTC for a time in milliseconds since the epoch.
+pub(crate) fn rfc3339(ms: f64) -> String {
+    String::from(Date::new(&ms.into()).to_iso_string())
+}

@@ -1,16 +1,15 @@
 //! Handlers for jobs: create-or-return, read, and the event log.
 
 use crate::api::Ctx;
+use crate::api::{etag_matches, job_headers, json, read_json};
 use crate::auth::Caller;
 use crate::clock;
+use crate::dispatch;
 use crate::error::{ApiResult, AppError};
 use crate::kinds;
 use crate::providers;
-use crate::store::{NewJob, StoredJob};
-use onceclick_protocol::{
-    fingerprint, ijson, CreateJob, ErrorCode, IdempotencyKey, MAX_BODY_BYTES,
-};
-use sha2::{Digest, Sha256};
+use crate::store::NewJob;
+use onceclick_protocol::{fingerprint, CreateJob, ErrorCode, IdempotencyKey};
 use worker::{Headers, Request, Response};
 
 pub(crate) async fn health(ctx: &Ctx<'_>) -> ApiResult<Response> {
@@ -42,15 +41,7 @@ pub(crate) async fn create(
         })?;
     let key = IdempotencyKey::parse(&raw_key)
         .map_err(|e| AppError::new(ErrorCode::IdempotencyKeyInvalid, e.to_string()))?;
-    let body = read_body(req).await?;
-    let value =
-        ijson::parse(&body).map_err(|e| AppError::new(ErrorCode::InvalidJson, e.to_string()))?;
-    let request: CreateJob = serde_json::from_value(value).map_err(|e| {
-        AppError::new(
-            ErrorCode::InvalidJson,
-            format!("the body is not a job request: {e}"),
-        )
-    })?;
+    let request: CreateJob = read_json(req, "a job request").await?;
 
     let kind = kinds::find(&request.kind)
         .map_err(AppError::internal)?
@@ -93,6 +84,9 @@ pub(crate) async fn create(
         .await?;
 
     if stored.job.id == job_id {
+        if !drop_enqueue_fault(req, ctx) {
+            dispatch::enqueue(ctx.env, &attempt_id).await;
+        }
         let headers = job_headers(&stored);
         let _ = headers.set("Location", &format!("/v1/jobs/{job_id}"));
         json(201, stored.doc, headers)
@@ -118,12 +112,12 @@ pub(crate) async fn get(
 ) -> ApiResult<Response> {
     let stored = ctx
         .store
-        .job(&caller.owner, id)
+        .job(Some(&caller.owner), id)
         .await?
         .ok_or_else(|| AppError::not_found(&format!("job {id}")))?;
     let headers = job_headers(&stored);
     let if_none_match = req.headers().get("If-None-Match").ok().flatten();
-    if if_none_match.is_some_and(|v| etag_matches(&v, &etag(&stored.doc))) {
+    if if_none_match.is_some_and(|v| etag_matches(&v, &stored.etag)) {
         return Ok(Response::empty()?.with_status(304).with_headers(headers));
     }
     json(200, stored.doc, headers)
@@ -141,52 +135,19 @@ pub(crate) async fn events(ctx: &Ctx<'_>, caller: &Caller, id: &str) -> ApiResul
     json(200, body, Headers::new())
 }
 
-async fn read_body(req: &mut Request) -> ApiResult<Vec<u8>> {
-    let too_large = |n: usize| {
-        AppError::new(
-            ErrorCode::PayloadTooLarge,
-            format!("the body is {n} bytes; at most {MAX_BODY_BYTES} are accepted"),
-        )
-    };
-    let declared = req
-        .headers()
-        .get("Content-Length")
-        .ok()
-        .flatten()
-        .and_then(|v| v.parse::<usize>().ok());
-    if let Some(n) = declared.filter(|n| *n > MAX_BODY_BYTES) {
-        return Err(too_large(n));
-    }
-    let body = req.bytes().await?;
-    if body.len() > MAX_BODY_BYTES {
-        return Err(too_large(body.len()));
-    }
-    Ok(body)
-}
-
-/// A strong ETag over the job document as the database rendered it: it changes whenever
-/// the job row or any of its attempts changes, because both are in the document.
-fn etag(doc: &str) -> String {
-    let digest = hex::encode(Sha256::digest(doc.as_bytes()));
-    format!("\"{}\"", &digest[..32])
-}
-
-fn etag_matches(header: &str, current: &str) -> bool {
-    header
-        .split(',')
-        .map(|t| t.trim().trim_start_matches("W/"))
-        .any(|t| t == "*" || t == current)
-}
-
-fn job_headers(stored: &StoredJob) -> Headers {
-    let headers = Headers::new();
-    let _ = headers.set("ETag", &etag(&stored.doc));
-    headers
-}
-
-fn json(status: u16, body: String, headers: Headers) -> ApiResult<Response> {
-    headers.set("Content-Type", "application/json")?;
-    Ok(Response::from_bytes(body.into_bytes())?
-        .with_status(status)
-        .with_headers(headers))
+/// Fault injection for tests of the reconciler: with `ALLOW_FAULT_INJECTION=true` (never
+/// set in wrangler.toml) a request may ask that its dispatch message be lost, as if the
+/// Worker had died between the insert and the enqueue.
+fn drop_enqueue_fault(req: &Request, ctx: &Ctx<'_>) -> bool {
+    let allowed = ctx
+        .env
+        .var("ALLOW_FAULT_INJECTION")
+        .is_ok_and(|v| v.to_string() == "true");
+    allowed
+        && req
+            .headers()
+            .get("X-Onceclick-Fault")
+            .ok()
+            .flatten()
+            .is_some_and(|f| f == "drop-enqueue")
 }

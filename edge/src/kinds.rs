@@ -4,7 +4,13 @@ use onceclick_protocol::contract::Kind;
 use std::sync::OnceLock;
 
 /// The kind files, compiled into the Worker. Add a kind by adding its file here.
-const KIND_FILES: &[(&str, &str)] = &[("summarize.json", include_str!("../kinds/summarize.json"))];
+const KIND_FILES: &[(&str, &str)] = &[
+    ("summarize.json", include_str!("../kinds/summarize.json")),
+    (
+        "summarize_hedged.json",
+        include_str!("../kinds/summarize_hedged.json"),
+    ),
+];
 
 static KINDS: OnceLock<Result<Vec<Kind>, String>> = OnceLock::new();
 

@@ -1,20 +1,46 @@
 //! The onceclick API on Cloudflare Workers: one intent, one job, however often it is sent.
 //!
-//! `api` routes and authenticates, `jobs` holds the handlers, `store` owns all SQL,
-//! `error` turns every failure into problem+json. See ARCHITECTURE.md for the codemap.
+//! `api` routes and authenticates, `jobs` and `attempts` hold the handlers, `dispatch`
+//! consumes the queue and calls providers through `openai`, `reconcile` is the cron,
+//! `store` owns all SQL, `error` turns every failure into problem+json. See
+//! ARCHITECTURE.md for the codemap.
 
 mod api;
+mod attempts;
 mod auth;
 mod clock;
+mod dispatch;
 mod error;
 mod jobs;
 mod kinds;
+mod openai;
 mod providers;
+mod reconcile;
 mod store;
 
-use worker::{event, Context, Env, Request, Response, Result};
+use serde_json::json;
+use worker::{
+    event, Context, Env, MessageBatch, Request, Response, Result, ScheduleContext, ScheduledEvent,
+};
 
 #[event(fetch)]
 async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
     Ok(api::handle(req, &env).await)
+}
+
+/// Never returns `Err`: each message is acked or retried inside.
+#[event(queue)]
+async fn queue(batch: MessageBatch<dispatch::Dispatch>, env: Env, _ctx: Context) -> Result<()> {
+    dispatch::consume(batch, &env).await;
+    Ok(())
+}
+
+#[event(scheduled)]
+async fn scheduled(_event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
+    if let Err(e) = reconcile::run(&env).await {
+        worker::console_error!(
+            "{}",
+            json!({"event": "reconcile_failed", "cause": e.detail})
+        );
+    }
 }

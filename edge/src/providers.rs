@@ -36,3 +36,16 @@ pub(crate) fn configured(env: &worker::Env) -> crate::error::ApiResult<Vec<Provi
         .unwrap_or_else(|_| "[]".to_owned());
     parse(&text).map_err(crate::error::AppError::internal)
 }
+
+impl ProviderConfig {
+    /// The provider's API key, from the wrangler secret its config names.
+    pub(crate) fn api_key(&self, env: &worker::Env) -> Option<String> {
+        let name = self.api_key_secret.as_deref()?;
+        env.secret(name).ok().map(|s| s.to_string())
+    }
+}
+
+/// The provider called `name`, if configured.
+pub(crate) fn find<'a>(providers: &'a [ProviderConfig], name: &str) -> Option<&'a ProviderConfig> {
+    providers.iter().find(|p| p.name == name)
+}

@@ -39,6 +39,8 @@ pub enum ErrorCode {
     AttemptUnresolved,
     /// The job is `succeeded` or `cancelled`; nothing more can happen to it.
     JobFinished,
+    /// Only an attempt in the `unknown` state can be resolved.
+    AttemptNotUnknown,
     /// The provider has not passed the contract test for this kind and contract version.
     ProviderNotCertified,
     /// `If-Match` named a version of the job that is no longer current.
@@ -69,6 +71,7 @@ impl ErrorCode {
         Self::AttemptInFlight,
         Self::AttemptUnresolved,
         Self::JobFinished,
+        Self::AttemptNotUnknown,
         Self::ProviderNotCertified,
         Self::PreconditionFailed,
         Self::ContractViolation,
@@ -94,6 +97,7 @@ impl ErrorCode {
             Self::AttemptInFlight => "attempt_in_flight",
             Self::AttemptUnresolved => "attempt_unresolved",
             Self::JobFinished => "job_finished",
+            Self::AttemptNotUnknown => "attempt_not_unknown",
             Self::ProviderNotCertified => "provider_not_certified",
             Self::PreconditionFailed => "precondition_failed",
             Self::ContractViolation => "contract_violation",
@@ -124,7 +128,8 @@ impl ErrorCode {
             Self::IdempotencyKeyReused
             | Self::AttemptInFlight
             | Self::AttemptUnresolved
-            | Self::JobFinished => 409,
+            | Self::JobFinished
+            | Self::AttemptNotUnknown => 409,
             Self::PreconditionFailed => 412,
             Self::ServiceUnavailable => 503,
             Self::Internal => 500,
@@ -154,6 +159,7 @@ impl ErrorCode {
             Self::AttemptInFlight => "An attempt is already in flight",
             Self::AttemptUnresolved => "An attempt is in the unknown state",
             Self::JobFinished => "The job has finished",
+            Self::AttemptNotUnknown => "The attempt is not in the unknown state",
             Self::ProviderNotCertified => "Provider is not certified for this kind",
             Self::PreconditionFailed => "The job changed since the given ETag",
             Self::ContractViolation => "Output breaks the kind's contract",

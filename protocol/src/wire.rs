@@ -81,6 +81,17 @@ pub struct AttemptError {
     pub retryable: bool,
 }
 
+impl AttemptError {
+    /// An attempt error with its code, message and whether a new attempt may help.
+    pub fn new(code: &str, message: impl Into<String>, retryable: bool) -> Self {
+        Self {
+            code: code.to_owned(),
+            message: message.into(),
+            retryable,
+        }
+    }
+}
+
 /// The kinds of entry in a job's append-only log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -97,6 +108,7 @@ pub enum EventType {
     LateResultDiscarded,
     JobCancelled,
     FailoverSkipped,
+    DispatchIgnored,
 }
 
 impl EventType {
@@ -114,6 +126,7 @@ impl EventType {
             Self::LateResultDiscarded => "late_result_discarded",
             Self::JobCancelled => "job_cancelled",
             Self::FailoverSkipped => "failover_skipped",
+            Self::DispatchIgnored => "dispatch_ignored",
         }
     }
 }

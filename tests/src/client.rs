@@ -125,3 +125,158 @@ pub fn unique(prefix: &str) -> String {
         .unwrap_or_default();
     format!("{prefix}-{nanos}-{}", N.fetch_add(1, Ordering::Relaxed))
 }
+
+/// The mock provider that `cargo xtask test` runs, as `ONCECLICK_MOCK_URL` names it.
+#[derive(Clone, Debug)]
+pub struct Mock {
+    pub base: String,
+    pub http: reqwest::Client,
+}
+
+impl Mock {
+    pub fn from_env() -> Self {
+        Self {
+            base: std::env::var("ONCECLICK_MOCK_URL")
+                .expect("ONCECLICK_MOCK_URL is not set: run with `cargo xtask test`"),
+            http: reqwest::Client::new(),
+        }
+    }
+
+    /// Scripts the calls to `provider` whose prompt contains `marker`.
+    pub async fn script(&self, provider: &str, marker: &str, steps: Value) {
+        let status = self
+            .http
+            .post(format!("{}/_script", self.base))
+            .json(&serde_json::json!({"provider": provider, "contains": marker, "steps": steps}))
+            .send()
+            .await
+            .expect("mock reachable")
+            .status();
+        assert_eq!(status, 204, "script refused");
+    }
+
+    /// Lets every call held at `gate` answer.
+    pub async fn release(&self, gate: &str) {
+        self.http
+            .post(format!("{}/_release", self.base))
+            .json(&serde_json::json!({"gate": gate}))
+            .send()
+            .await
+            .expect("mock reachable");
+    }
+
+    /// Every call so far whose prompt contains `marker`.
+    pub async fn calls(&self, marker: &str) -> Vec<Value> {
+        let body: Value = self
+            .http
+            .get(format!("{}/_calls", self.base))
+            .query(&[("contains", marker)])
+            .send()
+            .await
+            .expect("mock reachable")
+            .json()
+            .await
+            .expect("calls JSON");
+        body["calls"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// Waits (up to 30 s) until `count` calls whose prompt contains `marker` have arrived.
+    pub async fn wait_calls(&self, marker: &str, count: usize) -> Vec<Value> {
+        let resp = self
+            .http
+            .get(format!("{}/_calls/wait", self.base))
+            .query(&[
+                ("contains", marker.to_owned()),
+                ("count", count.to_string()),
+                ("timeout_ms", "30000".to_owned()),
+            ])
+            .send()
+            .await
+            .expect("mock reachable");
+        let status = resp.status();
+        let body: Value = resp.json().await.expect("calls JSON");
+        assert_eq!(
+            status, 200,
+            "waited for {count} calls with {marker:?}, got {body}"
+        );
+        body["calls"].as_array().cloned().unwrap_or_default()
+    }
+}
+
+impl Api {
+    /// Polls `GET /v1/jobs/{id}` (with `If-None-Match`, so an unchanged job costs a
+    /// 304) until `done` holds, for at most 30 s; returns the job.
+    pub async fn wait_job(&self, token: &str, id: &str, done: impl Fn(&Value) -> bool) -> Value {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let mut etag: Option<String> = None;
+        let mut last = Value::Null;
+        loop {
+            let mut rb = self.get(token, &format!("/v1/jobs/{id}"));
+            if let Some(tag) = &etag {
+                rb = rb.header("If-None-Match", tag);
+            }
+            let reply = send(rb).await;
+            if reply.status == 200 {
+                etag = reply.header("etag").map(str::to_owned);
+                last = reply.json();
+                if done(&last) {
+                    return last;
+                }
+            } else {
+                assert_eq!(reply.status, 304, "{}", reply.text);
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "job {id} did not reach the awaited state in 30 s; last seen: {last}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
+    }
+
+    /// Polls the job's events until one of type `kind` appears (at most 30 s).
+    pub async fn wait_event(&self, token: &str, id: &str, kind: &str) -> Vec<Value> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let events = self.events(token, id).await;
+            if events.iter().any(|e| e["type"] == kind) {
+                return events;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no {kind} event for {id} in 30 s: {events:?}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
+    }
+
+    pub async fn events(&self, token: &str, id: &str) -> Vec<Value> {
+        let reply = send(self.get(token, &format!("/v1/jobs/{id}/events"))).await;
+        assert_eq!(reply.status, 200, "{}", reply.text);
+        reply.json()["events"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Runs the Worker's cron handler once (`wrangler dev --test-scheduled`) and waits
+    /// for it to finish.
+    pub async fn run_cron(&self) {
+        let reply = send(
+            self.http
+                .get(format!("{}/__scheduled", self.base))
+                .query(&[("cron", "* * * * *")]),
+        )
+        .await;
+        assert_eq!(reply.status, 200, "{}", reply.text);
+    }
+
+    /// `POST` with a JSON body.
+    pub fn post_json(&self, token: &str, path: &str, body: &Value) -> RequestBuilder {
+        self.request(Method::POST, path, Some(token)).json(body)
+    }
+}
+
+/// True once the job has reached `status`.
+pub fn status_is(status: &'static str) -> impl Fn(&Value) -> bool {
+    move |job| job["status"] == status
+}

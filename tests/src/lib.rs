@@ -6,3 +6,4 @@
 pub mod auth;
 pub mod client;
 pub mod db;
+pub mod mock;

@@ -17,6 +17,13 @@ use std::process::Command;
 use tools::{project_root, run, Tools};
 use wrangler::{DevOptions, Wrangler};
 
+/// Provider timeout in the test Worker: long enough for a gated race to finish on a busy
+/// two-core machine, short enough that timeout tests stay quick.
+const TEST_TIMEOUT_MS: u64 = 4000;
+
+/// The mock provider's port under `cargo xtask dev`, as wrangler.toml's PROVIDERS names it.
+const DEV_MOCK_PORT: u16 = 8788;
+
 const USAGE: &str = "usage: cargo xtask <dev [--port N] | test | token --owner NAME [--admin] [--ttl SECONDS] | build-edge | lint>";
 
 fn main() {
@@ -91,6 +98,9 @@ fn dev(flags: &Flags) -> Result<()> {
     let persist = root.join(".wrangler/state");
     wrangler::migrate(&tools, &persist, false)?;
     let port = flags.port.unwrap_or(8787);
+    onceclick_tests::mock::spawn(DEV_MOCK_PORT).with_context(|| {
+        format!("starting the mock provider on 127.0.0.1:{DEV_MOCK_PORT} (is the port taken?)")
+    })?;
     let server = Wrangler::start(
         &tools,
         DevOptions {
@@ -103,6 +113,7 @@ fn dev(flags: &Flags) -> Result<()> {
     let token = onceclick_tests::auth::mint(&secret, "dev-owner", false, 7 * 24 * 3600)?;
     println!("\nonceclick is running at {}", server.url);
     println!("demo page:   {}/", server.url);
+    println!("mock provider (primary, fallback): http://127.0.0.1:{DEV_MOCK_PORT}");
     println!("token (owner dev-owner, 7 days):\n  export TOKEN={token}");
     println!(
         "try:\n  curl -i -X POST {}/v1/jobs -H \"Authorization: Bearer $TOKEN\" -H 'Idempotency-Key: demo-1' \\\n       -H 'Content-Type: application/json' -d '{{\"kind\":\"summarize\",\"input\":{{\"text\":\"A long day at the office ended well.\"}}}}'",
@@ -144,6 +155,8 @@ fn test() -> Result<()> {
     let mut secret = [0u8; 32];
     getrandom::fill(&mut secret).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
     let secret = hex::encode(secret);
+    let mock_port = wrangler::free_port()?;
+    onceclick_tests::mock::spawn(mock_port)?;
     let log = scratch.join(format!("wrangler-{port}.log"));
     eprintln!(
         "xtask: starting wrangler dev on 127.0.0.1:{port} (log: {})",
@@ -154,7 +167,16 @@ fn test() -> Result<()> {
         DevOptions {
             port,
             persist: persist.clone(),
-            vars: vec![("AUTH_SECRET".into(), secret.clone())],
+            vars: vec![
+                ("AUTH_SECRET".into(), secret.clone()),
+                (
+                    "PROVIDERS".into(),
+                    onceclick_tests::mock::providers_var(mock_port, TEST_TIMEOUT_MS, Some(200)),
+                ),
+                ("FALLBACK_API_KEY".into(), "test-key".into()),
+                ("ALLOW_FAULT_INJECTION".into(), "true".into()),
+                ("RECONCILE_STARTING_AFTER_MS".into(), "1500".into()),
+            ],
             log: Some(log),
         },
     )?;
@@ -165,6 +187,10 @@ fn test() -> Result<()> {
         .env("ONCECLICK_URL", &server.url)
         .env("ONCECLICK_AUTH_SECRET", &secret)
         .env("ONCECLICK_D1_DIR", &persist)
+        .env(
+            "ONCECLICK_MOCK_URL",
+            format!("http://127.0.0.1:{mock_port}"),
+        )
         .current_dir(&root)
         .status()?;
     drop(server);

@@ -1,0 +1,191 @@
+//! The adapter for OpenAI-compatible providers: `POST {base_url}/chat/completions`.
+//!
+//! One call per attempt, carrying `Idempotency-Key: <attempt id>`, bounded by the
+//! provider's `timeout_ms`. The answer is classified so that the dispatcher never has to
+//! look at HTTP: an output to offer, a failure (retryable or not), or a timeout, which
+//! is *unknown* because the provider may still be working.
+
+use crate::providers::ProviderConfig;
+use futures_util::future::{select, Either};
+use onceclick_protocol::contract::Kind;
+use onceclick_protocol::{ijson, AttemptError};
+use serde_json::{json, Value};
+use std::time::Duration;
+use worker::{AbortController, Delay, Fetch, Headers, Method, Request, RequestInit};
+
+/// How one provider call ended.
+#[derive(Debug)]
+pub(crate) enum CallOutcome {
+    /// An output that keeps the kind's contract.
+    Output(Value),
+    /// The call failed; `retryable` says whether a new attempt may help.
+    Failed(AttemptError),
+    /// No answer within `timeout_ms` after the request went out.
+    TimedOut(AttemptError),
+}
+
+/// The chat-completions request body for `input` under `kind`.
+pub(crate) fn request_body(provider: &ProviderConfig, kind: &Kind, input: &Value) -> Value {
+    let (system, user) = kind.render_prompt(input);
+    json!({
+        "model": provider.model,
+        "temperature": 0,
+        "messages": [
+            {"role": "system", "content": system},
+            {"role": "user", "content": user},
+        ],
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": kind.name(), "strict": true, "schema": kind.decl().output_schema},
+        },
+    })
+}
+
+/// Calls the provider once for attempt `attempt_id` and classifies the answer.
+pub(crate) async fn call(
+    provider: &ProviderConfig,
+    api_key: Option<&str>,
+    kind: &Kind,
+    input: &Value,
+    attempt_id: &str,
+) -> CallOutcome {
+    let controller = AbortController::default();
+    let signal = controller.signal();
+    let exchange = async {
+        let request = build_request(provider, api_key, kind, input, attempt_id)?;
+        let mut response = Fetch::Request(request)
+            .send_with_signal(&signal)
+            .await
+            .map_err(|e| {
+                AttemptError::new(
+                    "provider_unreachable",
+                    format!("could not reach {}: {e}", provider.name),
+                    true,
+                )
+            })?;
+        let status = response.status_code();
+        let retry_after = response.headers().get("Retry-After").ok().flatten();
+        let text = response.text().await.map_err(|e| {
+            AttemptError::new(
+                "provider_unreachable",
+                format!("the answer from {} broke off: {e}", provider.name),
+                true,
+            )
+        })?;
+        Ok::<_, AttemptError>((status, retry_after, text))
+    };
+    futures_util::pin_mut!(exchange);
+    let timeout = Delay::from(Duration::from_millis(provider.timeout_ms));
+    match select(exchange, timeout).await {
+        Either::Left((Ok((status, retry_after, text)), _)) => {
+            classify(provider, kind, input, status, retry_after, &text)
+        }
+        Either::Left((Err(error), _)) => CallOutcome::Failed(error),
+        Either::Right(((), _)) => {
+            controller.abort();
+            CallOutcome::TimedOut(AttemptError::new(
+                "provider_timeout",
+                format!(
+                    "{} did not answer within {} ms; it may still be working",
+                    provider.name, provider.timeout_ms
+                ),
+                false,
+            ))
+        }
+    }
+}
+
+fn build_request(
+    provider: &ProviderConfig,
+    api_key: Option<&str>,
+    kind: &Kind,
+    input: &Value,
+    attempt_id: &str,
+) -> Result<Request, AttemptError> {
+    let setup = |e: worker::Error| {
+        AttemptError::new(
+            "provider_misconfigured",
+            format!("cannot build a request for {}: {e}", provider.name),
+            false,
+        )
+    };
+    let headers = Headers::new();
+    headers
+        .set("Content-Type", "application/json")
+        .map_err(setup)?;
+    headers.set("Idempotency-Key", attempt_id).map_err(setup)?;
+    if let Some(key) = api_key {
+        headers
+            .set("Authorization", &format!("Bearer {key}"))
+            .map_err(setup)?;
+    }
+    let body = request_body(provider, kind, input).to_string();
+    let mut init = RequestInit::new();
+    init.with_method(Method::Post)
+        .with_headers(headers)
+        .with_body(Some(body.into()));
+    let url = format!(
+        "{}/chat/completions",
+        provider.base_url.trim_end_matches('/')
+    );
+    Request::new_with_init(&url, &init).map_err(setup)
+}
+
+fn classify(
+    provider: &ProviderConfig,
+    kind: &Kind,
+    input: &Value,
+    status: u16,
+    retry_after: Option<String>,
+    text: &str,
+) -> CallOutcome {
+    let name = &provider.name;
+    match status {
+        429 => CallOutcome::Failed(AttemptError::new(
+            "provider_rate_limited",
+            format!(
+                "{name} answered 429{}",
+                retry_after
+                    .map(|r| format!(" (Retry-After: {r})"))
+                    .unwrap_or_default()
+            ),
+            true,
+        )),
+        500..=599 => CallOutcome::Failed(AttemptError::new(
+            "provider_unavailable",
+            format!("{name} answered {status}"),
+            true,
+        )),
+        200..=299 => match output_of(text).and_then(|output| {
+            kind.check_output(input, &output)
+                .map(|()| output)
+                .map_err(|v| v.0)
+        }) {
+            Ok(output) => CallOutcome::Output(output),
+            Err(why) => CallOutcome::Failed(AttemptError::new(
+                "contract_violation",
+                format!("{name}: {why}"),
+                false,
+            )),
+        },
+        _ => CallOutcome::Failed(AttemptError::new(
+            "provider_rejected",
+            format!(
+                "{name} answered {status}: {}",
+                text.chars().take(200).collect::<String>()
+            ),
+            false,
+        )),
+    }
+}
+
+/// The JSON object a chat completion carries in `choices[0].message.content`.
+fn output_of(text: &str) -> Result<Value, String> {
+    let envelope =
+        ijson::parse(text.as_bytes()).map_err(|e| format!("the answer is not JSON: {e}"))?;
+    let content = envelope
+        .pointer("/choices/0/message/content")
+        .and_then(Value::as_str)
+        .ok_or("the answer has no choices[0].message.content string")?;
+    ijson::parse(content.as_bytes()).map_err(|e| format!("the content is not JSON: {e}"))
+}

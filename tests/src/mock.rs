@@ -1,0 +1,320 @@
+//! A scriptable OpenAI-compatible provider: a real HTTP server on 127.0.0.1.
+//!
+//! `POST /{provider}/v1/chat/completions` answers like a chat-completions API. By
+//! default it succeeds at once with a valid summary. Tests script it per provider and per
+//! request: a script applies to the calls of one provider whose prompt contains a marker
+//! (so tests that run side by side never share a script), and its steps are used in
+//! order, the last one repeating.
+//!
+//! Control API (for tests and for the demo page):
+//! - `POST /_script` `{"provider", "contains", "steps": [Step…]}`
+//! - `POST /_release` `{"gate"}` — lets every call held at that gate answer
+//! - `GET /_calls?contains=M` — every call whose prompt contains M
+//! - `GET /_calls/wait?contains=M&count=N&timeout_ms=T` — waits for N such calls
+//!
+//! Every call is recorded with its `Idempotency-Key`, so tests can count provider calls.
+
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// No scripted delay or hold lasts longer than this: the mock stops by itself.
+const MAX_HOLD: Duration = Duration::from_secs(60);
+
+/// What the mock does with one call.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Step {
+    /// Wait this long before answering (a hang: longer than the provider's timeout).
+    #[serde(default)]
+    pub delay_ms: u64,
+    /// Hold the answer until `POST /_release {"gate": …}` (or 60 s).
+    #[serde(default)]
+    pub gate: Option<String>,
+    /// Answer with this status instead of 200 (500, 429, 400…).
+    #[serde(default)]
+    pub status: Option<u16>,
+    /// With a status: the `Retry-After` header, in seconds.
+    #[serde(default)]
+    pub retry_after: Option<u64>,
+    /// What a 200 carries: `ok` (default), `malformed` (content that is not JSON),
+    /// `extra_key` (a top-level key the schema does not name), `wrong_shape`
+    /// (sentiment not in the enum), `long_summary` (breaks "shorter than the text"),
+    /// `bad_envelope` (not a chat completion at all).
+    #[serde(default)]
+    pub reply: Option<String>,
+    /// With `ok`: the summary to send (default: the first half of the text).
+    #[serde(default)]
+    pub summary: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct Script {
+    provider: String,
+    contains: String,
+    steps: Vec<Step>,
+}
+
+/// One recorded call.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Call {
+    pub provider: String,
+    pub idempotency_key: Option<String>,
+    pub authorization: Option<String>,
+    pub model: Option<String>,
+    pub temperature: Option<f64>,
+    pub prompt: String,
+    pub has_response_format: bool,
+}
+
+#[derive(Default)]
+struct Inner {
+    scripts: Vec<(Script, usize)>,
+    calls: Vec<Call>,
+    released: HashSet<String>,
+}
+
+#[derive(Clone, Default)]
+struct Mock {
+    inner: Arc<Mutex<Inner>>,
+    changed: Arc<Notify>,
+}
+
+impl Mock {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The router of the mock, to serve on any listener.
+fn router(mock: Mock) -> Router {
+    Router::new()
+        .route("/{provider}/v1/chat/completions", post(chat))
+        .route("/_script", post(script))
+        .route("/_release", post(release))
+        .route("/_calls", get(calls))
+        .route("/_calls/wait", get(wait_calls))
+        .with_state(mock)
+}
+
+/// Starts the mock on its own thread and runtime; returns once it is listening.
+pub fn spawn(port: u16) -> std::io::Result<()> {
+    let listener = std::net::TcpListener::bind(("127.0.0.1", port))?;
+    listener.set_nonblocking(true)?;
+    std::thread::Builder::new()
+        .name("mock-provider".into())
+        .spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build();
+            let Ok(runtime) = runtime else { return };
+            runtime.block_on(async move {
+                if let Ok(listener) = tokio::net::TcpListener::from_std(listener) {
+                    let _ = axum::serve(listener, router(Mock::default())).await;
+                }
+            });
+        })?;
+    Ok(())
+}
+
+fn prompt_of(body: &Value) -> String {
+    body["messages"]
+        .as_array()
+        .map(|m| {
+            m.iter()
+                .filter_map(|msg| msg["content"].as_str())
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .unwrap_or_default()
+}
+
+/// The text after "Summarize this text:" in the user message.
+fn text_of(body: &Value) -> String {
+    let user = body["messages"][1]["content"].as_str().unwrap_or_default();
+    user.split_once("\n\n")
+        .map_or(user, |(_, text)| text)
+        .to_owned()
+}
+
+async fn chat(
+    State(mock): State<Mock>,
+    Path(provider): Path<String>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
+    let prompt = prompt_of(&body);
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let step = {
+        let mut inner = mock.lock();
+        inner.calls.push(Call {
+            provider: provider.clone(),
+            idempotency_key: header("idempotency-key"),
+            authorization: header("authorization"),
+            model: body["model"].as_str().map(str::to_owned),
+            temperature: body["temperature"].as_f64(),
+            prompt: prompt.clone(),
+            has_response_format: body["response_format"]["json_schema"]["schema"].is_object(),
+        });
+        let step = inner
+            .scripts
+            .iter_mut()
+            .rev()
+            .find(|(s, _)| s.provider == provider && prompt.contains(&s.contains))
+            .and_then(|(script, used)| {
+                let step = script.steps.get(*used).or(script.steps.last()).cloned();
+                *used += 1;
+                step
+            });
+        step.unwrap_or_default()
+    };
+    mock.changed.notify_waiters();
+
+    if step.delay_ms > 0 {
+        tokio::time::sleep(Duration::from_millis(step.delay_ms).min(MAX_HOLD)).await;
+    }
+    if let Some(gate) = &step.gate {
+        let _ = tokio::time::timeout(MAX_HOLD, async {
+            loop {
+                let notified = mock.changed.notified();
+                if mock.lock().released.contains(gate) {
+                    break;
+                }
+                notified.await;
+            }
+        })
+        .await;
+    }
+    answer(&step, &text_of(&body))
+}
+
+fn answer(step: &Step, text: &str) -> Response {
+    if let Some(status) = step.status.filter(|s| *s != 200) {
+        let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut response = (
+            code,
+            Json(json!({"error": {"message": "scripted failure"}})),
+        )
+            .into_response();
+        if let Some(secs) = step.retry_after {
+            if let Ok(value) = secs.to_string().parse() {
+                response.headers_mut().insert("retry-after", value);
+            }
+        }
+        return response;
+    }
+    let half: String = text.chars().take(text.chars().count() / 2).collect();
+    let summary = step.summary.clone().unwrap_or(half);
+    let content = match step.reply.as_deref().unwrap_or("ok") {
+        "malformed" => "{\"summary\": \"cut off".to_owned(),
+        "extra_key" => {
+            json!({"summary": summary, "sentiment": "neutral", "confidence": 0.9}).to_string()
+        }
+        "wrong_shape" => json!({"summary": summary, "sentiment": "ecstatic"}).to_string(),
+        "long_summary" => {
+            json!({"summary": format!("{text} and then some more"), "sentiment": "neutral"})
+                .to_string()
+        }
+        "bad_envelope" => return Json(json!({"output": "not a chat completion"})).into_response(),
+        _ => json!({"summary": summary, "sentiment": "neutral"}).to_string(),
+    };
+    Json(json!({
+        "id": "chatcmpl-mock",
+        "object": "chat.completion",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+    }))
+    .into_response()
+}
+
+async fn script(State(mock): State<Mock>, Json(script): Json<Script>) -> StatusCode {
+    if script.steps.is_empty() {
+        return StatusCode::UNPROCESSABLE_ENTITY;
+    }
+    mock.lock().scripts.push((script, 0));
+    StatusCode::NO_CONTENT
+}
+
+#[derive(Deserialize)]
+struct Release {
+    gate: String,
+}
+
+async fn release(State(mock): State<Mock>, Json(release): Json<Release>) -> StatusCode {
+    mock.lock().released.insert(release.gate);
+    mock.changed.notify_waiters();
+    StatusCode::NO_CONTENT
+}
+
+#[derive(Deserialize)]
+struct CallQuery {
+    contains: String,
+    #[serde(default)]
+    count: usize,
+    #[serde(default)]
+    timeout_ms: Option<u64>,
+}
+
+fn matching(mock: &Mock, contains: &str) -> Vec<Call> {
+    mock.lock()
+        .calls
+        .iter()
+        .filter(|c| c.prompt.contains(contains))
+        .cloned()
+        .collect()
+}
+
+async fn calls(State(mock): State<Mock>, Query(q): Query<CallQuery>) -> Json<Value> {
+    Json(json!({"calls": matching(&mock, &q.contains)}))
+}
+
+async fn wait_calls(State(mock): State<Mock>, Query(q): Query<CallQuery>) -> Response {
+    let limit = Duration::from_millis(q.timeout_ms.unwrap_or(30_000)).min(MAX_HOLD);
+    let waited = tokio::time::timeout(limit, async {
+        loop {
+            let notified = mock.changed.notified();
+            let calls = matching(&mock, &q.contains);
+            if calls.len() >= q.count {
+                return calls;
+            }
+            notified.await;
+        }
+    })
+    .await;
+    match waited {
+        Ok(calls) => Json(json!({"calls": calls})).into_response(),
+        Err(_) => (
+            StatusCode::REQUEST_TIMEOUT,
+            Json(json!({"calls": matching(&mock, &q.contains)})),
+        )
+            .into_response(),
+    }
+}
+
+/// Providers for a Worker that talks to a mock on `port`, as the `PROVIDERS` var.
+pub fn providers_var(port: u16, timeout_ms: u64, fallback_abandon_after_ms: Option<u64>) -> String {
+    let mut fallback = json!({"name": "fallback", "base_url": format!("http://127.0.0.1:{port}/fallback/v1"),
+                              "model": "mock-large", "timeout_ms": timeout_ms, "api_key_secret": "FALLBACK_API_KEY"});
+    if let Some(ms) = fallback_abandon_after_ms {
+        fallback["abandon_after_ms"] = json!(ms);
+    }
+    json!([
+        {"name": "primary", "base_url": format!("http://127.0.0.1:{port}/primary/v1"),
+         "model": "mock-small", "timeout_ms": timeout_ms},
+        fallback,
+    ])
+    .to_string()
+}
