@@ -4,7 +4,7 @@ use crate::auth::{self, Caller};
 use crate::clock;
 use crate::error::{ApiResult, AppError};
 use crate::store::{Store, StoredJob};
-use crate::{attempts, jobs};
+use crate::{attempts, certify, jobs};
 use onceclick_protocol::{ijson, ErrorCode, MAX_BODY_BYTES};
 use serde::de::DeserializeOwned;
 use worker::{Env, Headers, Method, Request, Response};
@@ -71,6 +71,17 @@ async fn route(req: &mut Request, ctx: &Ctx<'_>) -> ApiResult<Response> {
             let caller = caller(req, ctx)?;
             caller.require_admin()?;
             attempts::resolve(req, ctx, id).await
+        }
+        ["v1", "providers"] => {
+            allow(&method, &[Method::Get])?;
+            caller(req, ctx)?;
+            certify::list(ctx).await
+        }
+        ["v1", "providers", name, "certify"] => {
+            allow(&method, &[Method::Post])?;
+            let caller = caller(req, ctx)?;
+            caller.require_admin()?;
+            certify::certify(ctx, name).await
         }
         ["v1", "attempts", id, "dispatch"] => {
             allow(&method, &[Method::Post])?;

@@ -8,7 +8,7 @@ use crate::dispatch;
 use crate::error::{ApiResult, AppError};
 use crate::kinds;
 use crate::providers;
-use crate::store::{Completion, NewAttemptOutcome, StoredJob};
+use crate::store::{Completion, NewAttemptOutcome};
 use onceclick_protocol::{AttemptError, AttemptState, ErrorCode, JobStatus, NewAttempt};
 use serde::Deserialize;
 use serde_json::Value;
@@ -51,12 +51,18 @@ pub(crate) async fn create(
                 ),
             ))
         }
-        None => next_provider(&kind.decl().providers, &stored, &usable).ok_or_else(|| {
-            AppError::new(
-                ErrorCode::UnknownProvider,
-                format!("kind {:?} has no configured provider", kind.name()),
+        None => kind
+            .next_provider(
+                stored.job.attempts.last().map(|a| a.provider.as_str()),
+                usable,
             )
-        })?,
+            .map(str::to_owned)
+            .ok_or_else(|| {
+                AppError::new(
+                    ErrorCode::UnknownProvider,
+                    format!("kind {:?} has no configured provider", kind.name()),
+                )
+            })?,
     };
 
     let attempt_id = clock::new_id("att");
@@ -67,6 +73,7 @@ pub(crate) async fn create(
             job_id,
             &attempt_id,
             &provider,
+            kind.contract_version(),
             if_match.as_deref(),
         )
         .await?;
@@ -85,6 +92,15 @@ pub(crate) async fn create(
             json(201, body, headers)
         }
         NewAttemptOutcome::NotFound => Err(job_not_found(job_id)),
+        NewAttemptOutcome::NotCertified => Err(AppError::new(
+            ErrorCode::ProviderNotCertified,
+            format!(
+                "provider {provider:?} has not passed certification for kind {:?} at contract version {}; an admin can run POST /v1/providers/{provider}/certify",
+                kind.name(),
+                kind.contract_version()
+            ),
+        )
+        .with_job(job_id)),
         NewAttemptOutcome::Refused { status, in_flight, unresolved } => Err(if status.is_final() {
             AppError::new(
                 ErrorCode::JobFinished,
@@ -109,22 +125,6 @@ pub(crate) async fn create(
         )
         .with_job(job_id)),
     }
-}
-
-/// The provider after the last attempt's, in failover order, wrapping around.
-fn next_provider(
-    order: &[String],
-    stored: &StoredJob,
-    usable: &dyn Fn(&str) -> bool,
-) -> Option<String> {
-    let last = stored.job.attempts.last().map(|a| a.provider.as_str());
-    let start = last
-        .and_then(|l| order.iter().position(|p| p == l))
-        .map_or(0, |i| i + 1);
-    (0..order.len())
-        .map(|k| &order[(start + k) % order.len()])
-        .find(|p| usable(p))
-        .cloned()
 }
 
 /// `POST /v1/jobs/{id}/cancel`: the owner gives up. Cancelling a cancelled job answers

@@ -5,6 +5,7 @@
 //! Every error is handled here; each message is acked or retried explicitly, because an
 //! `Err` out of a queue handler would crash the isolate.
 
+use crate::certify;
 use crate::clock;
 use crate::error::{ApiResult, AppError};
 use crate::kinds;
@@ -138,7 +139,11 @@ fn run_claimed<'a>(
         let own = async {
             let outcome =
                 openai::call(provider, api_key.as_deref(), kind, &input, &attempt.id).await;
-            record(store, &attempt, outcome).await
+            let retryable = matches!(&outcome, CallOutcome::Failed(e) if e.retryable);
+            if record(store, &attempt, outcome).await? && retryable {
+                fail_over(env, store, &attempt, kind).await?;
+            }
+            Ok(())
         };
         let hedge_after = kind.decl().hedge_after_ms.filter(|_| may_hedge);
         let Some(ms) = hedge_after else {
@@ -161,6 +166,63 @@ fn run_claimed<'a>(
     .boxed_local()
 }
 
+/// The next provider after the attempt's own in the kind's failover order that is
+/// configured, is not the attempt's own, and is the job's first provider or certified
+/// for the kind's current contract version. `Err` carries why there is none, for the
+/// `failover_skipped` event.
+async fn next_certified(
+    store: &Store,
+    attempt: &ClaimedAttempt,
+    kind: &Kind,
+    configured: &[ProviderConfig],
+) -> ApiResult<Result<String, String>> {
+    let certified = certify::certified_for(store, kind).await?;
+    let after = attempt.provider.as_str();
+    let next = kind.next_provider(Some(after), |p| {
+        p != after
+            && providers::find(configured, p).is_some()
+            && (p == attempt.job_provider || certified.contains(p))
+    });
+    Ok(next.map(str::to_owned).ok_or_else(|| {
+        let others: Vec<&str> = kind
+            .decl()
+            .providers
+            .iter()
+            .map(String::as_str)
+            .filter(|p| *p != after)
+            .collect();
+        format!(
+            "no configured provider after {after} is certified for {}@{} (candidates: {})",
+            kind.name(),
+            kind.contract_version(),
+            others.join(", ")
+        )
+    }))
+}
+
+/// Logs (event and structured line) why a hedge or failover did not start.
+async fn log_skipped(
+    store: &Store,
+    attempt: &ClaimedAttempt,
+    what: &str,
+    reason: &str,
+) -> ApiResult<()> {
+    let details = json!({"for": what, "reason": reason});
+    console_log!(
+        "{}",
+        json!({"event": "failover_skipped", "job_id": attempt.job_id,
+               "attempt_id": attempt.id, "details": details})
+    );
+    store
+        .log_event(
+            &attempt.job_id,
+            EventType::FailoverSkipped,
+            Some(&attempt.id),
+            &details,
+        )
+        .await
+}
+
 /// Inserts and claims the hedge attempt, or says in the log why there is none.
 async fn start_hedge(
     store: &Store,
@@ -169,32 +231,24 @@ async fn start_hedge(
     configured: &[ProviderConfig],
     silent_ms: u64,
 ) -> ApiResult<Option<ClaimedAttempt>> {
-    let order = &kind.decl().providers;
-    let next = order
-        .iter()
-        .position(|p| *p == running.provider)
-        .and_then(|i| order.get(i + 1))
-        .filter(|p| providers::find(configured, p).is_some());
-    let Some(next) = next else {
-        let reason = format!(
-            "no provider after {} in the kind's failover order",
-            running.provider
-        );
-        store
-            .log_event(
-                &running.job_id,
-                EventType::FailoverSkipped,
-                Some(&running.id),
-                &json!({"for": "hedge", "reason": reason}),
-            )
-            .await?;
-        return Ok(None);
+    let next = match next_certified(store, running, kind, configured).await? {
+        Ok(next) => next,
+        Err(reason) => {
+            log_skipped(store, running, "hedge", &reason).await?;
+            return Ok(None);
+        }
     };
     let hedge_id = clock::new_id("att");
-    if !store
-        .insert_hedge(&running.job_id, &running.id, &hedge_id, next)
-        .await?
-    {
+    let inserted = store
+        .insert_hedge(
+            &running.job_id,
+            &running.id,
+            &hedge_id,
+            &next,
+            kind.contract_version(),
+        )
+        .await?;
+    if !inserted {
         // The attempt finished, the job ended, or an attempt is unknown: no hedge.
         return Ok(None);
     }
@@ -209,28 +263,71 @@ async fn start_hedge(
     }
 }
 
+/// After a retryable failure, the kind's `auto_failover` tries the next certified
+/// provider, up to its `max_attempts`. Never after `unknown`: the caller only comes
+/// here for a recorded `failed`.
+async fn fail_over(
+    env: &Env,
+    store: &Store,
+    failed: &ClaimedAttempt,
+    kind: &Kind,
+) -> ApiResult<()> {
+    let Some(policy) = &kind.decl().auto_failover else {
+        return Ok(());
+    };
+    let configured = providers::configured(env)?;
+    let next = match next_certified(store, failed, kind, &configured).await? {
+        Ok(next) => next,
+        Err(reason) => return log_skipped(store, failed, "auto_failover", &reason).await,
+    };
+    let new_id = clock::new_id("att");
+    let inserted = store
+        .insert_failover(
+            &failed.job_id,
+            &failed.id,
+            &new_id,
+            &next,
+            kind.contract_version(),
+            policy.max_attempts,
+        )
+        .await?;
+    if inserted {
+        enqueue(env, &new_id).await;
+        Ok(())
+    } else {
+        let reason = format!(
+            "the job has ended, has an attempt in flight or unknown, or has {} attempts already",
+            policy.max_attempts
+        );
+        log_skipped(store, failed, "auto_failover", &reason).await
+    }
+}
+
 /// Writes an attempt's outcome: a result goes through the compare-and-swap; a failure
 /// or a timeout is one conditional move out of `running`.
-async fn record(store: &Store, attempt: &ClaimedAttempt, outcome: CallOutcome) -> ApiResult<()> {
+/// Returns whether a failure or timeout was recorded (false for a result, and for an
+/// attempt that had already left `running`).
+async fn record(store: &Store, attempt: &ClaimedAttempt, outcome: CallOutcome) -> ApiResult<bool> {
     let (to, error) = match outcome {
         CallOutcome::Output(output) => {
             let completion = store
                 .complete(&attempt.job_id, &attempt.id, AttemptState::Running, &output)
                 .await?;
             log_completion(&attempt.job_id, &attempt.id, &attempt.provider, &completion);
-            return Ok(());
+            return Ok(false);
         }
         CallOutcome::Failed(error) => (AttemptState::Failed, error),
         CallOutcome::TimedOut(error) => (AttemptState::Unknown, error),
     };
-    if !store.end_attempt(&attempt.id, to, &error).await? {
+    let recorded = store.end_attempt(&attempt.id, to, &error).await?;
+    if !recorded {
         console_log!(
             "{}",
             json!({"event": "late_result_discarded", "job_id": attempt.job_id,
                    "attempt_id": attempt.id, "outcome": to, "error": error})
         );
     }
-    Ok(())
+    Ok(recorded)
 }
 
 /// One structured log line for every result that did not become the job's.

@@ -8,6 +8,7 @@
 mod api;
 mod attempts;
 mod auth;
+mod certify;
 mod clock;
 mod dispatch;
 mod error;

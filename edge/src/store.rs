@@ -66,6 +66,8 @@ pub(crate) struct ClaimedAttempt {
     pub(crate) id: String,
     pub(crate) job_id: String,
     pub(crate) provider: String,
+    /// The provider of the job's first attempt: it needs no certification.
+    pub(crate) job_provider: String,
     pub(crate) kind: String,
     pub(crate) input: String,
 }
@@ -75,6 +77,7 @@ struct AttemptRow {
     id: String,
     job_id: String,
     provider: String,
+    job_provider: String,
     state: AttemptState,
     kind: String,
     input: String,
@@ -110,6 +113,7 @@ pub(crate) enum NewAttemptOutcome {
         in_flight: bool,
         unresolved: bool,
     },
+    NotCertified,
     Stale,
 }
 
@@ -122,6 +126,7 @@ struct NewAttemptRow {
     created: f64,
     in_flight: f64,
     unresolved: f64,
+    certified: f64,
 }
 
 fn js(s: &str) -> JsValue {
@@ -304,7 +309,7 @@ impl Store {
             &[js(attempt_id), js(&now)],
         )?;
         let read = self.stmt(
-            "SELECT a.id, a.job_id, a.provider, a.state, j.kind, j.input
+            "SELECT a.id, a.job_id, a.provider, j.provider AS job_provider, a.state, j.kind, j.input
                FROM attempts AS a JOIN jobs AS j ON j.id = a.job_id
               WHERE a.id = ?1",
             &[js(attempt_id)],
@@ -317,6 +322,7 @@ impl Store {
                 id: row.id,
                 job_id: row.job_id,
                 provider: row.provider,
+                job_provider: row.job_provider,
                 kind: row.kind,
                 input: row.input,
             }),
@@ -431,17 +437,19 @@ impl Store {
         job_id: &str,
         attempt_id: &str,
         provider: &str,
+        contract_version: &str,
         if_match: Option<&str>,
     ) -> ApiResult<NewAttemptOutcome> {
         let insert = self.stmt(
-            "INSERT INTO attempts (id, job_id, n, provider, state, started_at)
+            &format!("INSERT INTO attempts (id, job_id, n, provider, state, started_at)
              SELECT ?1, j.id, (SELECT max(n) + 1 FROM attempts WHERE job_id = j.id), ?3, 'starting', ?4
                FROM job_documents AS j
               WHERE j.id = ?2 AND j.owner_id = ?5
                 AND j.status NOT IN ('succeeded', 'cancelled')
                 AND NOT EXISTS (SELECT 1 FROM attempts
                                  WHERE job_id = j.id AND state IN ('starting', 'running', 'unknown'))
-                AND (?6 IS NULL OR ?6 = j.etag)",
+                AND (?6 IS NULL OR ?6 = j.etag)
+                AND (?3 = (SELECT provider FROM jobs WHERE id = j.id) OR {})", certified("?3", "j.kind", "?7")),
             &[
                 js(attempt_id),
                 js(job_id),
@@ -449,17 +457,28 @@ impl Store {
                 js(&clock::now_rfc3339()),
                 js(owner),
                 if_match.map_or(JsValue::NULL, js),
+                js(contract_version),
             ],
         )?;
         let read = self.stmt(
-            "SELECT j.fingerprint, j.doc, j.etag, j.status,
+            &format!(
+                "SELECT j.fingerprint, j.doc, j.etag, j.status,
                     (SELECT count(*) FROM attempts WHERE id = ?1) AS created,
                     (SELECT count(*) FROM attempts
                       WHERE job_id = j.id AND state IN ('starting', 'running')) AS in_flight,
                     (SELECT count(*) FROM attempts
-                      WHERE job_id = j.id AND state = 'unknown') AS unresolved
+                      WHERE job_id = j.id AND state = 'unknown') AS unresolved,
+                    (?4 = (SELECT provider FROM jobs WHERE id = j.id) OR {}) AS certified
                FROM job_documents AS j WHERE j.id = ?2 AND j.owner_id = ?3",
-            &[js(attempt_id), js(job_id), js(owner)],
+                certified("?4", "j.kind", "?5")
+            ),
+            &[
+                js(attempt_id),
+                js(job_id),
+                js(owner),
+                js(provider),
+                js(contract_version),
+            ],
         )?;
         let results = self.batch(vec![insert, read]).await?;
         let Some(row) = first_row::<NewAttemptRow>(results.last())? else {
@@ -481,6 +500,9 @@ impl Store {
                 unresolved,
             });
         }
+        if row.certified == 0.0 {
+            return Ok(NewAttemptOutcome::NotCertified);
+        }
         Ok(NewAttemptOutcome::Stale)
     }
 
@@ -493,27 +515,129 @@ impl Store {
         running_id: &str,
         hedge_id: &str,
         provider: &str,
+        contract_version: &str,
     ) -> ApiResult<bool> {
         let stmt = self.stmt(
-            "INSERT INTO attempts (id, job_id, n, provider, state, started_at)
-             SELECT ?1, j.id, (SELECT max(n) + 1 FROM attempts WHERE job_id = j.id), ?3, 'starting', ?4
-               FROM jobs AS j
-              WHERE j.id = ?2 AND j.status NOT IN ('succeeded', 'cancelled')
-                AND (SELECT state FROM attempts WHERE id = ?5) = 'running'
-                AND NOT EXISTS (SELECT 1 FROM attempts WHERE job_id = j.id AND state = 'unknown')
-                AND (SELECT count(*) FROM attempts
-                      WHERE job_id = j.id AND state IN ('starting', 'running')) = 1
-             RETURNING id",
+            &format!(
+                "INSERT INTO attempts (id, job_id, n, provider, state, started_at)
+                 SELECT ?1, j.id, (SELECT max(n) + 1 FROM attempts WHERE job_id = j.id), ?3, 'starting', ?4
+                   FROM jobs AS j
+                  WHERE j.id = ?2 AND j.status NOT IN ('succeeded', 'cancelled')
+                    AND (SELECT state FROM attempts WHERE id = ?5) = 'running'
+                    AND NOT EXISTS (SELECT 1 FROM attempts WHERE job_id = j.id AND state = 'unknown')
+                    AND (SELECT count(*) FROM attempts
+                          WHERE job_id = j.id AND state IN ('starting', 'running')) = 1
+                    AND (?3 = j.provider OR {})
+                 RETURNING id",
+                certified("?3", "j.kind", "?6")
+            ),
             &[
                 js(hedge_id),
                 js(job_id),
                 js(provider),
                 js(&clock::now_rfc3339()),
                 js(running_id),
+                js(contract_version),
             ],
         )?;
         let result = self.timed(stmt.all()).await?;
         Ok(changes(&result)? == 1)
+    }
+
+    /// The automatic failover after `failed_id` failed retryably: a new attempt on
+    /// `provider`, inserted only while the job has not finished, nothing is in flight
+    /// or unknown, the job has fewer than `max_attempts` attempts, and the provider is
+    /// the job's first or certified. True if inserted.
+    pub(crate) async fn insert_failover(
+        &self,
+        job_id: &str,
+        failed_id: &str,
+        new_id: &str,
+        provider: &str,
+        contract_version: &str,
+        max_attempts: u32,
+    ) -> ApiResult<bool> {
+        let stmt = self.stmt(
+            &format!(
+                "INSERT INTO attempts (id, job_id, n, provider, state, started_at)
+                 SELECT ?1, j.id, (SELECT max(n) + 1 FROM attempts WHERE job_id = j.id), ?3, 'starting', ?4
+                   FROM jobs AS j
+                  WHERE j.id = ?2 AND j.status NOT IN ('succeeded', 'cancelled')
+                    AND (SELECT state FROM attempts WHERE id = ?5) = 'failed'
+                    AND NOT EXISTS (SELECT 1 FROM attempts WHERE job_id = j.id
+                                     AND state IN ('starting', 'running', 'unknown'))
+                    AND (SELECT count(*) FROM attempts WHERE job_id = j.id) < ?7
+                    AND (?3 = j.provider OR {})
+                 RETURNING id",
+                certified("?3", "j.kind", "?6")
+            ),
+            &[
+                js(new_id),
+                js(job_id),
+                js(provider),
+                js(&clock::now_rfc3339()),
+                js(failed_id),
+                js(contract_version),
+                JsValue::from_f64(f64::from(max_attempts)),
+            ],
+        )?;
+        let result = self.timed(stmt.all()).await?;
+        Ok(changes(&result)? == 1)
+    }
+
+    /// Stores a certification report, replacing an earlier one for the same provider,
+    /// kind and contract version.
+    pub(crate) async fn save_certification(&self, report: &Certification) -> ApiResult<()> {
+        let stmt = self.stmt(
+            "INSERT INTO certifications (provider, kind, contract_version, passed, failures, certified_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+             ON CONFLICT (provider, kind, contract_version) DO UPDATE
+               SET passed = excluded.passed, failures = excluded.failures,
+                   certified_at = excluded.certified_at",
+            &[
+                js(&report.provider),
+                js(&report.kind),
+                js(&report.contract_version),
+                JsValue::from_f64(if report.passed { 1.0 } else { 0.0 }),
+                js(&json_text(&report.failures)?),
+                js(&report.certified_at),
+            ],
+        )?;
+        self.timed(stmt.run()).await?;
+        Ok(())
+    }
+
+    /// Every stored certification report (for the current and older contract versions).
+    pub(crate) async fn certifications(&self) -> ApiResult<Vec<Certification>> {
+        #[derive(Deserialize)]
+        struct Row {
+            provider: String,
+            kind: String,
+            contract_version: String,
+            passed: f64,
+            failures: String,
+            certified_at: String,
+        }
+        let stmt = self.stmt(
+            "SELECT provider, kind, contract_version, passed, failures, certified_at
+               FROM certifications ORDER BY provider, kind, certified_at",
+            &[],
+        )?;
+        self.timed(stmt.all())
+            .await?
+            .results::<Row>()?
+            .into_iter()
+            .map(|r| {
+                Ok(Certification {
+                    provider: r.provider,
+                    kind: r.kind,
+                    contract_version: r.contract_version,
+                    passed: r.passed != 0.0,
+                    failures: serde_json::from_str(&r.failures).map_err(AppError::internal)?,
+                    certified_at: r.certified_at,
+                })
+            })
+            .collect()
     }
 
     /// The owner gives up. One batch: the job becomes `cancelled` (unless it already
@@ -699,6 +823,18 @@ impl Store {
     }
 }
 
+/// One certification report: a provider against one contract version of a kind.
+#[derive(Debug, Clone, serde::Serialize)]
+pub(crate) struct Certification {
+    pub(crate) provider: String,
+    pub(crate) kind: String,
+    pub(crate) contract_version: String,
+    pub(crate) passed: bool,
+    /// `[{input, code, message}]`: which golden input failed, and how.
+    pub(crate) failures: Vec<Value>,
+    pub(crate) certified_at: String,
+}
+
 /// What the reconciler applies to one provider's attempts.
 pub(crate) struct ReconcileRule {
     pub(crate) provider: String,
@@ -706,6 +842,16 @@ pub(crate) struct ReconcileRule {
     pub(crate) abandon_before: Option<String>,
     /// `running` attempts called before this have lost their dispatcher.
     pub(crate) lost_before: String,
+}
+
+/// The certification gate as SQL: provider `provider` passed for kind `kind` at contract
+/// version `version` (each a parameter or column expression).
+fn certified(provider: &str, kind: &str, version: &str) -> String {
+    format!(
+        "EXISTS (SELECT 1 FROM certifications AS c
+                  WHERE c.provider = {provider} AND c.kind = {kind}
+                    AND c.contract_version = {version} AND c.passed = 1)"
+    )
 }
 
 fn first_row<T: serde::de::DeserializeOwned>(result: Option<&D1Result>) -> ApiResult<Option<T>> {

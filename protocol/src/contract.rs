@@ -31,9 +31,21 @@ pub struct KindDecl {
     /// Start one hedge attempt after the running one has been silent this long.
     #[serde(default)]
     pub hedge_after_ms: Option<u64>,
+    /// After a retryable failure (never after `unknown`), try the next certified
+    /// provider, up to `max_attempts` attempts in all.
+    #[serde(default)]
+    pub auto_failover: Option<AutoFailover>,
     /// Inputs used to certify a provider for this kind.
     #[serde(default)]
     pub golden_inputs: Vec<Value>,
+}
+
+/// Automatic failover after a retryable failure.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AutoFailover {
+    /// The most attempts a job may have, the first included.
+    pub max_attempts: u32,
 }
 
 /// The two messages sent to a chat-completions provider.
@@ -145,6 +157,22 @@ impl Kind {
     pub fn primary(&self) -> &str {
         // `from_json` refuses a kind without providers.
         self.decl.providers.first().map_or("", String::as_str)
+    }
+
+    /// The provider after `after` in failover order that `usable` accepts, wrapping
+    /// around (the primary when `after` is `None`). `None` when no provider is usable.
+    pub fn next_provider(
+        &self,
+        after: Option<&str>,
+        usable: impl Fn(&str) -> bool,
+    ) -> Option<&str> {
+        let order = &self.decl.providers;
+        let start = after
+            .and_then(|a| order.iter().position(|p| p == a))
+            .map_or(0, |i| i + 1);
+        (0..order.len())
+            .map(|k| order[(start + k) % order.len()].as_str())
+            .find(|p| usable(p))
     }
 
     /// Whether the kind names `provider` at all.
@@ -355,6 +383,47 @@ mod tests {
         let mut providers = base.clone();
         providers.providers.reverse();
         assert_eq!(version(&providers), v0);
+    }
+
+    #[test]
+    fn next_provider_follows_failover_order_and_wraps() {
+        let k = kind();
+        assert_eq!(k.next_provider(None, |_| true), Some("primary"));
+        assert_eq!(k.next_provider(Some("primary"), |_| true), Some("fallback"));
+        assert_eq!(k.next_provider(Some("fallback"), |_| true), Some("primary"));
+        assert_eq!(
+            k.next_provider(Some("primary"), |p| p != "fallback"),
+            Some("primary")
+        );
+        assert_eq!(k.next_provider(Some("primary"), |_| false), None);
+        assert_eq!(k.next_provider(Some("unknown"), |_| true), Some("primary"));
+    }
+
+    #[test]
+    fn every_kind_file_compiles() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../edge/kinds");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let text = std::fs::read_to_string(&path).unwrap();
+            let kind = Kind::from_json(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            assert_eq!(
+                path.file_stem().and_then(|s| s.to_str()),
+                Some(kind.name()),
+                "a kind file is named after its kind"
+            );
+            for input in &kind.decl().golden_inputs {
+                kind.check_input(input)
+                    .unwrap_or_else(|e| panic!("{}: golden input {input}: {e}", path.display()));
+            }
+            assert!(
+                !kind.decl().golden_inputs.is_empty(),
+                "{} has golden inputs",
+                path.display()
+            );
+            seen += 1;
+        }
+        assert!(seen >= 2, "found {seen} kind files");
     }
 
     #[test]

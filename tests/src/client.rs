@@ -280,3 +280,31 @@ impl Api {
 pub fn status_is(status: &'static str) -> impl Fn(&Value) -> bool {
     move |job| job["status"] == status
 }
+
+impl Api {
+    /// Runs `POST /v1/providers/{name}/certify` as an admin; returns the reports.
+    pub async fn certify(&self, provider: &str) -> Vec<Value> {
+        let admin = self.admin_token("certifier");
+        let reply = send(self.post_json(
+            &admin,
+            &format!("/v1/providers/{provider}/certify"),
+            &serde_json::json!({}),
+        ))
+        .await;
+        assert_eq!(reply.status, 200, "{}", reply.text);
+        reply.json()["reports"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Certifies `provider` and checks that every report passed.
+    pub async fn ensure_certified(&self, provider: &str) {
+        for report in self.certify(provider).await {
+            assert_eq!(
+                report["passed"], true,
+                "{provider} must pass certification: {report}"
+            );
+        }
+    }
+}

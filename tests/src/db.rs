@@ -41,3 +41,16 @@ pub fn count(sql: &str, param: &str) -> i64 {
         .query_row(sql, [param], |row| row.get(0))
         .unwrap_or_else(|e| panic!("{sql}: {e}"))
 }
+
+/// Writes to the local D1 behind the Worker's back, for tests that must set up a state
+/// the API cannot reach (a certification stored under an older contract version).
+pub fn execute(sql: &str, param: &str) -> usize {
+    let dir = std::env::var("ONCECLICK_D1_DIR").expect("ONCECLICK_D1_DIR is not set");
+    let mut found = Vec::new();
+    find_sqlite(&Path::new(&dir).join("v3/d1"), &mut found);
+    let conn = Connection::open(&found[0]).expect("open local D1 for writing");
+    conn.busy_timeout(std::time::Duration::from_secs(5))
+        .expect("busy timeout");
+    conn.execute(sql, [param])
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+}

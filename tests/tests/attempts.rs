@@ -83,6 +83,7 @@ async fn every_provider_call_carries_the_attempt_id_as_its_key() {
 #[tokio::test]
 async fn a_timeout_is_unknown_and_blocks_new_attempts_until_resolved() {
     let (api, mock) = (Api::from_env(), Mock::from_env());
+    api.ensure_certified("fallback").await;
     let token = api.token("timeouts");
     let admin = api.admin_token("ops");
     let marker = unique("hang");
@@ -235,6 +236,7 @@ async fn reverse_order_race(api: &Api, mock: &Mock, token: &str) {
 #[tokio::test]
 async fn reverse_order_finish_hedge_wins_fifty_times() {
     let (api, mock) = (Api::from_env(), Mock::from_env());
+    api.ensure_certified("fallback").await;
     let token = api.token("racer");
     // Five races at a time, fifty in all.
     for _ in 0..10 {
@@ -253,6 +255,7 @@ async fn reverse_order_finish_hedge_wins_fifty_times() {
 #[tokio::test]
 async fn simultaneous_fallback_clicks_after_a_failure_make_one_attempt() {
     let (api, mock) = (Api::from_env(), Mock::from_env());
+    api.ensure_certified("fallback").await;
     let token = api.token("clicker");
     let marker = unique("clicks");
     mock.script("primary", &marker, json!([{"status": 503}]))
@@ -310,6 +313,7 @@ async fn simultaneous_fallback_clicks_after_a_failure_make_one_attempt() {
 #[tokio::test]
 async fn if_match_guards_a_new_attempt() {
     let (api, mock) = (Api::from_env(), Mock::from_env());
+    api.ensure_certified("fallback").await;
     let token = api.token("if-match");
     let marker = unique("ifmatch");
     mock.script("primary", &marker, json!([{"status": 500}]))

@@ -1,0 +1,116 @@
+//! Provider certification: a provider may receive failover, hedges and fallback
+//! attempts for a kind only after it has kept that kind's contract on its golden inputs.
+
+use crate::api::{json, Ctx};
+use crate::clock;
+use crate::error::{ApiResult, AppError};
+use crate::kinds;
+use crate::openai::{self, CallOutcome};
+use crate::providers;
+use crate::store::{Certification, Store};
+use futures_util::future::join_all;
+use onceclick_protocol::contract::Kind;
+use serde_json::{json, Value};
+use std::collections::HashSet;
+use worker::{Headers, Response};
+
+/// `POST /v1/providers/{name}/certify` (admin): runs every golden input of every kind
+/// that names the provider through it at temperature 0, checks each full round trip
+/// against the kind's contract, and stores one report per kind.
+pub(crate) async fn certify(ctx: &Ctx<'_>, name: &str) -> ApiResult<Response> {
+    let configured = providers::configured(ctx.env)?;
+    let provider = providers::find(&configured, name)
+        .ok_or_else(|| AppError::not_found(&format!("provider {name}")))?;
+    let api_key = provider.api_key(ctx.env);
+    let kinds = kinds::all().map_err(AppError::internal)?;
+    let mut reports = Vec::new();
+    for kind in kinds.iter().filter(|k| k.names_provider(name)) {
+        let calls = kind
+            .decl()
+            .golden_inputs
+            .iter()
+            .enumerate()
+            .map(|(i, input)| {
+                let call_id = clock::new_id("cert");
+                let api_key = api_key.as_deref();
+                async move {
+                    match openai::call(provider, api_key, kind, input, &call_id).await {
+                        CallOutcome::Output(_) => None,
+                        CallOutcome::Failed(e) | CallOutcome::TimedOut(e) => {
+                            Some(json!({"input": i, "code": e.code, "message": e.message}))
+                        }
+                    }
+                }
+            });
+        let failures: Vec<Value> = join_all(calls).await.into_iter().flatten().collect();
+        let report = Certification {
+            provider: name.to_owned(),
+            kind: kind.name().to_owned(),
+            contract_version: kind.contract_version().to_owned(),
+            passed: failures.is_empty() && !kind.decl().golden_inputs.is_empty(),
+            failures,
+            certified_at: clock::now_rfc3339(),
+        };
+        ctx.store.save_certification(&report).await?;
+        reports.push(report);
+    }
+    let body = json!({"provider": name, "reports": reports});
+    json(200, body.to_string(), Headers::new())
+}
+
+/// `GET /v1/providers`: every configured provider, with its certification for the
+/// current contract version of each kind that names it.
+pub(crate) async fn list(ctx: &Ctx<'_>) -> ApiResult<Response> {
+    let configured = providers::configured(ctx.env)?;
+    let reports = ctx.store.certifications().await?;
+    let kinds = kinds::all().map_err(AppError::internal)?;
+    let providers: Vec<Value> = configured
+        .iter()
+        .map(|p| {
+            let per_kind: serde_json::Map<String, Value> = kinds
+                .iter()
+                .filter(|k| k.names_provider(&p.name))
+                .map(|k| {
+                    let current = reports.iter().find(|r| {
+                        r.provider == p.name
+                            && r.kind == k.name()
+                            && r.contract_version == k.contract_version()
+                    });
+                    let entry = json!({
+                        "contract_version": k.contract_version(),
+                        "certified": current.is_some_and(|r| r.passed),
+                        "primary": k.primary() == p.name,
+                        "report": current,
+                    });
+                    (k.name().to_owned(), entry)
+                })
+                .collect();
+            json!({
+                "name": p.name,
+                "model": p.model,
+                "timeout_ms": p.timeout_ms,
+                "abandon_after_ms": p.abandon_after_ms,
+                "max_prompt_tokens": p.max_prompt_tokens,
+                "kinds": per_kind,
+            })
+        })
+        .collect();
+    json(
+        200,
+        json!({"providers": providers}).to_string(),
+        Headers::new(),
+    )
+}
+
+/// The providers certified for `kind` at its current contract version.
+pub(crate) async fn certified_for(store: &Store, kind: &Kind) -> ApiResult<HashSet<String>> {
+    Ok(store
+        .certifications()
+        .await?
+        .into_iter()
+        .filter(|r| {
+            r.passed && r.kind == kind.name() && r.contract_version == kind.contract_version()
+        })
+        .map(|r| r.provider)
+        .collect())
+}
