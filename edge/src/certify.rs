@@ -21,7 +21,7 @@ pub(crate) async fn certify(ctx: &Ctx<'_>, name: &str) -> ApiResult<Response> {
     let configured = providers::configured(ctx.env)?;
     let provider = providers::find(&configured, name)
         .ok_or_else(|| AppError::not_found(&format!("provider {name}")))?;
-    let api_key = provider.api_key(ctx.env);
+    let api_key = providers::api_key(provider, ctx.env);
     let kinds = kinds::all().map_err(AppError::internal)?;
     let mut reports = Vec::new();
     for kind in kinds.iter().filter(|k| k.names_provider(name)) {

@@ -135,7 +135,7 @@ fn run_claimed<'a>(
                 .await?;
             return Ok(());
         };
-        let api_key = provider.api_key(env);
+        let api_key = providers::api_key(provider, env);
         let own = async {
             let outcome =
                 openai::call(provider, api_key.as_deref(), kind, &input, &attempt.id).await;

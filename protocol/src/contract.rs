@@ -40,6 +40,36 @@ pub struct KindDecl {
     pub golden_inputs: Vec<Value>,
 }
 
+/// One OpenAI-compatible provider, as the `PROVIDERS` var declares it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderConfig {
+    /// The name kinds use in their failover order.
+    pub name: String,
+    /// `POST {base_url}/chat/completions` is called.
+    pub base_url: String,
+    /// The model asked for.
+    pub model: String,
+    /// The name of the wrangler secret holding the API key, if the provider needs one.
+    #[serde(default)]
+    pub api_key_secret: Option<String>,
+    /// How long one call may take before the attempt becomes `unknown`.
+    pub timeout_ms: u64,
+    /// The provider promises to stop all work this long after a call.
+    #[serde(default)]
+    pub abandon_after_ms: Option<u64>,
+    /// The largest prompt the provider takes, in its own tokens.
+    #[serde(default)]
+    pub max_prompt_tokens: Option<u64>,
+}
+
+impl ProviderConfig {
+    /// Parses the `PROVIDERS` var: a JSON array of providers.
+    pub fn parse_list(text: &str) -> Result<Vec<ProviderConfig>, String> {
+        serde_json::from_str(text).map_err(|e| format!("PROVIDERS does not parse: {e}"))
+    }
+}
+
 /// Automatic failover after a retryable failure.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

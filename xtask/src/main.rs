@@ -7,7 +7,10 @@
 //! - `token --owner NAME [--admin] [--ttl SECONDS]`: a bearer token for the local secret.
 //! - `build-edge`: build the Worker (wrangler's `[build] command`).
 //! - `lint`: `cargo fmt --check` and clippy (`-D warnings`) on every crate.
+//! - `certify --provider NAME [--url URL]`: prompt sizes against `max_prompt_tokens`,
+//!   then certification on a running Worker (default: the one `dev` serves).
 
+mod certify;
 mod tools;
 mod wrangler;
 
@@ -24,7 +27,7 @@ const TEST_TIMEOUT_MS: u64 = 4000;
 /// The mock provider's port under `cargo xtask dev`, as wrangler.toml's PROVIDERS names it.
 const DEV_MOCK_PORT: u16 = 8788;
 
-const USAGE: &str = "usage: cargo xtask <dev [--port N] | test | token --owner NAME [--admin] [--ttl SECONDS] | build-edge | lint>";
+const USAGE: &str = "usage: cargo xtask <dev [--port N] | test | token --owner NAME [--admin] [--ttl SECONDS] | build-edge | lint | certify --provider NAME [--url URL]>";
 
 fn main() {
     if let Err(e) = real_main() {
@@ -42,6 +45,21 @@ fn real_main() -> Result<()> {
         "token" => token(&Flags::parse(rest)?),
         "build-edge" => wrangler::build_edge(&Tools::bootstrap()?),
         "lint" => lint(&project_root()),
+        "certify" => {
+            let flags = Flags::parse(rest)?;
+            let provider = flags
+                .provider
+                .as_deref()
+                .context("certify needs --provider NAME")?;
+            let root = project_root();
+            let admin =
+                onceclick_tests::auth::mint(&dev_secret(&root)?, "xtask-certify", true, 600)?;
+            let url = flags
+                .url
+                .clone()
+                .unwrap_or_else(|| "http://127.0.0.1:8787".to_owned());
+            certify::run(&root, provider, &url, &admin)
+        }
         _ => bail!("unknown command {command:?}\n{USAGE}"),
     }
 }
@@ -52,6 +70,8 @@ struct Flags {
     owner: Option<String>,
     admin: bool,
     ttl: Option<u64>,
+    provider: Option<String>,
+    url: Option<String>,
 }
 
 impl Flags {
@@ -65,6 +85,8 @@ impl Flags {
                 "--owner" => flags.owner = Some(value()?.clone()),
                 "--ttl" => flags.ttl = Some(value()?.parse().context("--ttl")?),
                 "--admin" => flags.admin = true,
+                "--provider" => flags.provider = Some(value()?.clone()),
+                "--url" => flags.url = Some(value()?.clone()),
                 _ => bail!("unknown flag {arg:?}\n{USAGE}"),
             }
         }
@@ -110,6 +132,12 @@ fn dev(flags: &Flags) -> Result<()> {
             log: None,
         },
     )?;
+    // The fallback must be certified before failover may go to it; against the mock
+    // that takes a moment, so the demo starts with it done.
+    let admin = onceclick_tests::auth::mint(&secret, "xtask-dev", true, 600)?;
+    if let Err(e) = certify::run(&root, "fallback", &server.url, &admin) {
+        eprintln!("xtask: fallback is not certified yet: {e:#}");
+    }
     let token = onceclick_tests::auth::mint(&secret, "dev-owner", false, 7 * 24 * 3600)?;
     println!("\nonceclick is running at {}", server.url);
     println!("demo page:   {}/", server.url);
