@@ -23,13 +23,42 @@ pub(crate) async fn handle(mut req: Request, env: &Env) -> Response {
         Err(e) => return AppError::internal(e).into_response(),
     };
     let ctx = Ctx { env, store: &store };
-    let mut response = route(&mut req, &ctx)
-        .await
-        .unwrap_or_else(AppError::into_response);
-    let _ = response
-        .headers_mut()
-        .set("Server-Timing", &store.server_timing());
+    let mut response = if req.method() == Method::Options {
+        preflight()
+    } else {
+        route(&mut req, &ctx)
+            .await
+            .unwrap_or_else(AppError::into_response)
+    };
+    let headers = response.headers_mut();
+    let _ = headers.set("Server-Timing", &store.server_timing());
+    let origin = env
+        .var("CORS_ALLOW_ORIGIN")
+        .map(|v| v.to_string())
+        .unwrap_or_else(|_| "*".to_owned());
+    let _ = headers.set("Access-Control-Allow-Origin", &origin);
+    let _ = headers.set("Access-Control-Expose-Headers", EXPOSED_HEADERS);
+    let _ = headers.set("Timing-Allow-Origin", &origin);
     response
+}
+
+/// Response headers a browser on another origin may read (the SDK needs all of them).
+const EXPOSED_HEADERS: &str =
+    "ETag, Location, Idempotent-Replayed, Retry-After, Server-Timing, WWW-Authenticate";
+
+/// The answer to a CORS preflight. The API authenticates with a bearer token, never a
+/// cookie, so any origin may call it; `CORS_ALLOW_ORIGIN` narrows that.
+fn preflight() -> Response {
+    let headers = Headers::new();
+    let _ = headers.set("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    let _ = headers.set(
+        "Access-Control-Allow-Headers",
+        "Authorization, Content-Type, Idempotency-Key, If-Match, If-None-Match",
+    );
+    let _ = headers.set("Access-Control-Max-Age", "600");
+    Response::empty()
+        .map(|r| r.with_status(204).with_headers(headers))
+        .unwrap_or_else(|e| AppError::internal(e).into_response())
 }
 
 async fn route(req: &mut Request, ctx: &Ctx<'_>) -> ApiResult<Response> {

@@ -7,3 +7,4 @@ pub mod auth;
 pub mod client;
 pub mod db;
 pub mod mock;
+pub mod proxy;

@@ -6,11 +6,13 @@
 //!   integration tests against a fresh `wrangler dev` on a free port.
 //! - `token --owner NAME [--admin] [--ttl SECONDS]`: a bearer token for the local secret.
 //! - `build-edge`: build the Worker (wrangler's `[build] command`).
+//! - `sdk`: build the npm package `onceclick` (web and bundler) and print its gzip size.
 //! - `lint`: `cargo fmt --check` and clippy (`-D warnings`) on every crate.
 //! - `certify --provider NAME [--url URL]`: prompt sizes against `max_prompt_tokens`,
 //!   then certification on a running Worker (default: the one `dev` serves).
 
 mod certify;
+mod sdk;
 mod tools;
 mod wrangler;
 
@@ -27,7 +29,7 @@ const TEST_TIMEOUT_MS: u64 = 4000;
 /// The mock provider's port under `cargo xtask dev`, as wrangler.toml's PROVIDERS names it.
 const DEV_MOCK_PORT: u16 = 8788;
 
-const USAGE: &str = "usage: cargo xtask <dev [--port N] | test | token --owner NAME [--admin] [--ttl SECONDS] | build-edge | lint | certify --provider NAME [--url URL]>";
+const USAGE: &str = "usage: cargo xtask <dev [--port N] | test | token --owner NAME [--admin] [--ttl SECONDS] | build-edge | lint | sdk | certify --provider NAME [--url URL]>";
 
 fn main() {
     if let Err(e) = real_main() {
@@ -45,6 +47,7 @@ fn real_main() -> Result<()> {
         "token" => token(&Flags::parse(rest)?),
         "build-edge" => wrangler::build_edge(&Tools::bootstrap()?),
         "lint" => lint(&project_root()),
+        "sdk" => sdk::build(&Tools::bootstrap()?),
         "certify" => {
             let flags = Flags::parse(rest)?;
             let provider = flags
@@ -208,6 +211,8 @@ fn test() -> Result<()> {
             log: Some(log),
         },
     )?;
+
+    sdk::browser_tests(&tools, &server.url, &secret)?;
 
     eprintln!("xtask: integration tests against {}", server.url);
     let status = Command::new("cargo")

@@ -14,6 +14,7 @@ use std::process::Command;
 const CARGO_TOOLS: &[(&str, &str, &str, bool)] = &[
     ("worker-build", "0.8.7", "worker-build", true),
     ("wasm-bindgen-cli", "0.2.130", "wasm-bindgen", false),
+    ("wasm-pack", "0.15.1", "wasm-pack", true),
 ];
 
 /// Where the installed tools live, and how to run them.

@@ -1,0 +1,108 @@
+//! `OnceclickError`: the one error type the SDK rejects with.
+
+use onceclick_protocol::Problem;
+use wasm_bindgen::prelude::*;
+
+/// Why a call failed. Branch on `code`: one of the API's problem codes, or `network`,
+/// `aborted`, `timeout`, `invalid_argument` from the SDK itself.
+#[wasm_bindgen]
+#[derive(Debug, Clone)]
+pub struct OnceclickError {
+    code: String,
+    message: String,
+    status: Option<u16>,
+    retryable: bool,
+    job_id: Option<String>,
+}
+
+#[wasm_bindgen]
+impl OnceclickError {
+    /// The stable machine code.
+    #[wasm_bindgen(getter)]
+    pub fn code(&self) -> String {
+        self.code.clone()
+    }
+
+    /// What went wrong, for a human.
+    #[wasm_bindgen(getter)]
+    pub fn message(&self) -> String {
+        self.message.clone()
+    }
+
+    /// The HTTP status, when the server answered.
+    #[wasm_bindgen(getter)]
+    pub fn status(&self) -> Option<u16> {
+        self.status
+    }
+
+    /// Whether the same call may succeed later (the SDK has already retried it).
+    #[wasm_bindgen(getter)]
+    pub fn retryable(&self) -> bool {
+        self.retryable
+    }
+
+    /// The job concerned, where known.
+    #[wasm_bindgen(getter, js_name = jobId)]
+    pub fn job_id(&self) -> Option<String> {
+        self.job_id.clone()
+    }
+
+    /// Always `"OnceclickError"`, as on an `Error`.
+    #[wasm_bindgen(getter)]
+    pub fn name(&self) -> String {
+        "OnceclickError".to_owned()
+    }
+
+    /// `OnceclickError [code]: message`.
+    #[wasm_bindgen(js_name = toString)]
+    pub fn to_js_string(&self) -> String {
+        format!("OnceclickError [{}]: {}", self.code, self.message)
+    }
+}
+
+impl OnceclickError {
+    pub(crate) fn new(code: &str, message: impl Into<String>) -> Self {
+        Self {
+            code: code.to_owned(),
+            message: message.into(),
+            status: None,
+            retryable: false,
+            job_id: None,
+        }
+    }
+
+    pub(crate) fn network(message: impl Into<String>) -> Self {
+        Self {
+            retryable: true,
+            ..Self::new("network", message)
+        }
+    }
+
+    pub(crate) fn aborted() -> Self {
+        Self::new("aborted", "the call was aborted by its AbortSignal")
+    }
+
+    pub(crate) fn invalid(message: impl Into<String>) -> Self {
+        Self::new("invalid_argument", message)
+    }
+
+    /// From a problem+json answer (or a bare status when the body was not one).
+    pub(crate) fn from_problem(status: u16, problem: Option<Problem>) -> Self {
+        match problem {
+            Some(p) => Self {
+                code: p.code,
+                message: p.detail,
+                status: Some(status),
+                retryable: p.retryable,
+                job_id: p.job_id,
+            },
+            None => Self {
+                code: format!("http_{status}"),
+                message: format!("the server answered {status}"),
+                status: Some(status),
+                retryable: status == 429 || status == 503,
+                job_id: None,
+            },
+        }
+    }
+}

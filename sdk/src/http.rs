@@ -1,0 +1,170 @@
+//! Sending with safe retries: full-jitter exponential backoff (base 250 ms, cap 8 s, at
+//! most 6 tries) for network errors, 429, 503 and retryable 409s, honouring
+//! `Retry-After`; never for another 4xx; the same request — and so the same
+//! `Idempotency-Key` — every time.
+
+use crate::error::OnceclickError;
+use crate::js;
+use onceclick_protocol::Problem;
+use wasm_bindgen::prelude::*;
+use web_sys::{AbortSignal, Request, Response};
+
+const BASE_MS: f64 = 250.0;
+const CAP_MS: f64 = 8_000.0;
+/// Tries in all, the first included.
+pub(crate) const MAX_TRIES: u32 = 6;
+
+/// How one call is sent.
+#[derive(Clone, Default)]
+pub(crate) struct Policy {
+    pub(crate) signal: Option<AbortSignal>,
+    /// Called before each retry with `{attempt, delayMs, code, status}`.
+    pub(crate) on_retry: Option<js_sys::Function>,
+}
+
+/// What came back.
+pub(crate) struct Answer {
+    pub(crate) status: u16,
+    pub(crate) response: Response,
+}
+
+impl Answer {
+    pub(crate) fn header(&self, name: &str) -> Option<String> {
+        self.response.headers().get(name).ok().flatten()
+    }
+
+    pub(crate) async fn text(&self) -> Result<String, OnceclickError> {
+        let promise = self
+            .response
+            .text()
+            .map_err(|e| OnceclickError::network(js::describe(e)))?;
+        wasm_bindgen_futures::JsFuture::from(promise)
+            .await
+            .map(|v| v.as_string().unwrap_or_default())
+            .map_err(|e| OnceclickError::network(js::describe(e)))
+    }
+
+    /// The body parsed by the browser's `JSON.parse`: handed to the caller as it is.
+    pub(crate) async fn js_json(&self) -> Result<JsValue, OnceclickError> {
+        let text = self.text().await?;
+        js_sys::JSON::parse(&text)
+            .map_err(|_| OnceclickError::new("invalid_response", "the server's answer is not JSON"))
+    }
+
+    pub(crate) async fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T, OnceclickError> {
+        let text = self.text().await?;
+        serde_json::from_str(&text).map_err(|e| {
+            OnceclickError::new(
+                "invalid_response",
+                format!("the server's answer does not parse: {e}"),
+            )
+        })
+    }
+
+    /// The problem this answer carries, as an error.
+    pub(crate) async fn error(&self) -> OnceclickError {
+        let problem = self.json::<Problem>().await.ok();
+        OnceclickError::from_problem(self.status, problem)
+    }
+}
+
+/// The full-jitter delay before try `n + 1` (n ≥ 1), or `Retry-After` when given.
+pub(crate) fn delay_ms(n: u32, retry_after: Option<&str>, random: f64) -> f64 {
+    if let Some(secs) = retry_after.and_then(|v| v.trim().parse::<f64>().ok()) {
+        return (secs * 1000.0).clamp(0.0, 60_000.0);
+    }
+    let ceiling = (BASE_MS * 2f64.powi(n as i32 - 1)).min(CAP_MS);
+    random * ceiling
+}
+
+/// Sends `make()` (a fresh `Request` per try: a body is read once) until it answers
+/// with something not worth retrying, or the tries run out.
+///
+/// Answers 2xx, 304 and non-retryable errors are returned as they are; `retry_409`
+/// says whether a 409 marked `retryable` counts (not for a new attempt: see `retry`).
+pub(crate) async fn send(
+    make: &dyn Fn() -> Result<Request, JsValue>,
+    policy: &Policy,
+    retry_409: bool,
+) -> Result<Answer, OnceclickError> {
+    let mut n = 1;
+    loop {
+        let request = make().map_err(|e| OnceclickError::invalid(js::describe(e)))?;
+        let outcome = js::abortable(policy.signal.as_ref(), js::fetch(&request)).await?;
+        let (error, retry_after) = match outcome {
+            Err(message) => (OnceclickError::network(message), None),
+            Ok(response) => {
+                let answer = Answer {
+                    status: response.status(),
+                    response,
+                };
+                let retryable = match answer.status {
+                    429 | 503 => true,
+                    409 if retry_409 => answer.error_is_retryable().await,
+                    _ => false,
+                };
+                if !retryable || n >= MAX_TRIES {
+                    // The caller turns a final error answer into its problem.
+                    return Ok(answer);
+                }
+                let retry_after = answer.header("Retry-After");
+                (
+                    OnceclickError::from_problem(answer.status, None),
+                    retry_after,
+                )
+            }
+        };
+        if n >= MAX_TRIES {
+            return Err(error);
+        }
+        let wait = delay_ms(n, retry_after.as_deref(), js_sys::Math::random());
+        if let Some(callback) = &policy.on_retry {
+            let info = js_sys::Object::new();
+            let _ = js_sys::Reflect::set(&info, &"attempt".into(), &JsValue::from(n + 1));
+            let _ = js_sys::Reflect::set(&info, &"delayMs".into(), &JsValue::from_f64(wait));
+            let _ = js_sys::Reflect::set(&info, &"code".into(), &error.code().into());
+            let _ = js_sys::Reflect::set(&info, &"status".into(), &error.status().into());
+            let _ = callback.call1(&JsValue::NULL, &info);
+        }
+        js::abortable(policy.signal.as_ref(), js::sleep(wait)).await?;
+        n += 1;
+    }
+}
+
+impl Answer {
+    /// Reads a 409's problem without consuming the response the caller may still want.
+    async fn error_is_retryable(&self) -> bool {
+        let Ok(copy) = self.response.clone() else {
+            return false;
+        };
+        let copy = Answer {
+            status: self.status,
+            response: copy,
+        };
+        copy.json::<Problem>().await.is_ok_and(|p| p.retryable)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_is_full_jitter_capped_at_eight_seconds() {
+        assert_eq!(delay_ms(1, None, 1.0), 250.0);
+        assert_eq!(delay_ms(2, None, 1.0), 500.0);
+        assert_eq!(delay_ms(5, None, 1.0), 4000.0);
+        assert_eq!(delay_ms(6, None, 1.0), 8000.0);
+        assert_eq!(delay_ms(30, None, 1.0), 8000.0);
+        assert_eq!(delay_ms(3, None, 0.0), 0.0);
+        assert_eq!(delay_ms(3, None, 0.5), 500.0);
+    }
+
+    #[test]
+    fn retry_after_wins_over_jitter() {
+        assert_eq!(delay_ms(1, Some("3"), 0.0), 3000.0);
+        assert_eq!(delay_ms(1, Some(" 0 "), 1.0), 0.0);
+        assert_eq!(delay_ms(1, Some("99999"), 1.0), 60_000.0);
+        assert_eq!(delay_ms(2, Some("soon"), 1.0), 500.0, "unparseable: jitter");
+    }
+}

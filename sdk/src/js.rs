@@ -1,0 +1,123 @@
+//! Small typed doors into the JS global scope: timers, fetch, Web Locks, abort signals.
+//! Everything goes through `globalThis`, so the SDK works in a window and in a worker.
+
+use crate::error::OnceclickError;
+use futures_util::future::{select, Either};
+use js_sys::{Function, Promise, Reflect};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+use wasm_bindgen_futures::JsFuture;
+
+pub(crate) fn global() -> JsValue {
+    js_sys::global().into()
+}
+
+/// `obj[name]`, or `undefined`.
+pub(crate) fn get(obj: &JsValue, name: &str) -> JsValue {
+    Reflect::get(obj, &JsValue::from_str(name)).unwrap_or(JsValue::UNDEFINED)
+}
+
+/// `obj[name]` as a string, if it is one.
+pub(crate) fn get_string(obj: &JsValue, name: &str) -> Option<String> {
+    get(obj, name).as_string()
+}
+
+/// `obj[name](...args)`; a throw becomes `Err`.
+pub(crate) fn call(obj: &JsValue, name: &str, args: &[JsValue]) -> Result<JsValue, JsValue> {
+    let f: Function = get(obj, name)
+        .dyn_into()
+        .map_err(|_| JsValue::from_str(&format!("{name} is not a function")))?;
+    let array: js_sys::Array = args.iter().collect();
+    f.apply(obj, &array)
+}
+
+/// Resolves after `ms` milliseconds.
+pub(crate) async fn sleep(ms: f64) {
+    let promise = Promise::new(&mut |resolve, _| {
+        let _ = call(
+            &global(),
+            "setTimeout",
+            &[resolve.into(), JsValue::from_f64(ms)],
+        );
+    });
+    let _ = JsFuture::from(promise).await;
+}
+
+/// A future that resolves when `signal` aborts (never, without a signal).
+async fn aborted(signal: Option<&web_sys::AbortSignal>) {
+    let Some(signal) = signal else {
+        return futures_util::future::pending().await;
+    };
+    if signal.aborted() {
+        return;
+    }
+    let promise = Promise::new(&mut |resolve, _| {
+        let options = js_sys::Object::new();
+        let _ = Reflect::set(&options, &"once".into(), &JsValue::TRUE);
+        let _ = call(
+            signal.as_ref(),
+            "addEventListener",
+            &[JsValue::from_str("abort"), resolve.into(), options.into()],
+        );
+    });
+    let _ = JsFuture::from(promise).await;
+}
+
+/// Runs `work` unless `signal` aborts first; an abort rejects at once with `aborted`.
+pub(crate) async fn abortable<T>(
+    signal: Option<&web_sys::AbortSignal>,
+    work: impl std::future::Future<Output = T>,
+) -> Result<T, OnceclickError> {
+    if signal.is_some_and(|s| s.aborted()) {
+        return Err(OnceclickError::aborted());
+    }
+    let work = std::pin::pin!(work);
+    let abort = std::pin::pin!(aborted(signal));
+    match select(work, abort).await {
+        Either::Left((out, _)) => Ok(out),
+        Either::Right(((), _)) => Err(OnceclickError::aborted()),
+    }
+}
+
+/// `fetch(request)`; a rejection (the network) becomes `Err` with its message.
+pub(crate) async fn fetch(request: &web_sys::Request) -> Result<web_sys::Response, String> {
+    let promise = call(&global(), "fetch", &[request.into()]).map_err(describe)?;
+    let promise: Promise = promise.dyn_into().map_err(describe)?;
+    JsFuture::from(promise)
+        .await
+        .map_err(describe)?
+        .dyn_into()
+        .map_err(describe)
+}
+
+/// A JS error value as text.
+pub(crate) fn describe(e: JsValue) -> String {
+    get_string(&e, "message")
+        .or_else(|| e.as_string())
+        .unwrap_or_else(|| "unknown error".to_owned())
+}
+
+/// Awaits `value` if it is a promise (or thenable), else returns it.
+pub(crate) async fn resolve(value: JsValue) -> Result<JsValue, JsValue> {
+    if value.has_type::<Promise>() || get(&value, "then").is_function() {
+        JsFuture::from(Promise::resolve(&value)).await
+    } else {
+        Ok(value)
+    }
+}
+
+/// Runs the work that `start` begins while holding the Web Lock `name`
+/// (`navigator.locks`), where the browser has the API; otherwise runs it directly.
+/// Tabs of one origin then take turns: the second sees the first's stored key.
+pub(crate) async fn with_lock(
+    name: &str,
+    start: impl FnOnce() -> Promise + 'static,
+) -> Result<JsValue, JsValue> {
+    let locks = get(&get(&global(), "navigator"), "locks");
+    if locks.is_undefined() || locks.is_null() {
+        return JsFuture::from(start()).await;
+    }
+    let held = Closure::once_into_js(move |_lock: JsValue| start());
+    let promise: Promise = call(&locks, "request", &[JsValue::from_str(name), held])?.dyn_into()?;
+    JsFuture::from(promise).await
+}

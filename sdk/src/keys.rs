@@ -1,0 +1,158 @@
+//! Where intent keys live: `localStorage` (or any object with its methods), falling
+//! back to memory when storage is missing or throws (private mode, quota). It never
+//! throws at the caller; it says so once on the console.
+
+use crate::js;
+use serde::{Deserialize, Serialize};
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use wasm_bindgen::JsValue;
+
+/// Every entry's name starts with this (and the format's version).
+pub(crate) const PREFIX: &str = "onceclick:v1:";
+
+/// One stored intent key.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Entry {
+    /// The `Idempotency-Key`.
+    pub(crate) key: String,
+    /// When it was made, in ms since the epoch; it expires with the server's retention.
+    pub(crate) created_at: f64,
+    /// The job it created, once known.
+    #[serde(default)]
+    pub(crate) job_id: Option<String>,
+}
+
+/// A UUIDv7: the time from `Date.now()` (std's clock does not exist on wasm32), the
+/// randomness from getrandom's `wasm_js` backend (`crypto.getRandomValues`).
+fn new_key() -> String {
+    let ms = js_sys::Date::now().max(0.0) as u64;
+    let ts =
+        uuid::Timestamp::from_unix(uuid::NoContext, ms / 1000, ((ms % 1000) * 1_000_000) as u32);
+    uuid::Uuid::new_v7(ts).to_string()
+}
+
+/// The key store of one client.
+#[derive(Clone)]
+pub(crate) struct Keys {
+    storage: Rc<RefCell<Option<JsValue>>>,
+    memory: Rc<RefCell<BTreeMap<String, String>>>,
+    retention_ms: f64,
+}
+
+impl Keys {
+    /// `storage`: `undefined` for `globalThis.localStorage`, `null` for memory only, or
+    /// any object with `getItem`, `setItem`, `removeItem`, `key` and `length`.
+    pub(crate) fn new(storage: JsValue, retention_hours: f64) -> Self {
+        let storage = if storage.is_undefined() {
+            // Reading `localStorage` itself throws in some private modes.
+            js_sys::Reflect::get(&js::global(), &"localStorage".into()).ok()
+        } else {
+            Some(storage)
+        };
+        let storage = storage.filter(|s| !s.is_null() && !s.is_undefined());
+        Self {
+            storage: Rc::new(RefCell::new(storage)),
+            memory: Rc::new(RefCell::new(BTreeMap::new())),
+            retention_ms: retention_hours * 3_600_000.0,
+        }
+    }
+
+    /// Runs `op` against storage; on a throw, switches this store to memory for good.
+    fn with_storage<T>(&self, op: impl FnOnce(&JsValue) -> Result<T, JsValue>) -> Option<T> {
+        let storage = self.storage.borrow().clone()?;
+        match op(&storage) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.fall_back(&js::describe(e));
+                None
+            }
+        }
+    }
+
+    fn fall_back(&self, why: &str) {
+        if self.storage.borrow_mut().take().is_some() {
+            web_sys::console::warn_1(
+                &format!("onceclick: storage failed ({why}); keeping idempotency keys in memory for this page").into(),
+            );
+        }
+    }
+
+    fn read(&self, name: &str) -> Option<String> {
+        let stored =
+            self.with_storage(|s| js::call(s, "getItem", &[name.into()]).map(|v| v.as_string()));
+        match stored {
+            Some(found) => found,
+            None => self.memory.borrow().get(name).cloned(),
+        }
+    }
+
+    fn write(&self, name: &str, value: &str) {
+        self.memory
+            .borrow_mut()
+            .insert(name.to_owned(), value.to_owned());
+        self.with_storage(|s| js::call(s, "setItem", &[name.into(), value.into()]));
+    }
+
+    pub(crate) fn remove(&self, name: &str) {
+        self.memory.borrow_mut().remove(name);
+        self.with_storage(|s| js::call(s, "removeItem", &[name.into()]));
+    }
+
+    /// The live entry for `name`, if there is one that has not expired.
+    pub(crate) fn get(&self, name: &str) -> Option<Entry> {
+        let entry: Entry = serde_json::from_str(&self.read(name)?).ok()?;
+        (js_sys::Date::now() - entry.created_at < self.retention_ms).then_some(entry)
+    }
+
+    /// The entry for `name`, made and **stored before it is returned** when missing or
+    /// expired, so that no request ever goes out with a key that a reload would lose.
+    pub(crate) fn get_or_create(&self, name: &str) -> Entry {
+        if let Some(entry) = self.get(name) {
+            return entry;
+        }
+        let entry = Entry {
+            key: new_key(),
+            created_at: js_sys::Date::now(),
+            job_id: None,
+        };
+        self.put(name, &entry);
+        entry
+    }
+
+    pub(crate) fn put(&self, name: &str, entry: &Entry) {
+        if let Ok(text) = serde_json::to_string(entry) {
+            self.write(name, &text);
+        }
+    }
+
+    /// Frees every key bound to `job_id` (the job ended: the next intent is a new one).
+    pub(crate) fn free_job(&self, job_id: &str) {
+        for name in self.names() {
+            if self.get(&name).and_then(|e| e.job_id).as_deref() == Some(job_id) {
+                self.remove(&name);
+            }
+        }
+    }
+
+    /// Every entry name of this SDK, in storage and in memory.
+    fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.memory.borrow().keys().cloned().collect();
+        let stored = self.with_storage(|s| {
+            let len = js::get(s, "length").as_f64().unwrap_or(0.0) as u32;
+            let mut found = Vec::new();
+            for i in 0..len {
+                if let Some(name) = js::call(s, "key", &[i.into()])?.as_string() {
+                    found.push(name);
+                }
+            }
+            Ok(found)
+        });
+        names.extend(stored.unwrap_or_default());
+        names.retain(|n| n.starts_with(PREFIX));
+        names.sort();
+        names.dedup();
+        names
+    }
+}

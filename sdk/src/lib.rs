@@ -1,0 +1,630 @@
+//! onceclick for the browser: make a button safe to click twice.
+//!
+//! Each user intent — (owner, kind, fingerprint of the input) — gets one
+//! `Idempotency-Key`, stored before the first byte is sent and reused on a double-click,
+//! a re-render, a reload and in another tab, until its job has ended or the input
+//! changes. Calls retry safely with the same key.
+//!
+//! ```js
+//! import init, { Client } from "onceclick";
+//! await init();
+//! const client = new Client({ baseUrl: "https://api.example.com", getToken });
+//! const job = await client.submit("summarize", { text });
+//! const done = await client.wait(job.id, { onUpdate: render });
+//! ```
+#![deny(missing_docs, missing_debug_implementations)]
+
+mod error;
+mod http;
+mod js;
+mod keys;
+
+pub use error::OnceclickError;
+
+use http::{Answer, Policy};
+use js_sys::Promise;
+use keys::{Keys, PREFIX};
+use onceclick_protocol::{fingerprint, ijson, JobStatus};
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+use wasm_bindgen_futures::future_to_promise;
+use web_sys::{AbortSignal, Headers, Request, RequestInit};
+
+#[wasm_bindgen(typescript_custom_section)]
+const TYPES: &'static str = r#"
+export type JobStatus = "queued" | "running" | "unknown" | "failed" | "succeeded" | "cancelled";
+export type AttemptState = "starting" | "running" | "succeeded" | "failed" | "unknown" | "abandoned" | "cancelled" | "superseded";
+export type ErrorCode =
+  | "unauthorized" | "forbidden" | "not_found" | "method_not_allowed"
+  | "idempotency_key_missing" | "idempotency_key_invalid" | "payload_too_large" | "invalid_json"
+  | "unknown_kind" | "invalid_input" | "unknown_provider" | "idempotency_key_reused"
+  | "attempt_in_flight" | "attempt_unresolved" | "job_finished" | "attempt_not_unknown"
+  | "provider_not_certified" | "precondition_failed" | "contract_violation"
+  | "service_unavailable" | "internal"
+  | "network" | "aborted" | "timeout" | "invalid_argument" | "invalid_response";
+export interface AttemptError { code: string; message: string; retryable: boolean }
+export interface Attempt {
+  id: string; n: number; provider: string; state: AttemptState;
+  started_at: string; finished_at: string | null; error: AttemptError | null;
+}
+export interface Job<Result = unknown, Input = unknown> {
+  id: string; kind: string; status: JobStatus; version: number; input: Input;
+  provider: string; result: Result | null; completed_by: string | null;
+  created_at: string; updated_at: string; attempts: Attempt[];
+}
+/** Anything with the methods of `localStorage`. */
+export interface StorageLike {
+  getItem(key: string): string | null;
+  setItem(key: string, value: string): void;
+  removeItem(key: string): void;
+  key(index: number): string | null;
+  readonly length: number;
+}
+export interface RetryInfo { attempt: number; delayMs: number; code: string; status?: number }
+export interface ClientOptions {
+  /** The API's origin, e.g. "https://api.example.com". */
+  baseUrl: string;
+  /** A bearer token; or give `getToken`. */
+  token?: string;
+  /** Called before each call; may return a promise. */
+  getToken?: () => string | Promise<string>;
+  /** `localStorage` by default; `null` keeps keys in memory only. */
+  storage?: StorageLike | null;
+  /** How long a stored key is reused, in hours (the server's retention; default 24). */
+  retentionHours?: number;
+}
+export interface SubmitOptions { provider?: string; signal?: AbortSignal; onRetry?: (info: RetryInfo) => void }
+export interface WaitOptions {
+  signal?: AbortSignal;
+  /** Called with the job each time it changes. */
+  onUpdate?: (job: Job) => void;
+  /** Reject with code "timeout" after this long. */
+  timeoutMs?: number;
+}
+export interface RetryOptions { provider?: string; signal?: AbortSignal; onRetry?: (info: RetryInfo) => void }
+export interface ForgetOptions { provider?: string }
+export interface IdempotentFetchOptions {
+  /** Names the user's intent: one key per intent string. */
+  intent: string;
+  storage?: StorageLike | null;
+  signal?: AbortSignal;
+  onRetry?: (info: RetryInfo) => void;
+  retentionHours?: number;
+}
+"#;
+
+#[wasm_bindgen]
+extern "C" {
+    /// `ClientOptions` in TypeScript.
+    #[wasm_bindgen(typescript_type = "ClientOptions")]
+    pub type ClientOptions;
+    /// `SubmitOptions` in TypeScript.
+    #[wasm_bindgen(typescript_type = "SubmitOptions")]
+    pub type SubmitOptions;
+    /// `WaitOptions` in TypeScript.
+    #[wasm_bindgen(typescript_type = "WaitOptions")]
+    pub type WaitOptions;
+    /// `RetryOptions` in TypeScript.
+    #[wasm_bindgen(typescript_type = "RetryOptions")]
+    pub type RetryOptions;
+    /// `ForgetOptions` in TypeScript.
+    #[wasm_bindgen(typescript_type = "ForgetOptions")]
+    pub type ForgetOptions;
+    /// `IdempotentFetchOptions` in TypeScript.
+    #[wasm_bindgen(typescript_type = "IdempotentFetchOptions")]
+    pub type IdempotentFetchOptions;
+}
+
+/// The server keeps a key bound for at least 24 hours after its job ends.
+const DEFAULT_RETENTION_HOURS: f64 = 24.0;
+
+thread_local! {
+    /// In-flight submits of this page, by intent: one request and one promise each.
+    static FLIGHTS: RefCell<HashMap<String, Promise>> = RefCell::new(HashMap::new());
+}
+
+fn option_string(options: &JsValue, name: &str) -> Option<String> {
+    js::get_string(options, name)
+}
+
+fn option_signal(options: &JsValue) -> Option<AbortSignal> {
+    js::get(options, "signal").dyn_into().ok()
+}
+
+fn option_function(options: &JsValue, name: &str) -> Option<js_sys::Function> {
+    js::get(options, name).dyn_into().ok()
+}
+
+fn policy(options: &JsValue) -> Policy {
+    Policy {
+        signal: option_signal(options),
+        on_retry: option_function(options, "onRetry"),
+    }
+}
+
+/// The owner a token names (its `sub`), read without verifying: it only scopes keys.
+fn owner_of(token: &str) -> String {
+    let payload = token.split('.').nth(1).unwrap_or_default();
+    let mut b64: String = payload.replace('-', "+").replace('_', "/");
+    while b64.len() % 4 != 0 {
+        b64.push('=');
+    }
+    js::call(&js::global(), "atob", &[b64.into()])
+        .ok()
+        .and_then(|s| s.as_string())
+        .and_then(|json| serde_json::from_str::<serde_json::Value>(&json).ok())
+        .and_then(|claims| claims["sub"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| "anonymous".to_owned())
+}
+
+/// The job's `status`, read off the server's JSON.
+fn status_of(job: &JsValue) -> Option<JobStatus> {
+    let status = js::get_string(job, "status")?;
+    JobStatus::ALL
+        .iter()
+        .copied()
+        .find(|s| s.as_str() == status)
+}
+
+/// The input as the server will read it: through `JSON.stringify`, then parsed as
+/// I-JSON, so that what is fingerprinted here is exactly what is sent.
+fn input_json(input: &JsValue) -> Result<serde_json::Value, OnceclickError> {
+    let text = js_sys::JSON::stringify(input)
+        .ok()
+        .and_then(|s| s.as_string())
+        .ok_or_else(|| OnceclickError::invalid("input is not JSON-serializable"))?;
+    ijson::parse(text.as_bytes()).map_err(|e| OnceclickError::invalid(format!("input: {e}")))
+}
+
+struct Inner {
+    base_url: String,
+    token: Option<String>,
+    get_token: Option<js_sys::Function>,
+    keys: Keys,
+}
+
+/// A client of one onceclick API.
+#[wasm_bindgen]
+#[derive(Clone)]
+pub struct Client {
+    inner: Rc<Inner>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("base_url", &self.inner.base_url)
+            .finish_non_exhaustive()
+    }
+}
+
+#[wasm_bindgen]
+impl Client {
+    /// `new Client({ baseUrl, token | getToken, storage?, retentionHours? })`.
+    #[wasm_bindgen(constructor)]
+    pub fn new(options: ClientOptions) -> Result<Client, OnceclickError> {
+        let options: JsValue = options.into();
+        let base_url = option_string(&options, "baseUrl")
+            .ok_or_else(|| OnceclickError::invalid("baseUrl is required"))?
+            .trim_end_matches('/')
+            .to_owned();
+        let token = option_string(&options, "token");
+        let get_token = option_function(&options, "getToken");
+        if token.is_none() && get_token.is_none() {
+            return Err(OnceclickError::invalid("give token or getToken"));
+        }
+        let retention = js::get(&options, "retentionHours")
+            .as_f64()
+            .unwrap_or(DEFAULT_RETENTION_HOURS);
+        Ok(Client {
+            inner: Rc::new(Inner {
+                base_url,
+                token,
+                get_token,
+                keys: Keys::new(js::get(&options, "storage"), retention),
+            }),
+        })
+    }
+
+    /// Submits the intent `(kind, input)`: creates its job, or returns the one it
+    /// already has. Concurrent submits of one intent share one request and one promise.
+    #[wasm_bindgen(unchecked_return_type = "Promise<Job>")]
+    pub fn submit(
+        &self,
+        kind: String,
+        #[wasm_bindgen(unchecked_param_type = "unknown")] input: JsValue,
+        options: Option<SubmitOptions>,
+    ) -> Promise {
+        let options: JsValue = options.map(Into::into).unwrap_or(JsValue::UNDEFINED);
+        let client = self.clone();
+        let provider = option_string(&options, "provider");
+        let input = match input_json(&input) {
+            Ok(v) => v,
+            Err(e) => return Promise::reject(&e.into()),
+        };
+        // The intent needs the owner, which may need an async token: the flight is
+        // keyed once the token is known, inside the future.
+        future_to_promise(async move {
+            let token = client.token().await?;
+            let print = fingerprint(&kind, &input, provider.as_deref().unwrap_or(""));
+            let intent = format!("{PREFIX}intent:{}:{kind}:{print}", owner_of(&token));
+            let existing = FLIGHTS.with(|f| f.borrow().get(&intent).cloned());
+            if let Some(shared) = existing {
+                return wasm_bindgen_futures::JsFuture::from(shared).await;
+            }
+            let flight = {
+                let (client, intent) = (client.clone(), intent.clone());
+                future_to_promise(async move {
+                    let lock = intent.clone();
+                    let work = move || {
+                        future_to_promise(async move {
+                            client
+                                .submit_once(
+                                    &intent,
+                                    &token,
+                                    &kind,
+                                    &input,
+                                    provider.as_deref(),
+                                    &options,
+                                )
+                                .await
+                        })
+                    };
+                    js::with_lock(&lock, work).await
+                })
+            };
+            FLIGHTS.with(|f| f.borrow_mut().insert(intent.clone(), flight.clone()));
+            let outcome = wasm_bindgen_futures::JsFuture::from(flight).await;
+            FLIGHTS.with(|f| f.borrow_mut().remove(&intent));
+            outcome
+        })
+    }
+
+    /// Resolves to the job once it has finished (`succeeded`, `cancelled`) or needs a
+    /// decision (`failed`: ask for a new attempt; `unknown`: resolve or cancel). Polls
+    /// with backoff and `ETag`, calling `onUpdate` on every change.
+    #[wasm_bindgen(unchecked_return_type = "Promise<Job>")]
+    pub fn wait(&self, job_id: String, options: Option<WaitOptions>) -> Promise {
+        let options: JsValue = options.map(Into::into).unwrap_or(JsValue::UNDEFINED);
+        let client = self.clone();
+        future_to_promise(async move {
+            let policy = policy(&options);
+            let on_update = option_function(&options, "onUpdate");
+            let timeout = js::get(&options, "timeoutMs").as_f64();
+            let work = client.poll(&job_id, &policy, on_update.as_ref());
+            let job = match timeout {
+                None => js::abortable(policy.signal.as_ref(), work).await??,
+                Some(ms) => {
+                    let limit = async {
+                        js::sleep(ms).await;
+                        Err(OnceclickError::new(
+                            "timeout",
+                            format!("job {job_id} did not finish within {ms} ms"),
+                        ))
+                    };
+                    let (work, limit) = (std::pin::pin!(work), std::pin::pin!(limit));
+                    let raced = futures_util::future::select(work, limit);
+                    match js::abortable(policy.signal.as_ref(), raced).await? {
+                        futures_util::future::Either::Left((out, _))
+                        | futures_util::future::Either::Right((out, _)) => out?,
+                    }
+                }
+            };
+            Ok(job)
+        })
+    }
+
+    /// Asks for a new attempt on the same job (the fallback button). Safe to retry: it
+    /// sends `If-Match` with the job's ETag, so a lost answer never makes two attempts.
+    #[wasm_bindgen(unchecked_return_type = "Promise<Attempt>")]
+    pub fn retry(&self, job_id: String, options: Option<RetryOptions>) -> Promise {
+        let options: JsValue = options.map(Into::into).unwrap_or(JsValue::UNDEFINED);
+        let client = self.clone();
+        future_to_promise(async move { Ok(client.new_attempt(&job_id, &options).await?) })
+    }
+
+    /// The owner gives up: the job becomes `cancelled` and its key is freed.
+    #[wasm_bindgen(unchecked_return_type = "Promise<Job>")]
+    pub fn cancel(&self, job_id: String) -> Promise {
+        let client = self.clone();
+        future_to_promise(async move {
+            let path = format!("/v1/jobs/{job_id}/cancel");
+            let answer = client
+                .call("POST", &path, None, &[], &Policy::default(), true)
+                .await?;
+            let job = client.job_answer(answer).await?;
+            Ok(job)
+        })
+    }
+
+    /// Forgets the key of the intent `(kind, input)`: the next submit is a new intent.
+    #[wasm_bindgen(unchecked_return_type = "Promise<void>")]
+    pub fn forget(
+        &self,
+        kind: String,
+        #[wasm_bindgen(unchecked_param_type = "unknown")] input: JsValue,
+        options: Option<ForgetOptions>,
+    ) -> Promise {
+        let options: JsValue = options.map(Into::into).unwrap_or(JsValue::UNDEFINED);
+        let client = self.clone();
+        future_to_promise(async move {
+            let input = input_json(&input)?;
+            let token = client.token().await?;
+            let provider = option_string(&options, "provider");
+            let print = fingerprint(&kind, &input, provider.as_deref().unwrap_or(""));
+            client.inner.keys.remove(&format!(
+                "{PREFIX}intent:{}:{kind}:{print}",
+                owner_of(&token)
+            ));
+            Ok(JsValue::UNDEFINED)
+        })
+    }
+}
+
+impl Client {
+    async fn token(&self) -> Result<String, OnceclickError> {
+        if let Some(token) = &self.inner.token {
+            return Ok(token.clone());
+        }
+        let get = self
+            .inner
+            .get_token
+            .as_ref()
+            .ok_or_else(|| OnceclickError::invalid("no token"))?;
+        let value = get.call0(&JsValue::NULL).map_err(|e| {
+            OnceclickError::new(
+                "unauthorized",
+                format!("getToken threw: {}", js::describe(e)),
+            )
+        })?;
+        js::resolve(value)
+            .await
+            .ok()
+            .and_then(|v| v.as_string())
+            .ok_or_else(|| OnceclickError::new("unauthorized", "getToken gave no string"))
+    }
+
+    /// One API call with the SDK's retry policy.
+    async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+        headers: &[(&str, &str)],
+        policy: &Policy,
+        retry_409: bool,
+    ) -> Result<Answer, OnceclickError> {
+        let token = self.token().await?;
+        let url = format!("{}{path}", self.inner.base_url);
+        let make = || -> Result<Request, JsValue> {
+            let h = Headers::new()?;
+            h.set("Authorization", &format!("Bearer {token}"))?;
+            if body.is_some() {
+                h.set("Content-Type", "application/json")?;
+            }
+            for (name, value) in headers {
+                h.set(name, value)?;
+            }
+            let init = RequestInit::new();
+            init.set_method(method);
+            init.set_headers(&h);
+            if let Some(b) = body {
+                init.set_body(&JsValue::from_str(b));
+            }
+            if let Some(signal) = &policy.signal {
+                init.set_signal(Some(signal));
+            }
+            Request::new_with_str_and_init(&url, &init)
+        };
+        http::send(&make, policy, retry_409).await
+    }
+
+    /// A 2xx job answer as a `Job`, else its problem as an error. Frees the key of a
+    /// job that has ended.
+    async fn job_answer(&self, answer: Answer) -> Result<JsValue, OnceclickError> {
+        if !(200..300).contains(&answer.status) {
+            return Err(answer.error().await);
+        }
+        let job = answer.js_json().await?;
+        if status_of(&job).is_some_and(JobStatus::is_final) {
+            if let Some(id) = js::get_string(&job, "id") {
+                self.inner.keys.free_job(&id);
+            }
+        }
+        Ok(job)
+    }
+
+    async fn submit_once(
+        &self,
+        intent: &str,
+        token: &str,
+        kind: &str,
+        input: &serde_json::Value,
+        provider: Option<&str>,
+        options: &JsValue,
+    ) -> Result<JsValue, JsValue> {
+        let _ = token;
+        // Stored before the first byte is sent: a reload mid-request reuses it.
+        let mut entry = self.inner.keys.get_or_create(intent);
+        let mut body = serde_json::json!({"kind": kind, "input": input});
+        if let Some(p) = provider {
+            body["provider"] = p.into();
+        }
+        let body = body.to_string();
+        let answer = self
+            .call(
+                "POST",
+                "/v1/jobs",
+                Some(&body),
+                &[("Idempotency-Key", &entry.key)],
+                &policy(options),
+                true,
+            )
+            .await?;
+        let job = self.job_answer(answer).await?;
+        if !status_of(&job).is_some_and(JobStatus::is_final) {
+            entry.job_id = js::get_string(&job, "id");
+            self.inner.keys.put(intent, &entry);
+        }
+        Ok(job)
+    }
+
+    async fn poll(
+        &self,
+        job_id: &str,
+        policy: &Policy,
+        on_update: Option<&js_sys::Function>,
+    ) -> Result<JsValue, OnceclickError> {
+        let path = format!("/v1/jobs/{job_id}");
+        let mut etag: Option<String> = None;
+        let mut pause = 250.0;
+        loop {
+            let conditional: Vec<(&str, &str)> =
+                etag.iter().map(|t| ("If-None-Match", t.as_str())).collect();
+            let answer = self
+                .call("GET", &path, None, &conditional, policy, true)
+                .await?;
+            if answer.status == 304 {
+                pause = (pause * 1.5_f64).min(4000.0);
+            } else {
+                etag = answer.header("ETag");
+                let job = self.job_answer(answer).await?;
+                if let Some(callback) = on_update {
+                    let _ = callback.call1(&JsValue::NULL, &job);
+                }
+                if matches!(
+                    status_of(&job),
+                    Some(
+                        JobStatus::Succeeded
+                            | JobStatus::Cancelled
+                            | JobStatus::Failed
+                            | JobStatus::Unknown
+                    )
+                ) {
+                    return Ok(job);
+                }
+                pause = 250.0;
+            }
+            js::sleep(pause).await;
+        }
+    }
+
+    async fn new_attempt(
+        &self,
+        job_id: &str,
+        options: &JsValue,
+    ) -> Result<JsValue, OnceclickError> {
+        let policy = policy(options);
+        let path = format!("/v1/jobs/{job_id}");
+        let current = self.call("GET", &path, None, &[], &policy, true).await?;
+        let etag = current.header("ETag").unwrap_or_default();
+        let before = attempts(&self.job_answer(current).await?).length();
+        let mut body = serde_json::json!({});
+        if let Some(p) = option_string(options, "provider") {
+            body["provider"] = p.into();
+        }
+        let body = body.to_string();
+        // No retry of a retryable 409 here: `attempt_in_flight` after a lost answer may
+        // be our own attempt. `If-Match` makes a resend after a lost answer a 412.
+        let answer = self
+            .call(
+                "POST",
+                &format!("{path}/attempts"),
+                Some(&body),
+                &[("If-Match", &etag)],
+                &policy,
+                false,
+            )
+            .await?;
+        match answer.status {
+            201 => answer.js_json().await,
+            412 => {
+                // Our first send may have landed and only its answer been lost.
+                let latest = self.call("GET", &path, None, &[], &policy, true).await?;
+                let job = self.job_answer(latest).await?;
+                let all = attempts(&job);
+                if all.length() > before {
+                    Ok(all.get(before))
+                } else {
+                    Err(OnceclickError::from_problem(412, None))
+                }
+            }
+            _ => Err(answer.error().await),
+        }
+    }
+}
+
+fn attempts(job: &JsValue) -> js_sys::Array {
+    js::get(job, "attempts").dyn_into().unwrap_or_default()
+}
+
+/// `fetch` with an `Idempotency-Key` per intent, for any backend that speaks the IETF
+/// Idempotency-Key header. The key is stored before the first send and reused for the
+/// same `intent` (across reloads and tabs) until it expires; retries use it too.
+/// Resolves to the final `Response`, whatever its status.
+#[wasm_bindgen(js_name = idempotentFetch, unchecked_return_type = "Promise<Response>")]
+pub fn idempotent_fetch(
+    url: String,
+    #[wasm_bindgen(unchecked_param_type = "RequestInit | undefined")] init: JsValue,
+    options: IdempotentFetchOptions,
+) -> Promise {
+    let options: JsValue = options.into();
+    future_to_promise(async move {
+        let intent = option_string(&options, "intent")
+            .filter(|i| !i.is_empty())
+            .ok_or_else(|| OnceclickError::invalid("options.intent is required"))?;
+        let retention = js::get(&options, "retentionHours")
+            .as_f64()
+            .unwrap_or(DEFAULT_RETENTION_HOURS);
+        let keys = Keys::new(js::get(&options, "storage"), retention);
+        let entry = keys.get_or_create(&format!("{PREFIX}fetch:{intent}"));
+        let init: RequestInit = if init.is_undefined() || init.is_null() {
+            RequestInit::new()
+        } else {
+            init.unchecked_into()
+        };
+        let policy = policy(&options);
+        if let Some(signal) = &policy.signal {
+            init.set_signal(Some(signal));
+        }
+        let template = Request::new_with_str_and_init(&url, &init)
+            .map_err(|e| OnceclickError::invalid(js::describe(e)))?;
+        template
+            .headers()
+            .set("Idempotency-Key", &entry.key)
+            .map_err(|e| OnceclickError::invalid(js::describe(e)))?;
+        let make = || template.clone();
+        let answer = http::send(&make, &policy, true).await?;
+        Ok(answer.response.into())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use onceclick_protocol::{AttemptState, ErrorCode, JobStatus};
+
+    #[test]
+    fn typescript_names_every_code_and_state() {
+        // The TypeScript section is consumed by the macro; read it from the source.
+        const TYPES: &str = include_str!("lib.rs");
+        for code in ErrorCode::ALL {
+            assert!(TYPES.contains(&format!("\"{}\"", code.as_str())), "{code}");
+        }
+        for status in JobStatus::ALL {
+            assert!(
+                TYPES.contains(&format!("\"{}\"", status.as_str())),
+                "{status:?}"
+            );
+        }
+        for state in AttemptState::ALL {
+            assert!(
+                TYPES.contains(&format!("\"{}\"", state.as_str())),
+                "{state:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,219 @@
+//! A fault-injecting HTTP proxy on 127.0.0.1, in front of the Worker, for the browser
+//! SDK's tests. The first path segments choose the behaviour and name a scenario:
+//!
+//! - `/pass/{id}/…` forwards every request;
+//! - `/drop-once/{id}/…` forwards the first non-preflight request, lets the Worker
+//!   answer, then closes the connection without a byte: the answer is lost, the work
+//!   was done — exactly the failure retries must survive;
+//! - `/hang/{id}/…` holds every non-preflight request unanswered (at most 30 s).
+//!
+//! `GET /_log/{id}` lists what the scenario saw: method, path, `Idempotency-Key`, the
+//! Worker's status, and whether the answer was dropped. One request per connection.
+
+use serde::Serialize;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const MAX_HOLD: Duration = Duration::from_secs(30);
+const MAX_REQUEST: usize = 1 << 20;
+
+#[derive(Debug, Clone, Serialize)]
+struct Seen {
+    method: String,
+    path: String,
+    idempotency_key: Option<String>,
+    status: Option<u16>,
+    dropped: bool,
+}
+
+type Log = Arc<Mutex<HashMap<String, Vec<Seen>>>>;
+
+struct Parsed {
+    method: String,
+    target: String,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+async fn read_request(stream: &mut TcpStream) -> Option<Parsed> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    let head_end = loop {
+        let n = stream.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i;
+        }
+        if buf.len() > MAX_REQUEST {
+            return None;
+        }
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+    let mut lines = head.split("\r\n");
+    let mut first = lines.next()?.split(' ');
+    let (method, target) = (first.next()?.to_owned(), first.next()?.to_owned());
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        .collect();
+    let length: usize = headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0);
+    let mut body = buf[head_end + 4..].to_vec();
+    while body.len() < length.min(MAX_REQUEST) {
+        let n = stream.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            break;
+        }
+        body.extend_from_slice(&chunk[..n]);
+    }
+    Some(Parsed {
+        method,
+        target,
+        headers,
+        body,
+    })
+}
+
+async fn write_response(
+    stream: &mut TcpStream,
+    status: u16,
+    headers: &[(String, String)],
+    body: &[u8],
+) {
+    let mut head = format!("HTTP/1.1 {status} X\r\n");
+    for (k, v) in headers {
+        let skip = ["content-length", "transfer-encoding", "connection"];
+        if !skip.iter().any(|s| k.eq_ignore_ascii_case(s)) {
+            head.push_str(&format!("{k}: {v}\r\n"));
+        }
+    }
+    head.push_str(&format!(
+        "content-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    ));
+    let _ = stream.write_all(head.as_bytes()).await;
+    let _ = stream.write_all(body).await;
+    let _ = stream.shutdown().await;
+}
+
+async fn handle(mut stream: TcpStream, upstream: String, log: Log, http: reqwest::Client) {
+    let Some(req) = read_request(&mut stream).await else {
+        return;
+    };
+    let cors = vec![("access-control-allow-origin".to_owned(), "*".to_owned())];
+    let parts: Vec<&str> = req.target.splitn(4, '/').collect();
+    // ["", mode, id, rest]
+    if parts.get(1) == Some(&"_log") {
+        let id = parts.get(2).copied().unwrap_or_default();
+        let seen = log
+            .lock()
+            .map(|l| l.get(id).cloned().unwrap_or_default())
+            .unwrap_or_default();
+        let body = serde_json::to_vec(&seen).unwrap_or_default();
+        write_response(&mut stream, 200, &cors, &body).await;
+        return;
+    }
+    let (Some(mode), Some(id)) = (parts.get(1).copied(), parts.get(2).copied()) else {
+        write_response(&mut stream, 404, &cors, b"").await;
+        return;
+    };
+    let rest = format!("/{}", parts.get(3).copied().unwrap_or_default());
+    let preflight = req.method == "OPTIONS";
+    let key = req
+        .headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("idempotency-key"))
+        .map(|(_, v)| v.clone());
+    let earlier = log
+        .lock()
+        .map(|l| {
+            l.get(id)
+                .map_or(0, |v| v.iter().filter(|s| s.method != "OPTIONS").count())
+        })
+        .unwrap_or(0);
+    let record = |status: Option<u16>, dropped: bool| {
+        if let Ok(mut l) = log.lock() {
+            l.entry(id.to_owned()).or_default().push(Seen {
+                method: req.method.clone(),
+                path: rest.clone(),
+                idempotency_key: key.clone(),
+                status,
+                dropped,
+            });
+        }
+    };
+    if mode == "hang" && !preflight {
+        record(None, true);
+        let mut sink = [0u8; 1];
+        // Until the browser gives up (aborts) or the bound passes.
+        let _ = tokio::time::timeout(MAX_HOLD, stream.read(&mut sink)).await;
+        return;
+    }
+    let method = reqwest::Method::from_bytes(req.method.as_bytes()).unwrap_or(reqwest::Method::GET);
+    let mut forward = http
+        .request(method, format!("{upstream}{rest}"))
+        .body(req.body.clone());
+    for (k, v) in &req.headers {
+        let skip = ["host", "content-length", "connection"];
+        if !skip.iter().any(|s| k.eq_ignore_ascii_case(s)) {
+            forward = forward.header(k, v);
+        }
+    }
+    let Ok(answer) = forward.send().await else {
+        record(None, false);
+        write_response(&mut stream, 502, &cors, b"").await;
+        return;
+    };
+    let status = answer.status().as_u16();
+    let headers: Vec<(String, String)> = answer
+        .headers()
+        .iter()
+        .filter_map(|(k, v)| Some((k.to_string(), v.to_str().ok()?.to_owned())))
+        .collect();
+    let body = answer.bytes().await.unwrap_or_default();
+    if mode == "drop-once" && !preflight && earlier == 0 {
+        record(Some(status), true);
+        // The Worker did the work; the browser never hears of it.
+        drop(stream);
+        return;
+    }
+    record(Some(status), false);
+    write_response(&mut stream, status, &headers, &body).await;
+}
+
+/// Starts the proxy on `127.0.0.1:port` in front of `upstream`, on its own thread.
+pub fn spawn(port: u16, upstream: String) -> std::io::Result<()> {
+    let listener = std::net::TcpListener::bind(("127.0.0.1", port))?;
+    listener.set_nonblocking(true)?;
+    std::thread::Builder::new()
+        .name("fault-proxy".into())
+        .spawn(move || {
+            let Ok(runtime) = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            runtime.block_on(async move {
+                let Ok(listener) = TcpListener::from_std(listener) else {
+                    return;
+                };
+                let log: Log = Arc::default();
+                let http = reqwest::Client::new();
+                while let Ok((stream, _)) = listener.accept().await {
+                    tokio::spawn(handle(stream, upstream.clone(), log.clone(), http.clone()));
+                }
+            });
+        })?;
+    Ok(())
+}

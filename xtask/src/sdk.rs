@@ -1,0 +1,79 @@
+//! The browser SDK: `cargo xtask sdk` builds the npm package; `browser_tests` runs its
+//! tests in headless Chromium against the Worker under test.
+
+use crate::tools::{run, Tools};
+use crate::wrangler::free_port;
+use anyhow::{bail, Context, Result};
+use std::io::Write;
+use std::path::Path;
+
+/// The size budget of the package: wasm plus JS glue, gzipped.
+const BUDGET_BYTES: usize = 60 * 1024;
+
+fn gzip_len(path: &Path) -> Result<usize> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    encoder.write_all(&bytes)?;
+    Ok(encoder.finish()?.len())
+}
+
+/// `wasm-pack build` for `web` and `bundler` into `sdk/pkg/{web,bundler}`; prints the
+/// gzip bytes of the wasm and the JS glue, and fails over the 60 KB budget.
+pub(crate) fn build(tools: &Tools) -> Result<()> {
+    let root = &tools.root;
+    for target in ["web", "bundler"] {
+        eprintln!("xtask: wasm-pack build --target {target}");
+        run(tools.command("wasm-pack").args([
+            "build",
+            "sdk",
+            "--release",
+            "--target",
+            target,
+            "--out-dir",
+            &format!("pkg/{target}"),
+            "--out-name",
+            "onceclick",
+        ]))?;
+    }
+    let pkg = root.join("sdk/pkg/web");
+    let wasm = gzip_len(&pkg.join("onceclick_bg.wasm"))?;
+    let glue = gzip_len(&pkg.join("onceclick.js"))?;
+    let total = wasm + glue;
+    println!(
+        "sdk size (gzip): wasm {wasm} B + JS glue {glue} B = {total} B (budget {BUDGET_BYTES} B)"
+    );
+    println!(
+        "package: {} and {}",
+        pkg.display(),
+        root.join("sdk/pkg/bundler").display()
+    );
+    if total > BUDGET_BYTES {
+        bail!("the SDK is {total} B gzip, over the {BUDGET_BYTES} B budget");
+    }
+    Ok(())
+}
+
+/// Runs `sdk/tests/browser.rs` with `wasm-pack test --headless --chrome` against the
+/// Worker at `worker_url`, through a fault-injecting proxy on a free port.
+pub(crate) fn browser_tests(tools: &Tools, worker_url: &str, secret: &str) -> Result<()> {
+    let chromedriver = Path::new("/usr/bin/chromedriver");
+    if !chromedriver.exists() {
+        bail!("the SDK's browser tests need Debian's chromium and chromium-driver: apt-get install chromium chromium-driver (.ci/run does)");
+    }
+    let proxy_port = free_port()?;
+    onceclick_tests::proxy::spawn(proxy_port, worker_url.to_owned())?;
+    let token = onceclick_tests::auth::mint(secret, "sdk-browser", false, 3600)?;
+    eprintln!(
+        "xtask: SDK browser tests (headless Chromium) through the proxy on 127.0.0.1:{proxy_port}"
+    );
+    run(tools
+        .command("wasm-pack")
+        .args(["test", "--headless", "--chrome", "--chromedriver"])
+        .arg(chromedriver)
+        .arg("sdk")
+        .env(
+            "ONCECLICK_PROXY_URL",
+            format!("http://127.0.0.1:{proxy_port}"),
+        )
+        .env("ONCECLICK_SDK_TOKEN", token))
+}
