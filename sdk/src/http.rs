@@ -51,26 +51,32 @@ impl Answer {
             .map_err(|_| OnceclickError::new("invalid_response", "the server's answer is not JSON"))
     }
 
-    pub(crate) async fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T, OnceclickError> {
-        let text = self.text().await?;
-        serde_json::from_str(&text).map_err(|e| {
-            OnceclickError::new(
-                "invalid_response",
-                format!("the server's answer does not parse: {e}"),
-            )
-        })
-    }
-
     /// The problem this answer carries, as an error.
     pub(crate) async fn error(&self) -> OnceclickError {
-        let problem = self.json::<Problem>().await.ok();
+        let problem = match self.text().await {
+            Ok(text) => crate::json::parse(&text).and_then(|v| problem(&v)),
+            Err(_) => None,
+        };
         OnceclickError::from_problem(self.status, problem)
     }
 }
 
+/// A problem+json body, read member by member.
+fn problem(v: &JsValue) -> Option<Problem> {
+    Some(Problem {
+        type_: js::get_string(v, "type").unwrap_or_default(),
+        title: js::get_string(v, "title").unwrap_or_default(),
+        status: js::get(v, "status").as_f64()? as u16,
+        detail: js::get_string(v, "detail").unwrap_or_default(),
+        code: js::get_string(v, "code")?,
+        retryable: js::get(v, "retryable").as_bool().unwrap_or(false),
+        job_id: js::get_string(v, "job_id"),
+    })
+}
+
 /// The full-jitter delay before try `n + 1` (n ≥ 1), or `Retry-After` when given.
 pub(crate) fn delay_ms(n: u32, retry_after: Option<&str>, random: f64) -> f64 {
-    if let Some(secs) = retry_after.and_then(|v| v.trim().parse::<f64>().ok()) {
+    if let Some(secs) = retry_after.and_then(|v| v.trim().parse::<u32>().ok().map(f64::from)) {
         return (secs * 1000.0).clamp(0.0, 60_000.0);
     }
     let ceiling = (BASE_MS * 2f64.powi(n as i32 - 1)).min(CAP_MS);
@@ -141,7 +147,9 @@ impl Answer {
             status: self.status,
             response: copy,
         };
-        copy.json::<Problem>().await.is_ok_and(|p| p.retryable)
+        copy.js_json()
+            .await
+            .is_ok_and(|v| js::get(&v, "retryable").as_bool() == Some(true))
     }
 }
 

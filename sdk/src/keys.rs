@@ -3,25 +3,49 @@
 //! throws at the caller; it says so once on the console.
 
 use crate::js;
-use serde::{Deserialize, Serialize};
+use crate::json;
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 use wasm_bindgen::JsValue;
 
 /// Every entry's name starts with this (and the format's version).
 pub(crate) const PREFIX: &str = "onceclick:v1:";
 
-/// One stored intent key.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// One stored intent key: `{"key", "created_at", "job_id"}` as JSON.
+#[derive(Debug, Clone)]
 pub(crate) struct Entry {
     /// The `Idempotency-Key`.
     pub(crate) key: String,
     /// When it was made, in ms since the epoch; it expires with the server's retention.
     pub(crate) created_at: f64,
     /// The job it created, once known.
-    #[serde(default)]
     pub(crate) job_id: Option<String>,
+}
+
+impl Entry {
+    fn from_json(text: &str) -> Option<Entry> {
+        let v = json::parse(text)?;
+        Some(Entry {
+            key: js::get_string(&v, "key")?,
+            created_at: js::get(&v, "created_at").as_f64()?,
+            job_id: js::get_string(&v, "job_id"),
+        })
+    }
+
+    fn to_json(&self) -> Option<String> {
+        let o = js_sys::Object::new();
+        let set = |k: &str, v: JsValue| js_sys::Reflect::set(&o, &k.into(), &v).ok();
+        set("key", self.key.as_str().into())?;
+        set("created_at", self.created_at.into())?;
+        set(
+            "job_id",
+            self.job_id
+                .as_deref()
+                .map_or(JsValue::NULL, JsValue::from_str),
+        )?;
+        json::stringify(&o)
+    }
 }
 
 /// A UUIDv7: the time from `Date.now()` (std's clock does not exist on wasm32), the
@@ -102,7 +126,7 @@ impl Keys {
 
     /// The live entry for `name`, if there is one that has not expired.
     pub(crate) fn get(&self, name: &str) -> Option<Entry> {
-        let entry: Entry = serde_json::from_str(&self.read(name)?).ok()?;
+        let entry = Entry::from_json(&self.read(name)?)?;
         (js_sys::Date::now() - entry.created_at < self.retention_ms).then_some(entry)
     }
 
@@ -122,7 +146,7 @@ impl Keys {
     }
 
     pub(crate) fn put(&self, name: &str, entry: &Entry) {
-        if let Ok(text) = serde_json::to_string(entry) {
+        if let Some(text) = entry.to_json() {
             self.write(name, &text);
         }
     }
@@ -137,8 +161,8 @@ impl Keys {
     }
 
     /// Every entry name of this SDK, in storage and in memory.
-    fn names(&self) -> Vec<String> {
-        let mut names: Vec<String> = self.memory.borrow().keys().cloned().collect();
+    fn names(&self) -> BTreeSet<String> {
+        let mut names: BTreeSet<String> = self.memory.borrow().keys().cloned().collect();
         let stored = self.with_storage(|s| {
             let len = js::get(s, "length").as_f64().unwrap_or(0.0) as u32;
             let mut found = Vec::new();
@@ -151,8 +175,6 @@ impl Keys {
         });
         names.extend(stored.unwrap_or_default());
         names.retain(|n| n.starts_with(PREFIX));
-        names.sort();
-        names.dedup();
         names
     }
 }

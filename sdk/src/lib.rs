@@ -17,6 +17,7 @@
 mod error;
 mod http;
 mod js;
+mod json;
 mod keys;
 
 pub use error::OnceclickError;
@@ -24,7 +25,7 @@ pub use error::OnceclickError;
 use http::{Answer, Policy};
 use js_sys::Promise;
 use keys::{Keys, PREFIX};
-use onceclick_protocol::{fingerprint, ijson, JobStatus};
+use onceclick_protocol::{fingerprint, JobStatus};
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -156,8 +157,8 @@ fn owner_of(token: &str) -> String {
     js::call(&js::global(), "atob", &[b64.into()])
         .ok()
         .and_then(|s| s.as_string())
-        .and_then(|json| serde_json::from_str::<serde_json::Value>(&json).ok())
-        .and_then(|claims| claims["sub"].as_str().map(str::to_owned))
+        .and_then(|text| json::parse(&text))
+        .and_then(|claims| js::get_string(&claims, "sub"))
         .unwrap_or_else(|| "anonymous".to_owned())
 }
 
@@ -173,11 +174,7 @@ fn status_of(job: &JsValue) -> Option<JobStatus> {
 /// The input as the server will read it: through `JSON.stringify`, then parsed as
 /// I-JSON, so that what is fingerprinted here is exactly what is sent.
 fn input_json(input: &JsValue) -> Result<serde_json::Value, OnceclickError> {
-    let text = js_sys::JSON::stringify(input)
-        .ok()
-        .and_then(|s| s.as_string())
-        .ok_or_else(|| OnceclickError::invalid("input is not JSON-serializable"))?;
-    ijson::parse(text.as_bytes()).map_err(|e| OnceclickError::invalid(format!("input: {e}")))
+    json::to_value(input).map_err(|e| OnceclickError::invalid(format!("input: {e}")))
 }
 
 struct Inner {
@@ -303,7 +300,7 @@ impl Client {
                         js::sleep(ms).await;
                         Err(OnceclickError::new(
                             "timeout",
-                            format!("job {job_id} did not finish within {ms} ms"),
+                            format!("job {job_id} did not finish within {} ms", ms as u64),
                         ))
                     };
                     let (work, limit) = (std::pin::pin!(work), std::pin::pin!(limit));
