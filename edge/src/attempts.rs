@@ -226,7 +226,7 @@ pub(crate) async fn resolve(
             };
             if !ctx
                 .store
-                .resolve_without_result(attempt_id, to, error.as_ref())
+                .move_attempt(attempt_id, AttemptState::Unknown, to, error.as_ref())
                 .await?
             {
                 return Err(not_unknown());

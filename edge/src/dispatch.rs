@@ -131,7 +131,12 @@ fn run_claimed<'a>(
                 false,
             );
             store
-                .end_attempt(&attempt.id, AttemptState::Failed, &error)
+                .move_attempt(
+                    &attempt.id,
+                    AttemptState::Running,
+                    AttemptState::Failed,
+                    Some(&error),
+                )
                 .await?;
             return Ok(());
         };
@@ -319,7 +324,9 @@ async fn record(store: &Store, attempt: &ClaimedAttempt, outcome: CallOutcome) -
         CallOutcome::Failed(error) => (AttemptState::Failed, error),
         CallOutcome::TimedOut(error) => (AttemptState::Unknown, error),
     };
-    let recorded = store.end_attempt(&attempt.id, to, &error).await?;
+    let recorded = store
+        .move_attempt(&attempt.id, AttemptState::Running, to, Some(&error))
+        .await?;
     if !recorded {
         console_log!(
             "{}",

@@ -183,6 +183,12 @@ impl Store {
         self.timed(self.db.batch(statements)).await
     }
 
+    /// Runs one conditional write (ending in `RETURNING id`); true if it changed a row.
+    async fn changed_one(&self, stmt: D1PreparedStatement) -> ApiResult<bool> {
+        let result = self.timed(stmt.all()).await?;
+        Ok(changes(&result)? == 1)
+    }
+
     pub(crate) async fn ping(&self) -> ApiResult<()> {
         let stmt = self.stmt("SELECT 1 AS ok", &[])?;
         self.timed(stmt.first::<Value>(None)).await?;
@@ -333,27 +339,34 @@ impl Store {
         })
     }
 
-    /// `running → failed` or `running → unknown`, with the error. False when the
-    /// attempt had already left `running` (the job was cancelled meanwhile).
-    pub(crate) async fn end_attempt(
+    /// One move of one attempt, `from → to`, recording `error` when given: a single
+    /// conditional UPDATE that names the state it leaves. False when the attempt was
+    /// no longer in `from` (a concurrent move won: the job was cancelled, say).
+    ///
+    /// The dispatcher moves `running → failed | unknown`; an admin's resolve moves
+    /// `unknown → failed | cancelled`.
+    pub(crate) async fn move_attempt(
         &self,
         attempt_id: &str,
+        from: AttemptState,
         to: AttemptState,
-        error: &AttemptError,
+        error: Option<&AttemptError>,
     ) -> ApiResult<bool> {
+        debug_assert!(from.can_move_to(to), "{from:?} -> {to:?} is not a move");
+        let error = error.map(json_text).transpose()?;
         let stmt = self.stmt(
-            "UPDATE attempts SET state = ?2, error = ?3, finished_at = ?4
-              WHERE id = ?1 AND state = 'running'
+            "UPDATE attempts SET state = ?3, error = coalesce(?4, error), finished_at = ?5
+              WHERE id = ?1 AND state = ?2
               RETURNING id",
             &[
                 js(attempt_id),
+                js(from.as_str()),
                 js(to.as_str()),
-                js(&json_text(error)?),
+                error.as_deref().map_or(JsValue::NULL, js),
                 js(&clock::now_rfc3339()),
             ],
         )?;
-        let result = self.timed(stmt.all()).await?;
-        Ok(changes(&result)? == 1)
+        self.changed_one(stmt).await
     }
 
     /// Offers `output` as the result of `attempt_id`, which must be in state `from`
@@ -540,8 +553,7 @@ impl Store {
                 js(contract_version),
             ],
         )?;
-        let result = self.timed(stmt.all()).await?;
-        Ok(changes(&result)? == 1)
+        self.changed_one(stmt).await
     }
 
     /// The automatic failover after `failed_id` failed retryably: a new attempt on
@@ -581,8 +593,7 @@ impl Store {
                 JsValue::from_f64(f64::from(max_attempts)),
             ],
         )?;
-        let result = self.timed(stmt.all()).await?;
-        Ok(changes(&result)? == 1)
+        self.changed_one(stmt).await
     }
 
     /// Stores a certification report, replacing an earlier one for the same provider,
@@ -673,30 +684,6 @@ impl Store {
         )?;
         let results = self.batch(vec![cancel, log, attempts, read]).await?;
         first_row::<DocRow>(results.last())?.map(stored).transpose()
-    }
-
-    /// An admin's way out of `unknown` without a result: `unknown → failed | cancelled`.
-    /// False when the attempt is not `unknown`.
-    pub(crate) async fn resolve_without_result(
-        &self,
-        attempt_id: &str,
-        to: AttemptState,
-        error: Option<&AttemptError>,
-    ) -> ApiResult<bool> {
-        let error = error.map(json_text).transpose()?;
-        let stmt = self.stmt(
-            "UPDATE attempts SET state = ?2, error = coalesce(?3, error), finished_at = ?4
-              WHERE id = ?1 AND state = 'unknown'
-              RETURNING id",
-            &[
-                js(attempt_id),
-                js(to.as_str()),
-                error.as_deref().map_or(JsValue::NULL, js),
-                js(&clock::now_rfc3339()),
-            ],
-        )?;
-        let result = self.timed(stmt.all()).await?;
-        Ok(changes(&result)? == 1)
     }
 
     /// The job an attempt belongs to, for admin calls that name only the attempt.

@@ -308,3 +308,28 @@ impl Api {
         }
     }
 }
+
+impl Api {
+    /// Creates a job of `kind` with `text` as its input under a fresh key, checking
+    /// that it is new (201). Put a unique marker in `text` to script the mock for it.
+    pub async fn create_job(
+        &self,
+        token: &str,
+        kind: &str,
+        text: &str,
+        provider: Option<&str>,
+    ) -> Value {
+        let mut body = serde_json::json!({"kind": kind, "input": {"text": text}});
+        if let Some(p) = provider {
+            body["provider"] = serde_json::json!(p);
+        }
+        let reply = send(self.create(token, Some(&unique("key")), &body.to_string())).await;
+        assert_eq!(reply.status, 201, "{}", reply.text);
+        reply.json()
+    }
+}
+
+/// The `id` member of a job (or attempt).
+pub fn id(v: &Value) -> String {
+    v["id"].as_str().expect("an id").to_owned()
+}

@@ -3,24 +3,20 @@
 //! cancel, resolve and the reconciler.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use onceclick_tests::client::{send, status_is, unique, Api, Mock};
+use onceclick_tests::client::{id, send, status_is, unique, Api, Mock};
 use onceclick_tests::db;
 use serde_json::{json, Value};
 
 /// Creates a job of `kind` whose text carries `marker`, so mock scripts and call counts
 /// apply to it alone. Returns the job.
 async fn create(api: &Api, token: &str, kind: &str, marker: &str, provider: Option<&str>) -> Value {
-    let mut body = json!({"kind": kind, "input": {"text": format!("{marker}: the quarterly numbers came in above the forecast again.")}});
-    if let Some(p) = provider {
-        body["provider"] = json!(p);
-    }
-    let reply = send(api.create(token, Some(&unique("key")), &body.to_string())).await;
-    assert_eq!(reply.status, 201, "{}", reply.text);
-    reply.json()
-}
-
-fn id(v: &Value) -> String {
-    v["id"].as_str().unwrap().to_owned()
+    api.create_job(
+        token,
+        kind,
+        &format!("{marker}: the quarterly numbers came in above the forecast again."),
+        provider,
+    )
+    .await
 }
 
 fn attempt(job: &Value, n: usize) -> &Value {

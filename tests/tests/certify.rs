@@ -2,7 +2,7 @@
 //! the certification of `fallback`, which every phase depends on.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use onceclick_tests::client::{send, status_is, unique, Api, Mock};
+use onceclick_tests::client::{id, send, status_is, unique, Api, Mock};
 use onceclick_tests::db;
 use serde_json::{json, Value};
 
@@ -21,17 +21,13 @@ async fn golden_replies(mock: &Mock, provider: &str, step: Value) {
 }
 
 async fn create(api: &Api, token: &str, kind: &str, marker: &str, provider: Option<&str>) -> Value {
-    let mut body = json!({"kind": kind, "input": {"text": format!("{marker}: the harvest was late but generous this year.")}});
-    if let Some(p) = provider {
-        body["provider"] = json!(p);
-    }
-    let reply = send(api.create(token, Some(&unique("key")), &body.to_string())).await;
-    assert_eq!(reply.status, 201, "{}", reply.text);
-    reply.json()
-}
-
-fn id(v: &Value) -> String {
-    v["id"].as_str().unwrap().to_owned()
+    api.create_job(
+        token,
+        kind,
+        &format!("{marker}: the harvest was late but generous this year."),
+        provider,
+    )
+    .await
 }
 
 async fn certified(api: &Api, token: &str, provider: &str, kind: &str) -> bool {
