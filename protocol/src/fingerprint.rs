@@ -1,4 +1,4 @@
-use serde_json::{json, Value};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 /// SHA-256 (lowercase hex) over the RFC 8785 canonical JSON of `{kind, input, provider}`.
@@ -24,24 +24,26 @@ impl std::fmt::Display for Fingerprint {
 
 /// Computes the request fingerprint. See [`Fingerprint`].
 pub fn fingerprint(kind: &str, input: &Value, provider: &str) -> Fingerprint {
-    let request = json!({ "kind": kind, "input": input, "provider": provider });
+    // Built by hand rather than with `json!`: the serde machinery that macro pulls in
+    // is most of what the fingerprint would cost the browser SDK.
+    let mut request = serde_json::Map::new();
+    request.insert("kind".to_owned(), Value::String(kind.to_owned()));
+    request.insert("input".to_owned(), input.clone());
+    request.insert("provider".to_owned(), Value::String(provider.to_owned()));
+    let request = Value::Object(request);
     Fingerprint(canonical_sha256(&request))
 }
 
 /// Lowercase hex SHA-256 of the RFC 8785 canonical form of `value`.
 pub(crate) fn canonical_sha256(value: &Value) -> String {
-    // Canonicalization of a `Value` cannot fail: serde_json holds only finite numbers.
-    // Should it ever fail, fall back to serde_json's own (sorted-key) output so the
-    // result is still deterministic rather than a panic.
-    let canonical =
-        serde_json_canonicalizer::to_vec(value).unwrap_or_else(|_| value.to_string().into_bytes());
-    hex::encode(Sha256::digest(&canonical))
+    hex::encode(Sha256::digest(crate::jcs::to_vec(value)))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::ijson;
+    use serde_json::json;
 
     #[test]
     fn key_order_and_whitespace_do_not_matter() {

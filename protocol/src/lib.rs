@@ -10,6 +10,7 @@ pub mod contract;
 mod error;
 mod fingerprint;
 pub mod ijson;
+pub mod jcs;
 mod key;
 mod state;
 mod wire;

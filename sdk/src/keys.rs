@@ -5,7 +5,7 @@
 use crate::js;
 use crate::json;
 use std::cell::RefCell;
-use std::collections::{BTreeMap, BTreeSet};
+
 use std::rc::Rc;
 use wasm_bindgen::JsValue;
 
@@ -61,7 +61,8 @@ fn new_key() -> String {
 #[derive(Clone)]
 pub(crate) struct Keys {
     storage: Rc<RefCell<Option<JsValue>>>,
-    memory: Rc<RefCell<BTreeMap<String, String>>>,
+    /// Every entry written, kept also in memory: a few dozen at most, so a list.
+    memory: Rc<RefCell<Vec<(String, String)>>>,
     retention_ms: f64,
 }
 
@@ -78,7 +79,7 @@ impl Keys {
         let storage = storage.filter(|s| !s.is_null() && !s.is_undefined());
         Self {
             storage: Rc::new(RefCell::new(storage)),
-            memory: Rc::new(RefCell::new(BTreeMap::new())),
+            memory: Rc::new(RefCell::new(Vec::new())),
             retention_ms: retention_hours * 3_600_000.0,
         }
     }
@@ -108,19 +109,26 @@ impl Keys {
             self.with_storage(|s| js::call(s, "getItem", &[name.into()]).map(|v| v.as_string()));
         match stored {
             Some(found) => found,
-            None => self.memory.borrow().get(name).cloned(),
+            None => self
+                .memory
+                .borrow()
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.clone()),
         }
     }
 
     fn write(&self, name: &str, value: &str) {
-        self.memory
-            .borrow_mut()
-            .insert(name.to_owned(), value.to_owned());
+        {
+            let mut memory = self.memory.borrow_mut();
+            memory.retain(|(n, _)| n != name);
+            memory.push((name.to_owned(), value.to_owned()));
+        }
         self.with_storage(|s| js::call(s, "setItem", &[name.into(), value.into()]));
     }
 
     pub(crate) fn remove(&self, name: &str) {
-        self.memory.borrow_mut().remove(name);
+        self.memory.borrow_mut().retain(|(n, _)| n != name);
         self.with_storage(|s| js::call(s, "removeItem", &[name.into()]));
     }
 
@@ -161,8 +169,13 @@ impl Keys {
     }
 
     /// Every entry name of this SDK, in storage and in memory.
-    fn names(&self) -> BTreeSet<String> {
-        let mut names: BTreeSet<String> = self.memory.borrow().keys().cloned().collect();
+    fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .memory
+            .borrow()
+            .iter()
+            .map(|(n, _)| n.clone())
+            .collect();
         let stored = self.with_storage(|s| {
             let len = js::get(s, "length").as_f64().unwrap_or(0.0) as u32;
             let mut found = Vec::new();
@@ -173,7 +186,11 @@ impl Keys {
             }
             Ok(found)
         });
-        names.extend(stored.unwrap_or_default());
+        for name in stored.unwrap_or_default() {
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
         names.retain(|n| n.starts_with(PREFIX));
         names
     }

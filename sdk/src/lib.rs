@@ -239,15 +239,30 @@ impl Client {
         let options: JsValue = options.map(Into::into).unwrap_or(JsValue::UNDEFINED);
         let client = self.clone();
         let provider = option_string(&options, "provider");
-        let input = match input_json(&input) {
+        let value = match input_json(&input) {
             Ok(v) => v,
             Err(e) => return Promise::reject(&e.into()),
+        };
+        let body = object(&[
+            ("kind", JsValue::from_str(&kind)),
+            ("input", input),
+            (
+                "provider",
+                provider
+                    .as_deref()
+                    .map_or(JsValue::UNDEFINED, JsValue::from_str),
+            ),
+        ]);
+        let Some(body) = json::stringify(&body) else {
+            return Promise::reject(
+                &OnceclickError::invalid("input is not JSON-serializable").into(),
+            );
         };
         // The intent needs the owner, which may need an async token: the flight is
         // keyed once the token is known, inside the future.
         future_to_promise(async move {
             let token = client.token().await?;
-            let print = fingerprint(&kind, &input, provider.as_deref().unwrap_or(""));
+            let print = fingerprint(&kind, &value, provider.as_deref().unwrap_or(""));
             let intent = format!("{PREFIX}intent:{}:{kind}:{print}", owner_of(&token));
             let existing = FLIGHTS.with(|f| f.borrow().get(&intent).cloned());
             if let Some(shared) = existing {
@@ -259,16 +274,7 @@ impl Client {
                     let lock = intent.clone();
                     let work = move || {
                         future_to_promise(async move {
-                            client
-                                .submit_once(
-                                    &intent,
-                                    &token,
-                                    &kind,
-                                    &input,
-                                    provider.as_deref(),
-                                    &options,
-                                )
-                                .await
+                            client.submit_once(&intent, &body, &options).await
                         })
                     };
                     js::with_lock(&lock, work).await
@@ -438,25 +444,16 @@ impl Client {
     async fn submit_once(
         &self,
         intent: &str,
-        token: &str,
-        kind: &str,
-        input: &serde_json::Value,
-        provider: Option<&str>,
+        body: &str,
         options: &JsValue,
     ) -> Result<JsValue, JsValue> {
-        let _ = token;
         // Stored before the first byte is sent: a reload mid-request reuses it.
         let mut entry = self.inner.keys.get_or_create(intent);
-        let mut body = serde_json::json!({"kind": kind, "input": input});
-        if let Some(p) = provider {
-            body["provider"] = p.into();
-        }
-        let body = body.to_string();
         let answer = self
             .call(
                 "POST",
                 "/v1/jobs",
-                Some(&body),
+                Some(body),
                 &[("Idempotency-Key", &entry.key)],
                 &policy(options),
                 true,
@@ -520,11 +517,14 @@ impl Client {
         let current = self.call("GET", &path, None, &[], &policy, true).await?;
         let etag = current.header("ETag").unwrap_or_default();
         let before = attempts(&self.job_answer(current).await?).length();
-        let mut body = serde_json::json!({});
-        if let Some(p) = option_string(options, "provider") {
-            body["provider"] = p.into();
-        }
-        let body = body.to_string();
+        let provider = option_string(options, "provider");
+        let body = object(&[(
+            "provider",
+            provider
+                .as_deref()
+                .map_or(JsValue::UNDEFINED, JsValue::from_str),
+        )]);
+        let body = json::stringify(&body).unwrap_or_else(|| "{}".to_owned());
         // No retry of a retryable 409 here: `attempt_in_flight` after a lost answer may
         // be our own attempt. `If-Match` makes a resend after a lost answer a 412.
         let answer = self
@@ -553,6 +553,15 @@ impl Client {
             _ => Err(answer.error().await),
         }
     }
+}
+
+/// A plain JS object; `undefined` members are left out by `JSON.stringify`.
+fn object(members: &[(&str, JsValue)]) -> JsValue {
+    let o = js_sys::Object::new();
+    for (name, value) in members {
+        let _ = js_sys::Reflect::set(&o, &JsValue::from_str(name), value);
+    }
+    o.into()
 }
 
 fn attempts(job: &JsValue) -> js_sys::Array {
