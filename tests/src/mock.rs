@@ -102,7 +102,35 @@ fn router(mock: Mock) -> Router {
         .route("/_release", post(release))
         .route("/_calls", get(calls))
         .route("/_calls/wait", get(wait_calls))
+        .fallback(preflight)
+        .layer(axum::middleware::map_response(allow_any_origin))
         .with_state(mock)
+}
+
+/// The demo page (on the Worker's origin) scripts the mock from the browser.
+async fn allow_any_origin(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(
+        "access-control-allow-origin",
+        axum::http::HeaderValue::from_static("*"),
+    );
+    headers.insert(
+        "access-control-allow-headers",
+        axum::http::HeaderValue::from_static("content-type"),
+    );
+    headers.insert(
+        "access-control-allow-methods",
+        axum::http::HeaderValue::from_static("GET, POST, OPTIONS"),
+    );
+    response
+}
+
+async fn preflight(method: axum::http::Method) -> StatusCode {
+    if method == axum::http::Method::OPTIONS {
+        StatusCode::NO_CONTENT
+    } else {
+        StatusCode::NOT_FOUND
+    }
 }
 
 /// Starts the mock on its own thread and runtime; returns once it is listening.

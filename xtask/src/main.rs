@@ -7,10 +7,12 @@
 //! - `token --owner NAME [--admin] [--ttl SECONDS]`: a bearer token for the local secret.
 //! - `build-edge`: build the Worker (wrangler's `[build] command`).
 //! - `sdk`: build the npm package `onceclick` (web and bundler) and print its gzip size.
+//! - `bench`: request rates of create, replay and read, side by side in one run.
 //! - `lint`: `cargo fmt --check` and clippy (`-D warnings`) on every crate.
 //! - `certify --provider NAME [--url URL]`: prompt sizes against `max_prompt_tokens`,
 //!   then certification on a running Worker (default: the one `dev` serves).
 
+mod bench;
 mod certify;
 mod sdk;
 mod tools;
@@ -29,7 +31,7 @@ const TEST_TIMEOUT_MS: u64 = 4000;
 /// The mock provider's port under `cargo xtask dev`, as wrangler.toml's PROVIDERS names it.
 const DEV_MOCK_PORT: u16 = 8788;
 
-const USAGE: &str = "usage: cargo xtask <dev [--port N] | test | token --owner NAME [--admin] [--ttl SECONDS] | build-edge | lint | sdk | certify --provider NAME [--url URL]>";
+const USAGE: &str = "usage: cargo xtask <dev [--port N] | test | token --owner NAME [--admin] [--ttl SECONDS] | build-edge | lint | sdk | bench | certify --provider NAME [--url URL]>";
 
 fn main() {
     if let Err(e) = real_main() {
@@ -47,6 +49,13 @@ fn real_main() -> Result<()> {
         "token" => token(&Flags::parse(rest)?),
         "build-edge" => wrangler::build_edge(&Tools::bootstrap()?),
         "lint" => lint(&project_root()),
+        "bench" => {
+            let tools = Tools::bootstrap()?;
+            let root = project_root();
+            wrangler::build_edge(&tools)?;
+            let worker = TestWorker::start(&tools, &root)?;
+            bench::run(&worker.server.url, &worker.secret)
+        }
         "sdk" => sdk::build(&Tools::bootstrap()?),
         "certify" => {
             let flags = Flags::parse(rest)?;
@@ -120,6 +129,9 @@ fn dev(flags: &Flags) -> Result<()> {
     let root = project_root();
     let secret = dev_secret(&root)?;
     wrangler::build_edge(&tools)?;
+    if let Err(e) = sdk::build_for_demo(&tools) {
+        eprintln!("xtask: the demo page will run without the SDK: {e:#}");
+    }
     let persist = root.join(".wrangler/state");
     wrangler::migrate(&tools, &persist, false)?;
     let port = flags.port.unwrap_or(8787);
@@ -177,40 +189,12 @@ fn test() -> Result<()> {
         .args(["deploy", "--dry-run", "--outdir"])
         .arg(&outdir))?;
 
-    let scratch = root.join("target/xtask");
-    std::fs::create_dir_all(&scratch)?;
-    let port = wrangler::free_port()?;
-    let persist = scratch.join(format!("d1-{port}"));
-    let _ = std::fs::remove_dir_all(&persist);
-    wrangler::migrate(&tools, &persist, true)?;
-    let mut secret = [0u8; 32];
-    getrandom::fill(&mut secret).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
-    let secret = hex::encode(secret);
-    let mock_port = wrangler::free_port()?;
-    onceclick_tests::mock::spawn(mock_port)?;
-    let log = scratch.join(format!("wrangler-{port}.log"));
-    eprintln!(
-        "xtask: starting wrangler dev on 127.0.0.1:{port} (log: {})",
-        log.display()
-    );
-    let server = Wrangler::start(
-        &tools,
-        DevOptions {
-            port,
-            persist: persist.clone(),
-            vars: vec![
-                ("AUTH_SECRET".into(), secret.clone()),
-                (
-                    "PROVIDERS".into(),
-                    onceclick_tests::mock::providers_var(mock_port, TEST_TIMEOUT_MS, Some(200)),
-                ),
-                ("FALLBACK_API_KEY".into(), "test-key".into()),
-                ("ALLOW_FAULT_INJECTION".into(), "true".into()),
-                ("RECONCILE_STARTING_AFTER_MS".into(), "1500".into()),
-            ],
-            log: Some(log),
-        },
-    )?;
+    let TestWorker {
+        server,
+        secret,
+        persist,
+        mock_port,
+    } = TestWorker::start(&tools, &root)?;
 
     sdk::browser_tests(&tools, &server.url, &secret)?;
 
@@ -231,6 +215,61 @@ fn test() -> Result<()> {
         bail!("integration tests failed");
     }
     Ok(())
+}
+
+/// The Worker as the tests and the bench run it: `wrangler dev` on a free port with a
+/// fresh local D1, a random secret, and the mock provider on another free port.
+struct TestWorker {
+    server: Wrangler,
+    secret: String,
+    persist: std::path::PathBuf,
+    mock_port: u16,
+}
+
+impl TestWorker {
+    fn start(tools: &Tools, root: &Path) -> Result<Self> {
+        let scratch = root.join("target/xtask");
+        std::fs::create_dir_all(&scratch)?;
+        let port = wrangler::free_port()?;
+        let persist = scratch.join(format!("d1-{port}"));
+        let _ = std::fs::remove_dir_all(&persist);
+        wrangler::migrate(tools, &persist, true)?;
+        let mut secret = [0u8; 32];
+        getrandom::fill(&mut secret).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
+        let secret = hex::encode(secret);
+        let mock_port = wrangler::free_port()?;
+        onceclick_tests::mock::spawn(mock_port)?;
+        let log = scratch.join(format!("wrangler-{port}.log"));
+        eprintln!(
+            "xtask: starting wrangler dev on 127.0.0.1:{port} (log: {})",
+            log.display()
+        );
+        let server = Wrangler::start(
+            tools,
+            DevOptions {
+                port,
+                persist: persist.clone(),
+                vars: vec![
+                    ("AUTH_SECRET".into(), secret.clone()),
+                    (
+                        "PROVIDERS".into(),
+                        onceclick_tests::mock::providers_var(mock_port, TEST_TIMEOUT_MS, Some(200)),
+                    ),
+                    ("FALLBACK_API_KEY".into(), "test-key".into()),
+                    ("ALLOW_FAULT_INJECTION".into(), "true".into()),
+                    ("RECONCILE_STARTING_AFTER_MS".into(), "1500".into()),
+                ],
+                log: Some(log),
+            },
+        )?;
+
+        Ok(Self {
+            server,
+            secret,
+            persist,
+            mock_port,
+        })
+    }
 }
 
 /// `cargo fmt --check` and clippy with warnings denied, on the host crates and on the

@@ -17,23 +17,33 @@ fn gzip_len(path: &Path) -> Result<usize> {
     Ok(encoder.finish()?.len())
 }
 
+/// `wasm-pack build --release` of `sdk/` for `target` into `out_dir` (relative to `sdk/`).
+fn wasm_pack_build(tools: &Tools, target: &str, out_dir: &str) -> Result<()> {
+    eprintln!("xtask: wasm-pack build --target {target} --out-dir {out_dir}");
+    run(tools.command("wasm-pack").args([
+        "build",
+        "sdk",
+        "--release",
+        "--target",
+        target,
+        "--out-dir",
+        out_dir,
+        "--out-name",
+        "onceclick",
+    ]))
+}
+
+/// The SDK for the demo page: `www/pkg`, served by the Worker's assets.
+pub(crate) fn build_for_demo(tools: &Tools) -> Result<()> {
+    wasm_pack_build(tools, "web", "../www/pkg")
+}
+
 /// `wasm-pack build` for `web` and `bundler` into `sdk/pkg/{web,bundler}`; prints the
 /// gzip bytes of the wasm and the JS glue, and fails over the 60 KB budget.
 pub(crate) fn build(tools: &Tools) -> Result<()> {
     let root = &tools.root;
     for target in ["web", "bundler"] {
-        eprintln!("xtask: wasm-pack build --target {target}");
-        run(tools.command("wasm-pack").args([
-            "build",
-            "sdk",
-            "--release",
-            "--target",
-            target,
-            "--out-dir",
-            &format!("pkg/{target}"),
-            "--out-name",
-            "onceclick",
-        ]))?;
+        wasm_pack_build(tools, target, &format!("pkg/{target}"))?;
     }
     let pkg = root.join("sdk/pkg/web");
     let wasm = gzip_len(&pkg.join("onceclick_bg.wasm"))?;
