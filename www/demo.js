@@ -8,6 +8,11 @@ for (const id of ["token", "admin", "mock"]) {
   $(id).addEventListener("change", () => localStorage.setItem(`demo:${id}`, $(id).value));
 }
 
+// `?token=…&admin=…` fill the fields; `?run=<scenario>` starts one (for links and
+// for a headless look at the page).
+const params = new URLSearchParams(location.search);
+for (const id of ["token", "admin"]) if (params.get(id)) $(id).value = params.get(id);
+
 let sdk = null;
 try {
   sdk = await import("/pkg/onceclick.js");
@@ -146,6 +151,8 @@ document.addEventListener("click", async (e) => {
     say(`${err.code ?? "error"}: ${err.message ?? err.detail ?? err}`, "err");
   }
 });
+
+if (params.get("run")) document.querySelector(`[data-scenario="${params.get("run")}"]`)?.click();
 
 let etag = null;
 setInterval(async () => {

@@ -103,6 +103,7 @@ fn router(mock: Mock) -> Router {
         .route("/_calls", get(calls))
         .route("/_calls/wait", get(wait_calls))
         .fallback(preflight)
+        .method_not_allowed_fallback(preflight)
         .layer(axum::middleware::map_response(allow_any_origin))
         .with_state(mock)
 }
