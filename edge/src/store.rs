@@ -74,13 +74,9 @@ pub(crate) struct ClaimedAttempt {
 
 #[derive(Deserialize)]
 struct AttemptRow {
-    id: String,
-    job_id: String,
-    provider: String,
-    job_provider: String,
+    #[serde(flatten)]
+    attempt: ClaimedAttempt,
     state: AttemptState,
-    kind: String,
-    input: String,
 }
 
 /// The answer to a claim.
@@ -119,9 +115,8 @@ pub(crate) enum NewAttemptOutcome {
 
 #[derive(Deserialize)]
 struct NewAttemptRow {
-    fingerprint: String,
-    doc: String,
-    etag: String,
+    #[serde(flatten)]
+    doc: DocRow,
     status: JobStatus,
     created: f64,
     in_flight: f64,
@@ -324,16 +319,9 @@ impl Store {
         let claimed = results.first().map(changes).transpose()?.unwrap_or(0) == 1;
         Ok(match first_row::<AttemptRow>(results.last())? {
             None => Claim::Missing,
-            Some(row) if claimed => Claim::Claimed(ClaimedAttempt {
-                id: row.id,
-                job_id: row.job_id,
-                provider: row.provider,
-                job_provider: row.job_provider,
-                kind: row.kind,
-                input: row.input,
-            }),
+            Some(row) if claimed => Claim::Claimed(row.attempt),
             Some(row) => Claim::Ignored {
-                job_id: row.job_id,
+                job_id: row.attempt.job_id,
                 state: row.state,
             },
         })
@@ -498,12 +486,7 @@ impl Store {
             return Ok(NewAttemptOutcome::NotFound);
         };
         if row.created > 0.0 {
-            return stored(DocRow {
-                fingerprint: row.fingerprint,
-                doc: row.doc,
-                etag: row.etag,
-            })
-            .map(NewAttemptOutcome::Created);
+            return stored(row.doc).map(NewAttemptOutcome::Created);
         }
         let (in_flight, unresolved) = (row.in_flight > 0.0, row.unresolved > 0.0);
         if row.status.is_final() || in_flight || unresolved {
