@@ -132,6 +132,7 @@ SELECT
   j.fingerprint,
   j.kind,
   j.status,
+  j.provider,
   (SELECT '"' || max(seq) || '"' FROM job_events WHERE job_id = j.id) AS etag,
   json_object(
     'id', j.id,

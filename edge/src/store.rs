@@ -428,6 +428,41 @@ impl Store {
         })
     }
 
+    /// The one statement behind every attempt after a job's first: insert `new_id` as
+    /// the job's next attempt, `starting` on `provider`, only while the job has not
+    /// finished, the provider is the job's first or certified for the kind at
+    /// `contract_version`, and `guards` hold. `guards` is SQL over the job `j`
+    /// (`job_documents`) whose parameters are `extra`, numbered from `?6`.
+    fn next_attempt(
+        &self,
+        new_id: &str,
+        job_id: &str,
+        provider: &str,
+        contract_version: &str,
+        guards: &str,
+        extra: &[JsValue],
+    ) -> ApiResult<D1PreparedStatement> {
+        let sql = format!(
+            "INSERT INTO attempts (id, job_id, n, provider, state, started_at)
+             SELECT ?1, j.id, (SELECT max(n) + 1 FROM attempts WHERE job_id = j.id), ?3, 'starting', ?4
+               FROM job_documents AS j
+              WHERE j.id = ?2 AND j.status NOT IN ('succeeded', 'cancelled')
+                AND (?3 = j.provider OR {})
+                AND {guards}
+             RETURNING id",
+            certified("?3", "j.kind", "?5")
+        );
+        let mut params = vec![
+            js(new_id),
+            js(job_id),
+            js(provider),
+            js(&clock::now_rfc3339()),
+            js(contract_version),
+        ];
+        params.extend_from_slice(extra);
+        self.stmt(&sql, &params)
+    }
+
     /// A new attempt on `provider`, asked for by the owner (the fallback button). One
     /// statement inserts it only if the job is the owner's, has not finished, has no
     /// attempt `starting`, `running` or `unknown`, and (with `If-Match`) is unchanged;
@@ -441,25 +476,16 @@ impl Store {
         contract_version: &str,
         if_match: Option<&str>,
     ) -> ApiResult<NewAttemptOutcome> {
-        let insert = self.stmt(
-            &format!("INSERT INTO attempts (id, job_id, n, provider, state, started_at)
-             SELECT ?1, j.id, (SELECT max(n) + 1 FROM attempts WHERE job_id = j.id), ?3, 'starting', ?4
-               FROM job_documents AS j
-              WHERE j.id = ?2 AND j.owner_id = ?5
-                AND j.status NOT IN ('succeeded', 'cancelled')
-                AND NOT EXISTS (SELECT 1 FROM attempts
-                                 WHERE job_id = j.id AND state IN ('starting', 'running', 'unknown'))
-                AND (?6 IS NULL OR ?6 = j.etag)
-                AND (?3 = (SELECT provider FROM jobs WHERE id = j.id) OR {})", certified("?3", "j.kind", "?7")),
-            &[
-                js(attempt_id),
-                js(job_id),
-                js(provider),
-                js(&clock::now_rfc3339()),
-                js(owner),
-                if_match.map_or(JsValue::NULL, js),
-                js(contract_version),
-            ],
+        let insert = self.next_attempt(
+            attempt_id,
+            job_id,
+            provider,
+            contract_version,
+            "j.owner_id = ?6
+             AND NOT EXISTS (SELECT 1 FROM attempts
+                              WHERE job_id = j.id AND state IN ('starting', 'running', 'unknown'))
+             AND (?7 IS NULL OR ?7 = j.etag)",
+            &[js(owner), if_match.map_or(JsValue::NULL, js)],
         )?;
         let read = self.stmt(
             &format!(
@@ -469,7 +495,7 @@ impl Store {
                       WHERE job_id = j.id AND state IN ('starting', 'running')) AS in_flight,
                     (SELECT count(*) FROM attempts
                       WHERE job_id = j.id AND state = 'unknown') AS unresolved,
-                    (?4 = (SELECT provider FROM jobs WHERE id = j.id) OR {}) AS certified
+                    (?4 = j.provider OR {}) AS certified
                FROM job_documents AS j WHERE j.id = ?2 AND j.owner_id = ?3",
                 certified("?4", "j.kind", "?5")
             ),
@@ -513,28 +539,16 @@ impl Store {
         provider: &str,
         contract_version: &str,
     ) -> ApiResult<bool> {
-        let stmt = self.stmt(
-            &format!(
-                "INSERT INTO attempts (id, job_id, n, provider, state, started_at)
-                 SELECT ?1, j.id, (SELECT max(n) + 1 FROM attempts WHERE job_id = j.id), ?3, 'starting', ?4
-                   FROM jobs AS j
-                  WHERE j.id = ?2 AND j.status NOT IN ('succeeded', 'cancelled')
-                    AND (SELECT state FROM attempts WHERE id = ?5) = 'running'
-                    AND NOT EXISTS (SELECT 1 FROM attempts WHERE job_id = j.id AND state = 'unknown')
-                    AND (SELECT count(*) FROM attempts
-                          WHERE job_id = j.id AND state IN ('starting', 'running')) = 1
-                    AND (?3 = j.provider OR {})
-                 RETURNING id",
-                certified("?3", "j.kind", "?6")
-            ),
-            &[
-                js(hedge_id),
-                js(job_id),
-                js(provider),
-                js(&clock::now_rfc3339()),
-                js(running_id),
-                js(contract_version),
-            ],
+        let stmt = self.next_attempt(
+            hedge_id,
+            job_id,
+            provider,
+            contract_version,
+            "(SELECT state FROM attempts WHERE id = ?6) = 'running'
+             AND NOT EXISTS (SELECT 1 FROM attempts WHERE job_id = j.id AND state = 'unknown')
+             AND (SELECT count(*) FROM attempts
+                   WHERE job_id = j.id AND state IN ('starting', 'running')) = 1",
+            &[js(running_id)],
         )?;
         self.changed_one(stmt).await
     }
@@ -552,29 +566,16 @@ impl Store {
         contract_version: &str,
         max_attempts: u32,
     ) -> ApiResult<bool> {
-        let stmt = self.stmt(
-            &format!(
-                "INSERT INTO attempts (id, job_id, n, provider, state, started_at)
-                 SELECT ?1, j.id, (SELECT max(n) + 1 FROM attempts WHERE job_id = j.id), ?3, 'starting', ?4
-                   FROM jobs AS j
-                  WHERE j.id = ?2 AND j.status NOT IN ('succeeded', 'cancelled')
-                    AND (SELECT state FROM attempts WHERE id = ?5) = 'failed'
-                    AND NOT EXISTS (SELECT 1 FROM attempts WHERE job_id = j.id
-                                     AND state IN ('starting', 'running', 'unknown'))
-                    AND (SELECT count(*) FROM attempts WHERE job_id = j.id) < ?7
-                    AND (?3 = j.provider OR {})
-                 RETURNING id",
-                certified("?3", "j.kind", "?6")
-            ),
-            &[
-                js(new_id),
-                js(job_id),
-                js(provider),
-                js(&clock::now_rfc3339()),
-                js(failed_id),
-                js(contract_version),
-                JsValue::from_f64(f64::from(max_attempts)),
-            ],
+        let stmt = self.next_attempt(
+            new_id,
+            job_id,
+            provider,
+            contract_version,
+            "(SELECT state FROM attempts WHERE id = ?6) = 'failed'
+             AND NOT EXISTS (SELECT 1 FROM attempts WHERE job_id = j.id
+                              AND state IN ('starting', 'running', 'unknown'))
+             AND (SELECT count(*) FROM attempts WHERE job_id = j.id) < ?7",
+            &[js(failed_id), JsValue::from_f64(f64::from(max_attempts))],
         )?;
         self.changed_one(stmt).await
     }
