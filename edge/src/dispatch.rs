@@ -146,7 +146,7 @@ fn run_claimed<'a>(
                 openai::call(provider, api_key.as_deref(), kind, &input, &attempt.id).await;
             let retryable = matches!(&outcome, CallOutcome::Failed(e) if e.retryable);
             if record(store, &attempt, outcome).await? && retryable {
-                fail_over(env, store, &attempt, kind).await?;
+                fail_over(env, store, &attempt, kind, &configured).await?;
             }
             Ok(())
         };
@@ -276,12 +276,12 @@ async fn fail_over(
     store: &Store,
     failed: &ClaimedAttempt,
     kind: &Kind,
+    configured: &[ProviderConfig],
 ) -> ApiResult<()> {
     let Some(policy) = &kind.decl().auto_failover else {
         return Ok(());
     };
-    let configured = providers::configured(env)?;
-    let next = match next_certified(store, failed, kind, &configured).await? {
+    let next = match next_certified(store, failed, kind, configured).await? {
         Ok(next) => next,
         Err(reason) => return log_skipped(store, failed, "auto_failover", &reason).await,
     };

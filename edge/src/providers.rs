@@ -2,18 +2,14 @@
 
 pub(crate) use onceclick_protocol::contract::ProviderConfig;
 
-/// Parses the `PROVIDERS` var. A deployment error, not a client's: reported as internal.
-pub(crate) fn parse(text: &str) -> Result<Vec<ProviderConfig>, String> {
-    ProviderConfig::parse_list(text)
-}
-
-/// The providers this deployment configures.
+/// The providers this deployment configures. A `PROVIDERS` that does not parse is a
+/// deployment error, not a client's: reported as internal.
 pub(crate) fn configured(env: &worker::Env) -> crate::error::ApiResult<Vec<ProviderConfig>> {
     let text = env
         .var("PROVIDERS")
         .map(|v| v.to_string())
         .unwrap_or_else(|_| "[]".to_owned());
-    parse(&text).map_err(crate::error::AppError::internal)
+    ProviderConfig::parse_list(&text).map_err(crate::error::AppError::internal)
 }
 
 /// The provider's API key, from the wrangler secret its config names.
