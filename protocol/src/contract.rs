@@ -68,6 +68,15 @@ impl ProviderConfig {
     pub fn parse_list(text: &str) -> Result<Vec<ProviderConfig>, String> {
         serde_json::from_str(text).map_err(|e| format!("PROVIDERS does not parse: {e}"))
     }
+
+    /// What a certification is bound to: SHA-256 of the canonical `{base_url, model}`.
+    /// Another model, or the same name at another address, is another provider.
+    pub fn digest(&self) -> String {
+        let mut what = serde_json::Map::new();
+        what.insert("base_url".to_owned(), Value::String(self.base_url.clone()));
+        what.insert("model".to_owned(), Value::String(self.model.clone()));
+        canonical_sha256(&Value::Object(what))
+    }
 }
 
 /// Automatic failover after a retryable failure.

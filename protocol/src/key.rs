@@ -27,6 +27,9 @@ pub enum KeyError {
         /// Its zero-based position.
         at: usize,
     },
+    /// A value that opens with `"` but is not an RFC 8941 sf-string.
+    #[error("the Idempotency-Key is not a valid structured-field string: {0}")]
+    BadString(&'static str),
 }
 
 impl IdempotencyKey {
@@ -49,10 +52,41 @@ impl IdempotencyKey {
         Ok(Self(raw.to_owned()))
     }
 
+    /// Reads the header value. The IETF draft writes the key as an RFC 8941 sf-string
+    /// (`"8e03978e-…"`); the bare form (`8e03978e-…`) is accepted too, and both name the
+    /// same key. A value that opens with `"` must be a valid sf-string.
+    pub fn from_header(raw: &str) -> Result<Self, KeyError> {
+        let raw = raw.trim_matches([' ', '\t']);
+        match raw.strip_prefix('"') {
+            None => Self::parse(raw),
+            Some(quoted) => Self::parse(&sf_string(quoted)?),
+        }
+    }
+
     /// The key as sent.
     pub fn as_str(&self) -> &str {
         &self.0
     }
+}
+
+/// The content of an sf-string after its opening quote (RFC 8941 §4.2.5): printable
+/// ASCII, `\\` and `\"` the only escapes, nothing after the closing quote.
+fn sf_string(quoted: &str) -> Result<String, KeyError> {
+    let mut out = String::with_capacity(quoted.len());
+    let mut chars = quoted.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => match chars.next() {
+                Some(escaped @ ('"' | '\\')) => out.push(escaped),
+                _ => return Err(KeyError::BadString("a backslash may only escape \" or \\")),
+            },
+            '"' if chars.as_str().is_empty() => return Ok(out),
+            '"' => return Err(KeyError::BadString("nothing may follow the closing quote")),
+            ' '..='~' => out.push(c),
+            _ => return Err(KeyError::BadString("only printable ASCII may appear")),
+        }
+    }
+    Err(KeyError::BadString("the closing quote is missing"))
 }
 
 #[cfg(test)]
@@ -87,5 +121,43 @@ mod tests {
             Err(KeyError::BadByte { at: 1, .. })
         ));
         assert!(IdempotencyKey::parse("\u{7f}").is_err());
+    }
+
+    #[test]
+    fn the_quoted_and_bare_forms_name_the_same_key() {
+        let bare = IdempotencyKey::from_header("8e03978e-40d5-43e8-bc93-6894a57f9324").unwrap();
+        let quoted =
+            IdempotencyKey::from_header("\"8e03978e-40d5-43e8-bc93-6894a57f9324\"").unwrap();
+        assert_eq!(bare, quoted);
+        assert_eq!(
+            IdempotencyKey::from_header(r#""a\"b\\c""#)
+                .unwrap()
+                .as_str(),
+            r#"a"b\c"#
+        );
+    }
+
+    #[test]
+    fn a_quoted_value_must_be_an_sf_string() {
+        for bad in [
+            r#""abc"#,
+            r#""a\bc""#,
+            r#""abc"x"#,
+            "\"caf\u{e9}\"",
+            r#""a"b""#,
+        ] {
+            assert!(
+                matches!(
+                    IdempotencyKey::from_header(bad),
+                    Err(KeyError::BadString(_))
+                ),
+                "{bad:?}"
+            );
+        }
+        assert_eq!(IdempotencyKey::from_header("\"\""), Err(KeyError::Empty));
+        assert!(matches!(
+            IdempotencyKey::from_header("\"a b\""),
+            Err(KeyError::BadByte { byte: 0x20, .. })
+        ));
     }
 }

@@ -8,6 +8,7 @@
 #[cfg(feature = "contract")]
 pub mod contract;
 mod error;
+pub mod etag;
 mod fingerprint;
 pub mod ijson;
 pub mod jcs;

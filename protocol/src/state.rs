@@ -97,6 +97,8 @@ impl AttemptState {
         (Self::Unknown, Self::Cancelled),
         (Self::Running, Self::Superseded),
         (Self::Unknown, Self::Superseded),
+        // A hedge inserted just before another attempt won: it never reaches a provider.
+        (Self::Starting, Self::Superseded),
     ];
 
     /// The wire and database spelling.
