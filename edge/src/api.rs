@@ -3,8 +3,11 @@
 use crate::auth::{self, Caller};
 use crate::clock;
 use crate::error::{ApiResult, AppError};
+use crate::fault;
 use crate::store::{Store, StoredJob};
 use crate::{attempts, certify, jobs};
+use futures_util::StreamExt;
+use onceclick_protocol::etag::Condition;
 use onceclick_protocol::{ijson, ErrorCode, MAX_BODY_BYTES};
 use serde::de::DeserializeOwned;
 use worker::{Env, Headers, Method, Request, Response};
@@ -13,16 +16,28 @@ use worker::{Env, Headers, Method, Request, Response};
 pub(crate) struct Ctx<'a> {
     pub(crate) env: &'a Env,
     pub(crate) store: &'a Store,
+    /// Test-only faults this request armed (`X-Onceclick-Fault`), handed on to the
+    /// dispatch of any attempt it creates.
+    pub(crate) fault: Option<String>,
 }
 
 /// Answers one request. Never fails: every error becomes problem+json here, and every
 /// answer carries `Server-Timing` with the D1 round trips it made.
 pub(crate) async fn handle(mut req: Request, env: &Env) -> Response {
+    let fault = fault::header(&req, env);
+    let faults = match fault.as_deref().map(fault::parse).transpose() {
+        Ok(faults) => faults.unwrap_or_default(),
+        Err(why) => return AppError::new(ErrorCode::InvalidJson, why).into_response(),
+    };
     let store = match env.d1("DB") {
-        Ok(db) => Store::new(db),
+        Ok(db) => Store::new(db).with_faults(faults, &req.path()),
         Err(e) => return AppError::internal(e).into_response(),
     };
-    let ctx = Ctx { env, store: &store };
+    let ctx = Ctx {
+        env,
+        store: &store,
+        fault,
+    };
     let mut response = if req.method() == Method::Options {
         preflight()
     } else {
@@ -93,7 +108,7 @@ async fn route(req: &mut Request, ctx: &Ctx<'_>) -> ApiResult<Response> {
         ["v1", "jobs", id, "cancel"] => {
             allow(&method, &[Method::Post])?;
             let caller = caller(req, ctx)?;
-            attempts::cancel(ctx, &caller, id).await
+            jobs::cancel(ctx, &caller, id).await
         }
         ["v1", "attempts", id, "resolve"] => {
             allow(&method, &[Method::Post])?;
@@ -146,25 +161,7 @@ fn caller(req: &Request, ctx: &Ctx<'_>) -> ApiResult<Caller> {
 
 /// Reads the body as I-JSON into `T`: `413` over 64 KiB, `400 invalid_json` otherwise.
 pub(crate) async fn read_json<T: DeserializeOwned>(req: &mut Request, what: &str) -> ApiResult<T> {
-    let too_large = |n: usize| {
-        AppError::new(
-            ErrorCode::PayloadTooLarge,
-            format!("the body is {n} bytes; at most {MAX_BODY_BYTES} are accepted"),
-        )
-    };
-    let declared = req
-        .headers()
-        .get("Content-Length")
-        .ok()
-        .flatten()
-        .and_then(|v| v.parse::<usize>().ok());
-    if let Some(n) = declared.filter(|n| *n > MAX_BODY_BYTES) {
-        return Err(too_large(n));
-    }
-    let body = req.bytes().await?;
-    if body.len() > MAX_BODY_BYTES {
-        return Err(too_large(body.len()));
-    }
+    let body = read_body(req).await?;
     // An empty body is an empty object: every field of an optional body is optional.
     let body = if body.iter().all(u8::is_ascii_whitespace) {
         b"{}".to_vec()
@@ -181,12 +178,49 @@ pub(crate) async fn read_json<T: DeserializeOwned>(req: &mut Request, what: &str
     })
 }
 
-/// Whether an `If-None-Match` / `If-Match` header names `current`.
-pub(crate) fn etag_matches(header: &str, current: &str) -> bool {
-    header
-        .split(',')
-        .map(|t| t.trim().trim_start_matches("W/"))
-        .any(|t| t == "*" || t == current)
+/// The body, at most [`MAX_BODY_BYTES`]: refused with 413 from `Content-Length` when
+/// it says so, and otherwise while it streams (a chunked body has no length), so an
+/// oversized body is never buffered whole. A body that breaks off is a 400.
+async fn read_body(req: &mut Request) -> ApiResult<Vec<u8>> {
+    let too_large = |n: String| {
+        AppError::new(
+            ErrorCode::PayloadTooLarge,
+            format!("the body is {n} bytes; at most {MAX_BODY_BYTES} are accepted"),
+        )
+    };
+    let declared = req
+        .headers()
+        .get("Content-Length")
+        .ok()
+        .flatten()
+        .and_then(|v| v.parse::<usize>().ok());
+    if let Some(n) = declared.filter(|n| *n > MAX_BODY_BYTES) {
+        return Err(too_large(n.to_string()));
+    }
+    let broken = |e: worker::Error| {
+        AppError::new(
+            ErrorCode::InvalidJson,
+            format!("the body could not be read: {e}"),
+        )
+    };
+    let mut stream = match req.stream() {
+        Ok(stream) => stream,
+        // No body at all.
+        Err(_) => return Ok(Vec::new()),
+    };
+    let mut body = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        body.extend_from_slice(&chunk.map_err(broken)?);
+        if body.len() > MAX_BODY_BYTES {
+            return Err(too_large(format!("more than {MAX_BODY_BYTES}")));
+        }
+    }
+    Ok(body)
+}
+
+/// Whether an `If-None-Match` header names `current` (weak comparison, RFC 9110).
+pub(crate) fn none_match(header: &str, current: &str) -> bool {
+    Condition::parse(header).matches_weak(current)
 }
 
 /// `ETag` for a job response.

@@ -1,5 +1,5 @@
-//! Handlers that add or end attempts: the fallback button, cancel, and the admin's ways
-//! out of `unknown`.
+//! Handlers that add or end attempts: the fallback button, and the admin's ways out of
+//! `unknown`.
 
 use crate::api::{job_headers, json, read_json, Ctx};
 use crate::auth::Caller;
@@ -7,9 +7,11 @@ use crate::clock;
 use crate::dispatch;
 use crate::error::{ApiResult, AppError};
 use crate::kinds;
-use crate::providers;
-use crate::store::{Completion, NewAttemptOutcome};
-use onceclick_protocol::{AttemptError, AttemptState, ErrorCode, JobStatus, NewAttempt};
+use crate::providers::{self, ProviderConfig};
+use crate::store::{Completion, NewAttemptOutcome, NextAttempt, Offer, StoredJob};
+use onceclick_protocol::contract::Kind;
+use onceclick_protocol::etag::Condition;
+use onceclick_protocol::{AttemptError, AttemptState, ErrorCode, IdempotencyKey, NewAttempt};
 use serde::Deserialize;
 use serde_json::Value;
 use worker::{Headers, Request, Response};
@@ -18,84 +20,97 @@ fn job_not_found(id: &str) -> AppError {
     AppError::not_found(&format!("job {id}"))
 }
 
-/// `POST /v1/jobs/{id}/attempts`: one more attempt on the same job.
+/// `POST /v1/jobs/{id}/attempts`: one more attempt on the same job (the fallback
+/// button).
+///
+/// The request has its own identity: an `Idempotency-Key` header. A resend with the
+/// same key, after a lost answer, gets the attempt the first send made (200,
+/// `Idempotent-Replayed: true`) and never a second one, whatever the job has done
+/// since; the same key with another body is `409 idempotency_key_reused`. Without a key,
+/// `If-Match` alone guards against a second attempt (a resend is then a 412).
 pub(crate) async fn create(
     req: &mut Request,
     ctx: &Ctx<'_>,
     caller: &Caller,
     job_id: &str,
 ) -> ApiResult<Response> {
+    let key = match req.headers().get("Idempotency-Key").ok().flatten() {
+        Some(raw) => Some(
+            IdempotencyKey::from_header(&raw)
+                .map_err(|e| AppError::new(ErrorCode::IdempotencyKeyInvalid, e.to_string()))?,
+        ),
+        None => None,
+    };
     let body: NewAttempt = read_json(req, "an attempt request").await?;
-    let if_match = req.headers().get("If-Match").ok().flatten();
+    let if_match = req
+        .headers()
+        .get("If-Match")
+        .ok()
+        .flatten()
+        .map(|h| Condition::parse(&h));
     let stored = ctx
         .store
         .job(Some(&caller.owner), job_id)
         .await?
         .ok_or_else(|| job_not_found(job_id))?;
-    let kind = kinds::find(&stored.job.kind)
-        .map_err(AppError::internal)?
-        .ok_or_else(|| {
-            AppError::internal(format!("kind {} is no longer declared", stored.job.kind))
-        })?;
+    let request_text = serde_json::to_string(&body).map_err(AppError::internal)?;
     let configured = providers::configured(ctx.env)?;
-    let usable =
-        |name: &str| kind.names_provider(name) && providers::find(&configured, name).is_some();
-    let provider = match body.provider {
-        Some(name) if usable(&name) => name,
-        Some(name) => {
-            return Err(AppError::new(
-                ErrorCode::UnknownProvider,
-                format!(
-                    "no provider {name:?} is configured for kind {:?}",
-                    kind.name()
-                ),
-            ))
+    let (kind, provider) = match choose(&stored, &body, &configured) {
+        Ok(chosen) => chosen,
+        // A resend is answered from what its first send made, even if a deploy has
+        // since removed the provider or the kind it names.
+        Err(invalid) => {
+            let Some(key) = &key else {
+                return Err(invalid);
+            };
+            return match ctx
+                .store
+                .attempt_by_request(&caller.owner, job_id, key.as_str())
+                .await?
+            {
+                Some((stored, attempt_id, fingerprint))
+                    if fingerprint.as_deref() == Some(request_text.as_str()) =>
+                {
+                    attempt_answer(200, &stored, &attempt_id, true)
+                }
+                Some(_) => Err(key_reused(job_id)),
+                None => Err(invalid),
+            };
         }
-        None => kind
-            .next_provider(
-                stored.job.attempts.last().map(|a| a.provider.as_str()),
-                usable,
-            )
-            .map(str::to_owned)
-            .ok_or_else(|| {
-                AppError::new(
-                    ErrorCode::UnknownProvider,
-                    format!("kind {:?} has no configured provider", kind.name()),
-                )
-            })?,
     };
 
     let attempt_id = clock::new_id("att");
+    let digest = providers::digest(&configured, &provider);
+    let next = NextAttempt {
+        new_id: &attempt_id,
+        job_id,
+        provider: &provider,
+        contract_version: kind.contract_version(),
+        provider_digest: &digest,
+        request: key.as_ref().map(|k| (k.as_str(), request_text.as_str())),
+    };
     let outcome = ctx
         .store
         .insert_attempt(
+            &next,
             &caller.owner,
-            job_id,
-            &attempt_id,
-            &provider,
-            kind.contract_version(),
-            if_match.as_deref(),
+            if_match.as_ref().and_then(Condition::strong_tags),
         )
         .await?;
     match outcome {
         NewAttemptOutcome::Created(stored) => {
-            dispatch::enqueue(ctx.env, &attempt_id).await;
-            let attempt = stored
-                .job
-                .attempts
-                .iter()
-                .find(|a| a.id == attempt_id)
-                .ok_or_else(|| AppError::internal("the new attempt is missing from its job"))?;
-            let body = serde_json::to_string(attempt).map_err(AppError::internal)?;
-            let headers = job_headers(&stored);
-            let _ = headers.set("Location", &format!("/v1/jobs/{job_id}"));
-            json(201, body, headers)
+            dispatch::enqueue(ctx.env, &attempt_id, ctx.fault.as_deref()).await;
+            attempt_answer(201, &stored, &attempt_id, false)
         }
+        NewAttemptOutcome::Replayed { stored, attempt_id } => {
+            attempt_answer(200, &stored, &attempt_id, true)
+        }
+        NewAttemptOutcome::KeyReused => Err(key_reused(job_id)),
         NewAttemptOutcome::NotFound => Err(job_not_found(job_id)),
         NewAttemptOutcome::NotCertified => Err(AppError::new(
             ErrorCode::ProviderNotCertified,
             format!(
-                "provider {provider:?} has not passed certification for kind {:?} at contract version {}; an admin can run POST /v1/providers/{provider}/certify",
+                "provider {provider:?} has not passed certification for kind {:?} at contract version {} as it is configured now; an admin can run POST /v1/providers/{provider}/certify",
                 kind.name(),
                 kind.contract_version()
             ),
@@ -127,23 +142,81 @@ pub(crate) async fn create(
     }
 }
 
-/// `POST /v1/jobs/{id}/cancel`: the owner gives up. Cancelling a cancelled job answers
-/// the job again; a succeeded job cannot be cancelled.
-pub(crate) async fn cancel(ctx: &Ctx<'_>, caller: &Caller, job_id: &str) -> ApiResult<Response> {
-    let stored = ctx
-        .store
-        .cancel(&caller.owner, job_id)
-        .await?
-        .ok_or_else(|| job_not_found(job_id))?;
-    if stored.job.status == JobStatus::Succeeded {
-        return Err(AppError::new(
-            ErrorCode::JobFinished,
-            "the job has succeeded; its result stands",
-        )
-        .with_job(job_id));
+fn key_reused(job_id: &str) -> AppError {
+    AppError::new(
+        ErrorCode::IdempotencyKeyReused,
+        "this Idempotency-Key made an attempt from another request; use a new key for a new click",
+    )
+    .with_job(job_id)
+}
+
+/// The kind of `stored` and the provider a new attempt would run on: the one `body`
+/// names, or the kind's next after the last attempt's.
+fn choose(
+    stored: &StoredJob,
+    body: &NewAttempt,
+    configured: &[ProviderConfig],
+) -> ApiResult<(&'static Kind, String)> {
+    let kind = kinds::find(&stored.job.kind)
+        .map_err(AppError::internal)?
+        .ok_or_else(|| {
+            AppError::new(
+                ErrorCode::UnknownKind,
+                format!(
+                    "kind {:?} is no longer declared; no attempt can be added",
+                    stored.job.kind
+                ),
+            )
+        })?;
+    let usable =
+        |name: &str| kind.names_provider(name) && providers::find(configured, name).is_some();
+    let provider = match &body.provider {
+        Some(name) if usable(name) => name.clone(),
+        Some(name) => {
+            return Err(AppError::new(
+                ErrorCode::UnknownProvider,
+                format!(
+                    "no provider {name:?} is configured for kind {:?}",
+                    kind.name()
+                ),
+            ))
+        }
+        None => kind
+            .next_provider(
+                stored.job.attempts.last().map(|a| a.provider.as_str()),
+                usable,
+            )
+            .map(str::to_owned)
+            .ok_or_else(|| {
+                AppError::new(
+                    ErrorCode::UnknownProvider,
+                    format!("kind {:?} has no configured provider", kind.name()),
+                )
+            })?,
+    };
+    Ok((kind, provider))
+}
+
+/// The attempt `attempt_id` of `stored`, as the answer to the fallback button.
+fn attempt_answer(
+    status: u16,
+    stored: &StoredJob,
+    attempt_id: &str,
+    replayed: bool,
+) -> ApiResult<Response> {
+    let attempt = stored
+        .job
+        .attempts
+        .iter()
+        .find(|a| a.id == attempt_id)
+        .ok_or_else(|| AppError::internal("the attempt is missing from its job"))?;
+    let body = serde_json::to_string(attempt).map_err(AppError::internal)?;
+    let headers = job_headers(stored);
+    let _ = headers.set("Location", &format!("/v1/jobs/{}", stored.job.id));
+    if replayed {
+        let _ = headers.set("Idempotent-Replayed", "true");
     }
-    let headers = job_headers(&stored);
-    json(200, stored.doc, headers)
+    json(status, body, headers)
 }
 
 #[derive(Debug, Deserialize)]
@@ -163,6 +236,11 @@ enum Outcome {
 }
 
 /// `POST /v1/attempts/{id}/resolve` (admin): the out-of-band way out of `unknown`.
+///
+/// Only an `unknown` attempt can be resolved; anything else is a 409 that writes
+/// nothing (no event, no ETag change). A result for a job that another attempt has
+/// already completed is accepted only if it is that same result (the attempt becomes
+/// `superseded`); a different one is a 409 and nothing is written.
 pub(crate) async fn resolve(
     req: &mut Request,
     ctx: &Ctx<'_>,
@@ -170,7 +248,7 @@ pub(crate) async fn resolve(
 ) -> ApiResult<Response> {
     let body: Resolve = read_json(req, "a resolution").await?;
     let not_found = || AppError::not_found(&format!("attempt {attempt_id}"));
-    let (job_id, _) = ctx
+    let (job_id, state) = ctx
         .store
         .attempt_job(attempt_id)
         .await?
@@ -182,6 +260,11 @@ pub(crate) async fn resolve(
         )
         .with_job(&job_id)
     };
+    // Refused before anything is written. The writes below name `unknown` again, so
+    // a resolution that loses a race with another is refused there too.
+    if state != AttemptState::Unknown {
+        return Err(not_unknown());
+    }
     match (body.outcome, body.result) {
         (Outcome::Succeeded, None) => {
             return Err(AppError::new(
@@ -198,7 +281,7 @@ pub(crate) async fn resolve(
                 .map_err(|v| AppError::new(ErrorCode::ContractViolation, v.0))?;
             let completion = ctx
                 .store
-                .complete(&job_id, attempt_id, AttemptState::Unknown, &result)
+                .complete(&job_id, attempt_id, Offer::Resolution, &result)
                 .await?;
             let provider = stored
                 .job
@@ -208,8 +291,18 @@ pub(crate) async fn resolve(
                 .map(|a| a.provider.clone())
                 .unwrap_or_default();
             dispatch::log_completion(&job_id, attempt_id, &provider, &completion);
-            if let Completion::Discarded { .. } = completion {
-                return Err(not_unknown());
+            match completion {
+                Completion::Discarded {
+                    state: AttemptState::Unknown,
+                } => {
+                    return Err(AppError::new(
+                        ErrorCode::JobFinished,
+                        "the job has already succeeded with another result; resolve this attempt as failed or cancelled",
+                    )
+                    .with_job(&job_id))
+                }
+                Completion::Discarded { .. } => return Err(not_unknown()),
+                Completion::Won | Completion::Lost { .. } => {}
             }
         }
         (outcome, _) => {
@@ -226,7 +319,7 @@ pub(crate) async fn resolve(
             };
             if !ctx
                 .store
-                .move_attempt(attempt_id, AttemptState::Unknown, to, error.as_ref())
+                .move_attempt(attempt_id, &[AttemptState::Unknown], to, error.as_ref())
                 .await?
             {
                 return Err(not_unknown());
@@ -247,7 +340,7 @@ pub(crate) async fn redispatch(ctx: &Ctx<'_>, attempt_id: &str) -> ApiResult<Res
         .attempt_job(attempt_id)
         .await?
         .ok_or_else(|| AppError::not_found(&format!("attempt {attempt_id}")))?;
-    dispatch::enqueue(ctx.env, attempt_id).await;
+    dispatch::enqueue(ctx.env, attempt_id, ctx.fault.as_deref()).await;
     let body = serde_json::json!({"attempt_id": attempt_id, "job_id": job_id, "state": state});
     json(202, body.to_string(), Headers::new())
 }

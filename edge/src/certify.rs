@@ -6,7 +6,7 @@ use crate::clock;
 use crate::error::{ApiResult, AppError};
 use crate::kinds;
 use crate::openai::{self, CallOutcome};
-use crate::providers;
+use crate::providers::{self, ProviderConfig};
 use crate::store::{Certification, Store};
 use futures_util::future::join_all;
 use onceclick_protocol::contract::Kind;
@@ -25,6 +25,11 @@ pub(crate) async fn certify(ctx: &Ctx<'_>, name: &str) -> ApiResult<Response> {
     let kinds = kinds::all().map_err(AppError::internal)?;
     let mut reports = Vec::new();
     for kind in kinds.iter().filter(|k| k.names_provider(name)) {
+        if let Some(report) = too_long(provider, kind) {
+            ctx.store.save_certification(&report).await?;
+            reports.push(report);
+            continue;
+        }
         let calls = kind
             .decl()
             .golden_inputs
@@ -36,7 +41,7 @@ pub(crate) async fn certify(ctx: &Ctx<'_>, name: &str) -> ApiResult<Response> {
                 async move {
                     match openai::call(provider, api_key, kind, input, &call_id).await {
                         CallOutcome::Output(_) => None,
-                        CallOutcome::Failed(e) | CallOutcome::TimedOut(e) => {
+                        CallOutcome::Failed(e) | CallOutcome::Unknown(e) => {
                             Some(json!({"input": i, "code": e.code, "message": e.message}))
                         }
                     }
@@ -47,6 +52,7 @@ pub(crate) async fn certify(ctx: &Ctx<'_>, name: &str) -> ApiResult<Response> {
             provider: name.to_owned(),
             kind: kind.name().to_owned(),
             contract_version: kind.contract_version().to_owned(),
+            provider_digest: provider.digest(),
             passed: failures.is_empty() && !kind.decl().golden_inputs.is_empty(),
             failures,
             certified_at: clock::now_rfc3339(),
@@ -71,11 +77,7 @@ pub(crate) async fn list(ctx: &Ctx<'_>) -> ApiResult<Response> {
                 .iter()
                 .filter(|k| k.names_provider(&p.name))
                 .map(|k| {
-                    let current = reports.iter().find(|r| {
-                        r.provider == p.name
-                            && r.kind == k.name()
-                            && r.contract_version == k.contract_version()
-                    });
+                    let current = reports.iter().find(|r| is_current(r, k, p));
                     let entry = json!({
                         "contract_version": k.contract_version(),
                         "certified": current.is_some_and(|r| r.passed),
@@ -102,15 +104,64 @@ pub(crate) async fn list(ctx: &Ctx<'_>) -> ApiResult<Response> {
     )
 }
 
-/// The providers certified for `kind` at its current contract version.
-pub(crate) async fn certified_for(store: &Store, kind: &Kind) -> ApiResult<HashSet<String>> {
+/// Whether `report` certifies `provider` as it is configured now for `kind` as it is
+/// declared now: another contract version, model or base URL voids it.
+fn is_current(report: &Certification, kind: &Kind, provider: &ProviderConfig) -> bool {
+    report.provider == provider.name
+        && report.kind == kind.name()
+        && report.contract_version == kind.contract_version()
+        && report.provider_digest == provider.digest()
+}
+
+/// The providers certified for `kind` at its current contract version, as `configured`
+/// now.
+pub(crate) async fn certified_for(
+    store: &Store,
+    kind: &Kind,
+    configured: &[ProviderConfig],
+) -> ApiResult<HashSet<String>> {
     Ok(store
         .certifications()
         .await?
         .into_iter()
         .filter(|r| {
-            r.passed && r.kind == kind.name() && r.contract_version == kind.contract_version()
+            r.passed
+                && providers::find(configured, &r.provider).is_some_and(|p| is_current(r, kind, p))
         })
         .map(|r| r.provider)
         .collect())
+}
+
+/// A failed report when a rendered golden prompt may not fit the provider's
+/// `max_prompt_tokens`. The Worker carries no tokenizer, so it bounds the count from
+/// above by the prompt's UTF-8 length (a byte-level BPE token is at least one byte):
+/// a prompt passes here only if it fits for certain. `cargo xtask certify` counts with
+/// the model's own tokenizer before it calls this endpoint.
+fn too_long(provider: &ProviderConfig, kind: &Kind) -> Option<Certification> {
+    let max = provider.max_prompt_tokens?;
+    let failures: Vec<Value> = kind
+        .decl()
+        .golden_inputs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, input)| {
+            let (system, user) = kind.render_prompt(input);
+            let bound = (system.len() + user.len()) as u64;
+            (bound > max).then(|| {
+                json!({"input": i, "code": "prompt_too_long", "message": format!(
+                    "golden input {i} renders to {bound} bytes, which may be more than the {max} max_prompt_tokens of {}",
+                    provider.name
+                )})
+            })
+        })
+        .collect();
+    (!failures.is_empty()).then(|| Certification {
+        provider: provider.name.clone(),
+        kind: kind.name().to_owned(),
+        contract_version: kind.contract_version().to_owned(),
+        provider_digest: provider.digest(),
+        passed: false,
+        failures,
+        certified_at: clock::now_rfc3339(),
+    })
 }

@@ -1,97 +1,164 @@
 //! The dispatcher: the queue consumer that runs attempts against providers.
 //!
 //! A dispatch message names one attempt. The consumer claims it (`starting → running`,
-//! one conditional UPDATE), calls the provider, and offers the outcome to the store.
-//! Every error is handled here; each message is acked or retried explicitly, because an
-//! `Err` out of a queue handler would crash the isolate.
+//! one conditional UPDATE with a fresh claim token), calls the provider, and offers the
+//! outcome to the store. Every error is handled here; each message is acked or retried
+//! explicitly, because an `Err` out of a queue handler would crash the isolate.
+//!
+//! A D1 write that fails (before it commits, or after, with its reply lost) is sent
+//! again a few times right here, since every store call is safe to repeat. What a
+//! provider delivered is never dropped: a result that D1 will not take is handed back to
+//! the queue in a message of its own and recorded from there.
 
 use crate::certify;
 use crate::clock;
 use crate::error::{ApiResult, AppError};
+use crate::fault;
 use crate::kinds;
 use crate::openai::{self, CallOutcome};
 use crate::providers::{self, ProviderConfig};
-use crate::store::{Claim, ClaimedAttempt, Completion, Store};
+use crate::store::{Claim, ClaimedAttempt, Completion, NextAttempt, Offer, Store};
 use futures_util::future::{join, join_all, select, Either, LocalBoxFuture};
 use futures_util::FutureExt;
 use onceclick_protocol::contract::Kind;
 use onceclick_protocol::{AttemptError, AttemptState, EventType};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use std::future::Future;
 use std::time::Duration;
 use worker::{console_error, console_log, Delay, Env, MessageBatch, MessageExt};
 
 /// The queue binding that carries dispatch messages.
 pub(crate) const QUEUE: &str = "DISPATCH";
 
-/// One dispatch message: run this attempt.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// Tries of one D1 write inside one delivery, the first included.
+const WRITE_TRIES: u32 = 8;
+
+/// One dispatch message: run this attempt, or record a result it already has.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub(crate) struct Dispatch {
     pub(crate) attempt_id: String,
+    /// Test-only faults for the dispatcher's calls (see `fault.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) fault: Option<String>,
+    /// A provider's result that D1 would not take when it came: record it, call nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) result: Option<PendingResult>,
+}
+
+/// A result waiting to be recorded (its output as JSON text: a queue turns a
+/// `serde_json::Value` into a JS Map).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct PendingResult {
+    pub(crate) job_id: String,
+    pub(crate) provider: String,
+    pub(crate) output: String,
 }
 
 /// Enqueues the dispatch of `attempt_id`. A lost enqueue is not an error for the
 /// caller: the attempt stays `starting` and the reconciler sends it again.
-pub(crate) async fn enqueue(env: &Env, attempt_id: &str) {
+pub(crate) async fn enqueue(env: &Env, attempt_id: &str, fault: Option<&str>) {
+    send(
+        env,
+        Dispatch {
+            attempt_id: attempt_id.to_owned(),
+            fault: fault.map(str::to_owned),
+            result: None,
+        },
+    )
+    .await;
+}
+
+async fn send(env: &Env, message: Dispatch) -> bool {
+    let attempt_id = message.attempt_id.clone();
     let sent = match env.queue(QUEUE) {
-        Ok(queue) => {
-            queue
-                .send(Dispatch {
-                    attempt_id: attempt_id.to_owned(),
-                })
-                .await
-        }
+        Ok(queue) => queue.send(message).await,
         Err(e) => Err(e),
     };
-    if let Err(e) = sent {
+    if let Err(e) = &sent {
         console_error!(
             "{}",
             json!({"event": "enqueue_failed", "attempt_id": attempt_id, "cause": e.to_string()})
         );
     }
+    sent.is_ok()
 }
 
-/// The queue consumer. Messages of a batch run concurrently.
-pub(crate) async fn consume(batch: MessageBatch<Dispatch>, env: &Env) {
-    let store = match env.d1("DB") {
-        Ok(db) => Store::new(db),
-        Err(e) => {
-            console_error!(
-                "{}",
-                json!({"event": "dispatch_no_db", "cause": e.to_string()})
-            );
-            batch.retry_all();
-            return;
+/// Runs `write` until D1 takes it: again after a `service_unavailable` (the write failed
+/// or its reply was lost; every store call is safe to repeat), with a short backoff, at
+/// most [`WRITE_TRIES`] times. Other errors are returned at once.
+pub(crate) async fn persist<T, F, Fut>(mut write: F) -> ApiResult<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = ApiResult<T>>,
+{
+    let mut tries = 1;
+    loop {
+        match write().await {
+            Err(e) if e.is_unavailable() && tries < WRITE_TRIES => {
+                let ms = (25u64 << tries).min(1_000);
+                Delay::from(Duration::from_millis(ms)).await;
+                tries += 1;
+            }
+            out => return out,
         }
-    };
-    let store = &store;
+    }
+}
+
+/// The queue consumer. Messages of a batch run concurrently, each with its own store
+/// (and its own test-only faults).
+pub(crate) async fn consume(batch: MessageBatch<Dispatch>, env: &Env) {
     let runs = batch.raw_iter().map(|message| async move {
         let dispatch: Result<Dispatch, _> = serde_wasm_bindgen::from_value(message.body());
-        match dispatch {
+        let dispatch = match dispatch {
+            Ok(d) => d,
             Err(e) => {
                 // A message we cannot read will not read better later.
                 console_error!("{}", json!({"event": "dispatch_unreadable", "cause": e.to_string()}));
                 message.ack();
+                return;
             }
-            Ok(dispatch) => match run(env, store, &dispatch.attempt_id).await {
-                Ok(()) => message.ack(),
-                Err(e) => {
-                    console_error!(
-                        "{}",
-                        json!({"event": "dispatch_retry", "attempt_id": dispatch.attempt_id, "cause": e.detail})
-                    );
-                    message.retry();
-                }
-            },
+        };
+        // Faults ride in messages only from a Worker that allows them; checked again
+        // here, so that a message can never arm one in a Worker that does not.
+        let faults = dispatch
+            .fault
+            .as_deref()
+            .filter(|_| fault::allowed(env))
+            .and_then(|spec| fault::parse(spec).ok())
+            .unwrap_or_default();
+        let store = match env.d1("DB") {
+            Ok(db) => Store::new(db).with_faults(faults, &dispatch.attempt_id),
+            Err(e) => {
+                console_error!("{}", json!({"event": "dispatch_no_db", "cause": e.to_string()}));
+                message.retry();
+                return;
+            }
+        };
+        let outcome = match &dispatch.result {
+            Some(pending) => record_pending(&store, &dispatch.attempt_id, pending).await,
+            None => run(env, &store, &dispatch.attempt_id).await,
+        };
+        match outcome {
+            Ok(()) => message.ack(),
+            Err(e) => {
+                console_error!(
+                    "{}",
+                    json!({"event": "dispatch_retry", "attempt_id": dispatch.attempt_id, "cause": e.detail})
+                );
+                message.retry();
+            }
         }
     });
     join_all(runs).await;
 }
 
 /// Claims and runs one attempt. A delivery that finds the attempt already claimed (or
-/// cancelled) logs `dispatch_ignored` and makes no provider call.
+/// cancelled, or its job finished) logs `dispatch_ignored` and makes no provider call.
 async fn run(env: &Env, store: &Store, attempt_id: &str) -> ApiResult<()> {
-    match store.claim(attempt_id).await? {
+    // One token for every try of this claim: a try whose reply was lost is still ours.
+    let token = clock::new_id("claim");
+    match persist(|| store.claim(attempt_id, &token)).await? {
         Claim::Claimed(attempt) => run_claimed(env, store, attempt, true).await,
         Claim::Ignored { job_id, state } => {
             store
@@ -107,6 +174,59 @@ async fn run(env: &Env, store: &Store, attempt_id: &str) -> ApiResult<()> {
     }
 }
 
+/// What a claimed attempt needs before its provider call.
+struct Prepared<'a> {
+    kind: &'static Kind,
+    configured: Vec<ProviderConfig>,
+    input: Value,
+    attempt: &'a ClaimedAttempt,
+}
+
+/// Everything between the claim and the provider call that can fail. Its failure ends
+/// the attempt `failed` (no provider was called, so nothing is in doubt).
+fn prepare<'a>(
+    env: &Env,
+    store: &Store,
+    attempt: &'a ClaimedAttempt,
+) -> Result<Prepared<'a>, AttemptError> {
+    let before_call = |e: AppError| {
+        AttemptError::new(
+            "dispatch_failed",
+            format!(
+                "the dispatcher failed before calling the provider: {}",
+                e.detail
+            ),
+            true,
+        )
+    };
+    store.fault_at("dispatch_prepare").map_err(before_call)?;
+    let kind = kinds::find(&attempt.kind)
+        .map_err(AppError::internal)
+        .and_then(|k| {
+            k.ok_or_else(|| {
+                AppError::internal(format!("kind {} is no longer declared", attempt.kind))
+            })
+        })
+        .map_err(before_call)?;
+    let configured = providers::configured(env).map_err(before_call)?;
+    let input = serde_json::from_str(&attempt.input)
+        .map_err(AppError::internal)
+        .map_err(before_call)?;
+    if providers::find(&configured, &attempt.provider).is_none() {
+        return Err(AttemptError::new(
+            "provider_misconfigured",
+            format!("provider {} is not configured", attempt.provider),
+            false,
+        ));
+    }
+    Ok(Prepared {
+        kind,
+        configured,
+        input,
+        attempt,
+    })
+}
+
 /// Calls the provider for a claimed attempt and records the outcome. With `may_hedge`
 /// and a kind that declares `hedge_after_ms`, a silent provider gets one hedge attempt
 /// on the next provider, run concurrently: whichever finishes first wins.
@@ -117,36 +237,41 @@ fn run_claimed<'a>(
     may_hedge: bool,
 ) -> LocalBoxFuture<'a, ApiResult<()>> {
     async move {
-        let kind = kinds::find(&attempt.kind)
-            .map_err(AppError::internal)?
-            .ok_or_else(|| {
-                AppError::internal(format!("kind {} is no longer declared", attempt.kind))
-            })?;
-        let configured = providers::configured(env)?;
-        let input: Value = serde_json::from_str(&attempt.input).map_err(AppError::internal)?;
-        let Some(provider) = providers::find(&configured, &attempt.provider) else {
-            let error = AttemptError::new(
-                "provider_misconfigured",
-                format!("provider {} is not configured", attempt.provider),
-                false,
-            );
-            store
-                .move_attempt(
-                    &attempt.id,
-                    AttemptState::Running,
+        let prepared = match prepare(env, store, &attempt) {
+            Ok(p) => p,
+            Err(error) => {
+                console_error!(
+                    "{}",
+                    json!({"event": "dispatch_failed", "job_id": attempt.job_id,
+                           "attempt_id": attempt.id, "error": error})
+                );
+                record_move(
+                    store,
+                    &attempt,
+                    &[AttemptState::Running],
                     AttemptState::Failed,
-                    Some(&error),
+                    &error,
                 )
                 .await?;
-            return Ok(());
+                return Ok(());
+            }
+        };
+        let Prepared {
+            kind,
+            configured,
+            input,
+            ..
+        } = &prepared;
+        let Some(provider) = providers::find(configured, &attempt.provider) else {
+            return Ok(()); // `prepare` checked it
         };
         let api_key = providers::api_key(provider, env);
         let own = async {
             let outcome =
-                openai::call(provider, api_key.as_deref(), kind, &input, &attempt.id).await;
+                openai::call(provider, api_key.as_deref(), kind, input, &attempt.id).await;
             let retryable = matches!(&outcome, CallOutcome::Failed(e) if e.retryable);
-            if record(store, &attempt, outcome).await? && retryable {
-                fail_over(env, store, &attempt, kind, &configured).await?;
+            if record(env, store, &attempt, outcome).await? && retryable {
+                fail_over(env, store, &prepared).await?;
             }
             Ok(())
         };
@@ -157,15 +282,26 @@ fn run_claimed<'a>(
         futures_util::pin_mut!(own);
         match select(own, Delay::from(Duration::from_millis(ms))).await {
             Either::Left((done, _)) => done,
-            Either::Right(((), own)) => {
-                match start_hedge(store, &attempt, kind, &configured, ms).await? {
-                    None => own.await,
-                    Some(hedge) => {
-                        let (a, b) = join(own, run_claimed(env, store, hedge, false)).await;
-                        a.and(b)
-                    }
+            // Whatever happens to the hedge, the primary's call in flight goes on and
+            // its answer is recorded.
+            Either::Right(((), own)) => match start_hedge(store, &prepared, ms).await {
+                Ok(Some(hedge)) => {
+                    let (a, b) = join(own, run_claimed(env, store, hedge, false)).await;
+                    a.and(b)
                 }
-            }
+                Ok(None) => own.await,
+                Err(e) => {
+                    console_error!(
+                        "{}",
+                        json!({"event": "hedge_failed", "job_id": attempt.job_id,
+                               "attempt_id": attempt.id, "cause": e.detail})
+                    );
+                    // Best effort: the log may fail for the same reason.
+                    let reason = format!("the hedge could not start: {}", e.detail);
+                    let _ = log_skipped(store, &attempt, "hedge", &reason).await;
+                    own.await
+                }
+            },
         }
     }
     .boxed_local()
@@ -173,20 +309,16 @@ fn run_claimed<'a>(
 
 /// The next provider after the attempt's own in the kind's failover order that is
 /// configured, is not the attempt's own, and is the job's first provider or certified
-/// for the kind's current contract version. `Err` carries why there is none, for the
-/// `failover_skipped` event.
-async fn next_certified(
-    store: &Store,
-    attempt: &ClaimedAttempt,
-    kind: &Kind,
-    configured: &[ProviderConfig],
-) -> ApiResult<Result<String, String>> {
-    let certified = certify::certified_for(store, kind).await?;
+/// for the kind's current contract version and its current configuration. `Err`
+/// carries why there is none, for the `failover_skipped` event.
+async fn next_certified(store: &Store, p: &Prepared<'_>) -> ApiResult<Result<String, String>> {
+    let (attempt, kind) = (p.attempt, p.kind);
+    let certified = certify::certified_for(store, kind, &p.configured).await?;
     let after = attempt.provider.as_str();
-    let next = kind.next_provider(Some(after), |p| {
-        p != after
-            && providers::find(configured, p).is_some()
-            && (p == attempt.job_provider || certified.contains(p))
+    let next = kind.next_provider(Some(after), |name| {
+        name != after
+            && providers::find(&p.configured, name).is_some()
+            && (name == attempt.job_provider || certified.contains(name))
     });
     Ok(next.map(str::to_owned).ok_or_else(|| {
         let others: Vec<&str> = kind
@@ -194,7 +326,7 @@ async fn next_certified(
             .providers
             .iter()
             .map(String::as_str)
-            .filter(|p| *p != after)
+            .filter(|name| *name != after)
             .collect();
         format!(
             "no configured provider after {after} is certified for {}@{} (candidates: {})",
@@ -231,26 +363,30 @@ async fn log_skipped(
 /// Inserts and claims the hedge attempt, or says in the log why there is none.
 async fn start_hedge(
     store: &Store,
-    running: &ClaimedAttempt,
-    kind: &Kind,
-    configured: &[ProviderConfig],
+    running: &Prepared<'_>,
     silent_ms: u64,
 ) -> ApiResult<Option<ClaimedAttempt>> {
-    let next = match next_certified(store, running, kind, configured).await? {
+    let attempt = running.attempt;
+    let next = match next_certified(store, running).await? {
         Ok(next) => next,
         Err(reason) => {
-            log_skipped(store, running, "hedge", &reason).await?;
+            log_skipped(store, attempt, "hedge", &reason).await?;
             return Ok(None);
         }
     };
     let hedge_id = clock::new_id("att");
+    let digest = providers::digest(&running.configured, &next);
     let inserted = store
         .insert_hedge(
-            &running.job_id,
-            &running.id,
-            &hedge_id,
-            &next,
-            kind.contract_version(),
+            &NextAttempt {
+                new_id: &hedge_id,
+                job_id: &attempt.job_id,
+                provider: &next,
+                contract_version: running.kind.contract_version(),
+                provider_digest: &digest,
+                request: None,
+            },
+            &attempt.id,
         )
         .await?;
     if !inserted {
@@ -259,10 +395,11 @@ async fn start_hedge(
     }
     console_log!(
         "{}",
-        json!({"event": "hedge_started", "job_id": running.job_id, "attempt_id": hedge_id,
-               "provider": next, "after_ms": silent_ms, "silent_attempt": running.id})
+        json!({"event": "hedge_started", "job_id": attempt.job_id, "attempt_id": hedge_id,
+               "provider": next, "after_ms": silent_ms, "silent_attempt": attempt.id})
     );
-    match store.claim(&hedge_id).await? {
+    let token = clock::new_id("claim");
+    match persist(|| store.claim(&hedge_id, &token)).await? {
         Claim::Claimed(hedge) => Ok(Some(hedge)),
         _ => Ok(None),
     }
@@ -271,62 +408,75 @@ async fn start_hedge(
 /// After a retryable failure, the kind's `auto_failover` tries the next certified
 /// provider, up to its `max_attempts`. Never after `unknown`: the caller only comes
 /// here for a recorded `failed`.
-async fn fail_over(
-    env: &Env,
-    store: &Store,
-    failed: &ClaimedAttempt,
-    kind: &Kind,
-    configured: &[ProviderConfig],
-) -> ApiResult<()> {
-    let Some(policy) = &kind.decl().auto_failover else {
+async fn fail_over(env: &Env, store: &Store, failed: &Prepared<'_>) -> ApiResult<()> {
+    let Some(policy) = &failed.kind.decl().auto_failover else {
         return Ok(());
     };
-    let next = match next_certified(store, failed, kind, configured).await? {
+    let attempt = failed.attempt;
+    let next = match next_certified(store, failed).await? {
         Ok(next) => next,
-        Err(reason) => return log_skipped(store, failed, "auto_failover", &reason).await,
+        Err(reason) => return log_skipped(store, attempt, "auto_failover", &reason).await,
     };
     let new_id = clock::new_id("att");
+    let digest = providers::digest(&failed.configured, &next);
     let inserted = store
         .insert_failover(
-            &failed.job_id,
-            &failed.id,
-            &new_id,
-            &next,
-            kind.contract_version(),
+            &NextAttempt {
+                new_id: &new_id,
+                job_id: &attempt.job_id,
+                provider: &next,
+                contract_version: failed.kind.contract_version(),
+                provider_digest: &digest,
+                request: None,
+            },
+            &attempt.id,
             policy.max_attempts,
         )
         .await?;
     if inserted {
-        enqueue(env, &new_id).await;
+        enqueue(env, &new_id, None).await;
         Ok(())
     } else {
         let reason = format!(
             "the job has ended, has an attempt in flight or unknown, or has {} attempts already",
             policy.max_attempts
         );
-        log_skipped(store, failed, "auto_failover", &reason).await
+        log_skipped(store, attempt, "auto_failover", &reason).await
     }
 }
 
 /// Writes an attempt's outcome: a result goes through the compare-and-swap; a failure
-/// or a timeout is one conditional move out of `running`.
+/// is one conditional move out of `running` (or out of `unknown`: a definite answer
+/// resolves it); a timeout or an ambiguous answer is `running → unknown`.
 /// Returns whether a failure or timeout was recorded (false for a result, and for an
-/// attempt that had already left `running`).
-async fn record(store: &Store, attempt: &ClaimedAttempt, outcome: CallOutcome) -> ApiResult<bool> {
-    let (to, error) = match outcome {
+/// attempt that had already left those states).
+async fn record(
+    env: &Env,
+    store: &Store,
+    attempt: &ClaimedAttempt,
+    outcome: CallOutcome,
+) -> ApiResult<bool> {
+    let (from, to, error): (&[AttemptState], _, _) = match outcome {
         CallOutcome::Output(output) => {
-            let completion = store
-                .complete(&attempt.job_id, &attempt.id, AttemptState::Running, &output)
-                .await?;
-            log_completion(&attempt.job_id, &attempt.id, &attempt.provider, &completion);
+            record_result(
+                env,
+                store,
+                &attempt.id,
+                &attempt.job_id,
+                &attempt.provider,
+                &output,
+            )
+            .await?;
             return Ok(false);
         }
-        CallOutcome::Failed(error) => (AttemptState::Failed, error),
-        CallOutcome::TimedOut(error) => (AttemptState::Unknown, error),
+        CallOutcome::Failed(error) => (
+            &[AttemptState::Running, AttemptState::Unknown],
+            AttemptState::Failed,
+            error,
+        ),
+        CallOutcome::Unknown(error) => (&[AttemptState::Running], AttemptState::Unknown, error),
     };
-    let recorded = store
-        .move_attempt(&attempt.id, AttemptState::Running, to, Some(&error))
-        .await?;
+    let recorded = record_move(store, attempt, from, to, &error).await?;
     if !recorded {
         console_log!(
             "{}",
@@ -335,6 +485,89 @@ async fn record(store: &Store, attempt: &ClaimedAttempt, outcome: CallOutcome) -
         );
     }
     Ok(recorded)
+}
+
+/// One attempt move, sent again while D1 fails. A try that finds the attempt already
+/// in `to` after an earlier try failed counts as recorded: that try committed and only
+/// its reply was lost.
+async fn record_move(
+    store: &Store,
+    attempt: &ClaimedAttempt,
+    from: &[AttemptState],
+    to: AttemptState,
+    error: &AttemptError,
+) -> ApiResult<bool> {
+    let mut failed_before = false;
+    let moved = persist(|| {
+        let first = !failed_before;
+        failed_before = true;
+        async move {
+            store
+                .move_attempt(&attempt.id, from, to, Some(error))
+                .await
+                .map(|moved| (moved, first))
+        }
+    })
+    .await?;
+    match moved {
+        (true, _) => Ok(true),
+        (false, true) => Ok(false),
+        (false, false) => {
+            let now = persist(|| store.attempt_job(&attempt.id)).await?;
+            Ok(now.is_some_and(|(_, state)| state == to))
+        }
+    }
+}
+
+/// Offers a provider's result until D1 takes it. If D1 keeps refusing, the result is
+/// handed to the queue in a message of its own rather than dropped.
+async fn record_result(
+    env: &Env,
+    store: &Store,
+    attempt_id: &str,
+    job_id: &str,
+    provider: &str,
+    output: &Value,
+) -> ApiResult<()> {
+    match persist(|| store.complete(job_id, attempt_id, Offer::Provider, output)).await {
+        Ok(completion) => {
+            log_completion(job_id, attempt_id, provider, &completion);
+            Ok(())
+        }
+        Err(e) if e.is_unavailable() => {
+            let pending = PendingResult {
+                job_id: job_id.to_owned(),
+                provider: provider.to_owned(),
+                output: output.to_string(),
+            };
+            console_error!(
+                "{}",
+                json!({"event": "result_queued", "job_id": job_id, "attempt_id": attempt_id,
+                       "cause": e.detail})
+            );
+            let message = Dispatch {
+                attempt_id: attempt_id.to_owned(),
+                fault: None,
+                result: Some(pending),
+            };
+            if send(env, message).await {
+                Ok(())
+            } else {
+                Err(e)
+            }
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// A result that came back through the queue: offered again; the message is retried
+/// (by the queue) until D1 takes it.
+async fn record_pending(store: &Store, attempt_id: &str, pending: &PendingResult) -> ApiResult<()> {
+    let output: Value = serde_json::from_str(&pending.output).map_err(AppError::internal)?;
+    let completion =
+        persist(|| store.complete(&pending.job_id, attempt_id, Offer::Provider, &output)).await?;
+    log_completion(&pending.job_id, attempt_id, &pending.provider, &completion);
+    Ok(())
 }
 
 /// One structured log line for every result that did not become the job's.

@@ -41,6 +41,25 @@ impl AppError {
         )
     }
 
+    /// D1 failed or did not answer: the call may not have reached it, or may have
+    /// committed and lost its reply. Every store call is safe to send again, so the
+    /// client is told to retry (503, `Retry-After`); the cause is logged, never sent.
+    pub(crate) fn unavailable(cause: impl std::fmt::Display) -> Self {
+        worker::console_error!(
+            "{}",
+            serde_json::json!({"event": "d1_unavailable", "cause": cause.to_string()})
+        );
+        Self::new(
+            ErrorCode::ServiceUnavailable,
+            "the database did not answer; it is safe to retry with the same Idempotency-Key",
+        )
+    }
+
+    /// Whether the failure was the database's (worth retrying the same write).
+    pub(crate) fn is_unavailable(&self) -> bool {
+        self.code == ErrorCode::ServiceUnavailable
+    }
+
     pub(crate) fn into_response(self) -> worker::Response {
         let mut problem = Problem::new(self.code, self.detail);
         if let Some(job) = self.job_id {

@@ -1,15 +1,17 @@
-//! Handlers for jobs: create-or-return, read, and the event log.
+//! Handlers for jobs: create-or-return, read, the event log, and cancel.
 
 use crate::api::Ctx;
-use crate::api::{etag_matches, job_headers, json, read_json};
+use crate::api::{job_headers, json, none_match, read_json};
 use crate::auth::Caller;
 use crate::clock;
 use crate::dispatch;
 use crate::error::{ApiResult, AppError};
+use crate::fault;
 use crate::kinds;
 use crate::providers;
-use crate::store::NewJob;
-use onceclick_protocol::{fingerprint, CreateJob, ErrorCode, IdempotencyKey};
+use crate::store::{NewJob, StoredJob};
+use onceclick_protocol::contract::Kind;
+use onceclick_protocol::{fingerprint, CreateJob, ErrorCode, IdempotencyKey, JobStatus};
 use worker::{Headers, Request, Response};
 
 pub(crate) async fn health(ctx: &Ctx<'_>) -> ApiResult<Response> {
@@ -23,6 +25,11 @@ pub(crate) async fn health(ctx: &Ctx<'_>) -> ApiResult<Response> {
 }
 
 /// `POST /v1/jobs`: the job for one intent, created or returned.
+///
+/// A request that repeats an existing job's is answered from the stored job (200,
+/// replayed), even when it would no longer pass validation: a deploy that removed a
+/// provider, reordered a kind's providers or tightened its input schema applies to new
+/// jobs only. Only a request that fails validation pays for the extra lookup.
 pub(crate) async fn create(
     req: &mut Request,
     ctx: &Ctx<'_>,
@@ -39,10 +46,51 @@ pub(crate) async fn create(
                 "POST /v1/jobs needs an Idempotency-Key header naming this intent",
             )
         })?;
-    let key = IdempotencyKey::parse(&raw_key)
+    let key = IdempotencyKey::from_header(&raw_key)
         .map_err(|e| AppError::new(ErrorCode::IdempotencyKeyInvalid, e.to_string()))?;
     let request: CreateJob = read_json(req, "a job request").await?;
 
+    let (kind, provider) = match validate(ctx, &request) {
+        Ok(valid) => valid,
+        Err(invalid) => {
+            return match ctx.store.job_by_key(&caller.owner, key.as_str()).await? {
+                Some(stored) => replay(stored, &request),
+                None => Err(invalid),
+            }
+        }
+    };
+
+    let fingerprint = fingerprint(kind.name(), &request.input, provider);
+    let job_id = clock::new_id("job");
+    let attempt_id = clock::new_id("att");
+    let input = request.input.to_string();
+    let stored = ctx
+        .store
+        .create_or_get_job(&NewJob {
+            job_id: &job_id,
+            attempt_id: &attempt_id,
+            owner: &caller.owner,
+            key: key.as_str(),
+            fingerprint: fingerprint.as_str(),
+            kind: kind.name(),
+            input: &input,
+            provider,
+        })
+        .await?;
+
+    if stored.job.id != job_id {
+        return replay(stored, &request);
+    }
+    if !fault::drops_enqueue(ctx.fault.as_deref()) {
+        dispatch::enqueue(ctx.env, &attempt_id, ctx.fault.as_deref()).await;
+    }
+    let headers = job_headers(&stored);
+    let _ = headers.set("Location", &format!("/v1/jobs/{job_id}"));
+    json(201, stored.doc, headers)
+}
+
+/// The kind and the provider a new job would run on, or why the request is refused.
+fn validate<'r>(ctx: &Ctx<'_>, request: &'r CreateJob) -> ApiResult<(&'static Kind, &'r str)> {
     let kind = kinds::find(&request.kind)
         .map_err(AppError::internal)?
         .ok_or_else(|| {
@@ -64,43 +112,25 @@ pub(crate) async fn create(
             ),
         ));
     }
+    Ok((kind, provider))
+}
 
-    let fingerprint = fingerprint(kind.name(), &request.input, provider);
-    let job_id = clock::new_id("job");
-    let attempt_id = clock::new_id("att");
-    let input = request.input.to_string();
-    let stored = ctx
-        .store
-        .create_or_get_job(&NewJob {
-            job_id: &job_id,
-            attempt_id: &attempt_id,
-            owner: &caller.owner,
-            key: key.as_str(),
-            fingerprint: fingerprint.as_str(),
-            kind: kind.name(),
-            input: &input,
-            provider,
-        })
-        .await?;
-
-    if stored.job.id == job_id {
-        if !drop_enqueue_fault(req, ctx) {
-            dispatch::enqueue(ctx.env, &attempt_id).await;
-        }
-        let headers = job_headers(&stored);
-        let _ = headers.set("Location", &format!("/v1/jobs/{job_id}"));
-        json(201, stored.doc, headers)
-    } else if stored.fingerprint == fingerprint.as_str() {
+/// The answer to a request whose key is bound to `stored`: the replay if it asks for the
+/// same thing, else `409 idempotency_key_reused`. A request that names no provider asks
+/// for the provider the job was made on (the primary of its day), so a later reorder
+/// of the kind's providers does not turn an honest resend into a conflict.
+fn replay(stored: StoredJob, request: &CreateJob) -> ApiResult<Response> {
+    let provider = request.provider.as_deref().unwrap_or(&stored.job.provider);
+    if stored.fingerprint == fingerprint(&request.kind, &request.input, provider).as_str() {
         let headers = job_headers(&stored);
         let _ = headers.set("Idempotent-Replayed", "true");
-        json(200, stored.doc, headers)
-    } else {
-        Err(AppError::new(
-            ErrorCode::IdempotencyKeyReused,
-            "this Idempotency-Key is bound to a job made from another request; use a new key for a new intent",
-        )
-        .with_job(&stored.job.id))
+        return json(200, stored.doc, headers);
     }
+    Err(AppError::new(
+        ErrorCode::IdempotencyKeyReused,
+        "this Idempotency-Key is bound to a job made from another request; use a new key for a new intent",
+    )
+    .with_job(&stored.job.id))
 }
 
 /// `GET /v1/jobs/{id}`, with `ETag` and `If-None-Match`.
@@ -117,7 +147,7 @@ pub(crate) async fn get(
         .ok_or_else(|| AppError::not_found(&format!("job {id}")))?;
     let headers = job_headers(&stored);
     let if_none_match = req.headers().get("If-None-Match").ok().flatten();
-    if if_none_match.is_some_and(|v| etag_matches(&v, &stored.etag)) {
+    if if_none_match.is_some_and(|v| none_match(&v, &stored.etag)) {
         return Ok(Response::empty()?.with_status(304).with_headers(headers));
     }
     json(200, stored.doc, headers)
@@ -135,19 +165,21 @@ pub(crate) async fn events(ctx: &Ctx<'_>, caller: &Caller, id: &str) -> ApiResul
     json(200, body, Headers::new())
 }
 
-/// Fault injection for tests of the reconciler: with `ALLOW_FAULT_INJECTION=true` (never
-/// set in wrangler.toml) a request may ask that its dispatch message be lost, as if the
-/// Worker had died between the insert and the enqueue.
-fn drop_enqueue_fault(req: &Request, ctx: &Ctx<'_>) -> bool {
-    let allowed = ctx
-        .env
-        .var("ALLOW_FAULT_INJECTION")
-        .is_ok_and(|v| v.to_string() == "true");
-    allowed
-        && req
-            .headers()
-            .get("X-Onceclick-Fault")
-            .ok()
-            .flatten()
-            .is_some_and(|f| f == "drop-enqueue")
+/// `POST /v1/jobs/{id}/cancel`: the owner gives up. Cancelling a cancelled job answers
+/// the job again; a succeeded job cannot be cancelled.
+pub(crate) async fn cancel(ctx: &Ctx<'_>, caller: &Caller, job_id: &str) -> ApiResult<Response> {
+    let stored = ctx
+        .store
+        .cancel(&caller.owner, job_id)
+        .await?
+        .ok_or_else(|| AppError::not_found(&format!("job {job_id}")))?;
+    if stored.job.status == JobStatus::Succeeded {
+        return Err(AppError::new(
+            ErrorCode::JobFinished,
+            "the job has succeeded; its result stands",
+        )
+        .with_job(job_id));
+    }
+    let headers = job_headers(&stored);
+    json(200, stored.doc, headers)
 }

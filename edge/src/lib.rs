@@ -12,6 +12,7 @@ mod certify;
 mod clock;
 mod dispatch;
 mod error;
+mod fault;
 mod jobs;
 mod kinds;
 mod openai;

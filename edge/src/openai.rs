@@ -2,8 +2,9 @@
 //!
 //! One call per attempt, carrying `Idempotency-Key: <attempt id>`, bounded by the
 //! provider's `timeout_ms`. The answer is classified so that the dispatcher never has to
-//! look at HTTP: an output to offer, a failure (retryable or not), or a timeout, which
-//! is *unknown* because the provider may still be working.
+//! look at HTTP: an output to offer, a failure (retryable or not), or an *unknown*: a
+//! timeout, a 504, or an answer cut off after its status line, after which the
+//! provider may have done the work (or may still be doing it).
 
 use crate::providers::ProviderConfig;
 use futures_util::future::{select, Either};
@@ -18,10 +19,12 @@ use worker::{AbortController, Delay, Fetch, Headers, Method, Request, RequestIni
 pub(crate) enum CallOutcome {
     /// An output that keeps the kind's contract.
     Output(Value),
-    /// The call failed; `retryable` says whether a new attempt may help.
+    /// The call failed, and the provider did no work; `retryable` says whether a new
+    /// attempt may help.
     Failed(AttemptError),
-    /// No answer within `timeout_ms` after the request went out.
-    TimedOut(AttemptError),
+    /// Nobody knows whether the provider did the work: no answer within `timeout_ms`,
+    /// a 504 from a gateway in front of it, or an answer cut off after its status.
+    Unknown(AttemptError),
 }
 
 /// The chat-completions request body for `input` under `kind`.
@@ -52,27 +55,33 @@ pub(crate) async fn call(
     let controller = AbortController::default();
     let signal = controller.signal();
     let exchange = async {
-        let request = build_request(provider, api_key, kind, input, attempt_id)?;
+        let request =
+            build_request(provider, api_key, kind, input, attempt_id).map_err(Definite)?;
         let mut response = Fetch::Request(request)
             .send_with_signal(&signal)
             .await
             .map_err(|e| {
-                AttemptError::new(
+                Definite(AttemptError::new(
                     "provider_unreachable",
                     format!("could not reach {}: {e}", provider.name),
                     true,
-                )
+                ))
             })?;
         let status = response.status_code();
         let retry_after = response.headers().get("Retry-After").ok().flatten();
+        // Past the status line the provider has taken the request: a body that breaks
+        // off may carry work that was done.
         let text = response.text().await.map_err(|e| {
-            AttemptError::new(
-                "provider_unreachable",
-                format!("the answer from {} broke off: {e}", provider.name),
-                true,
-            )
+            Ambiguous(AttemptError::new(
+                "provider_answer_cut_off",
+                format!(
+                    "the answer from {} broke off after its status {status}: {e}; it may have done the work",
+                    provider.name
+                ),
+                false,
+            ))
         })?;
-        Ok::<_, AttemptError>((status, retry_after, text))
+        Ok::<_, Broke>((status, retry_after, text))
     };
     futures_util::pin_mut!(exchange);
     let timeout = Delay::from(Duration::from_millis(provider.timeout_ms));
@@ -80,10 +89,11 @@ pub(crate) async fn call(
         Either::Left((Ok((status, retry_after, text)), _)) => {
             classify(provider, kind, input, status, retry_after, &text)
         }
-        Either::Left((Err(error), _)) => CallOutcome::Failed(error),
+        Either::Left((Err(Definite(error)), _)) => CallOutcome::Failed(error),
+        Either::Left((Err(Ambiguous(error)), _)) => CallOutcome::Unknown(error),
         Either::Right(((), _)) => {
             controller.abort();
-            CallOutcome::TimedOut(AttemptError::new(
+            CallOutcome::Unknown(AttemptError::new(
                 "provider_timeout",
                 format!(
                     "{} did not answer within {} ms; it may still be working",
@@ -94,6 +104,15 @@ pub(crate) async fn call(
         }
     }
 }
+
+/// How a call broke before its answer was read.
+enum Broke {
+    /// Before the provider took the request: it did nothing.
+    Definite(AttemptError),
+    /// After: it may have done the work.
+    Ambiguous(AttemptError),
+}
+use Broke::{Ambiguous, Definite};
 
 fn build_request(
     provider: &ProviderConfig,
@@ -150,6 +169,14 @@ fn classify(
                     .unwrap_or_default()
             ),
             true,
+        )),
+        // A gateway gave up waiting; the provider behind it may have finished the work.
+        504 => CallOutcome::Unknown(AttemptError::new(
+            "provider_gateway_timeout",
+            format!(
+                "{name} answered 504: a gateway timed out; the provider may have done the work"
+            ),
+            false,
         )),
         500..=599 => CallOutcome::Failed(AttemptError::new(
             "provider_unavailable",

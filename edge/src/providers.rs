@@ -22,3 +22,10 @@ pub(crate) fn api_key(provider: &ProviderConfig, env: &worker::Env) -> Option<St
 pub(crate) fn find<'a>(providers: &'a [ProviderConfig], name: &str) -> Option<&'a ProviderConfig> {
     providers.iter().find(|p| p.name == name)
 }
+
+/// The certification digest of the provider called `name` (empty if not configured).
+pub(crate) fn digest(providers: &[ProviderConfig], name: &str) -> String {
+    find(providers, name)
+        .map(ProviderConfig::digest)
+        .unwrap_or_default()
+}

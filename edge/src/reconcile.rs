@@ -1,6 +1,13 @@
 //! The reconciler, run by cron every minute: re-sends lost dispatches, abandons
 //! `unknown` attempts whose provider promised to stop, marks attempts whose dispatcher
-//! died as `unknown`, and purges finished jobs past retention.
+//! died as `unknown`, and purges jobs past retention.
+//!
+//! Retention covers every job: one that `succeeded`, was `cancelled`, or `failed` is
+//! purged with its key once it has been idle for `JOB_RETENTION_HOURS`; a job with an
+//! attempt `unknown` is never purged while that attempt is unresolved (nor one with an
+//! attempt in flight). A browser keeps a key for as long as its job is not final, so
+//! the two agree: no key is forgotten by the server while a client may still send it
+//! for a job that could run.
 
 use crate::clock;
 use crate::dispatch;
@@ -17,6 +24,11 @@ const LOST_GRACE_MS: f64 = 60_000.0;
 /// A key stays bound at least this long after its job ends, whatever the config says.
 const MIN_RETENTION_HOURS: f64 = 24.0;
 const DEFAULT_RETENTION_HOURS: f64 = 168.0;
+/// Jobs deleted per purge batch, so that a backlog never makes one statement too big
+/// for D1 (`PURGE_CHUNK` overrides it).
+const DEFAULT_PURGE_CHUNK: f64 = 200.0;
+/// Purge batches per run at most; the next run goes on where this one stopped.
+const MAX_PURGE_CHUNKS: usize = 25;
 
 fn var_f64(env: &Env, name: &str) -> Option<f64> {
     env.var(name).ok().and_then(|v| v.to_string().parse().ok())
@@ -32,7 +44,7 @@ pub(crate) async fn run(env: &Env) -> ApiResult<()> {
         .stuck_starting(&clock::rfc3339(now - starting_after), 100)
         .await?;
     for attempt_id in &stuck {
-        dispatch::enqueue(env, attempt_id).await;
+        dispatch::enqueue(env, attempt_id, None).await;
     }
 
     let rules: Vec<ReconcileRule> = providers::configured(env)?
@@ -48,9 +60,18 @@ pub(crate) async fn run(env: &Env) -> ApiResult<()> {
     let hours = var_f64(env, "JOB_RETENTION_HOURS")
         .unwrap_or(DEFAULT_RETENTION_HOURS)
         .max(MIN_RETENTION_HOURS);
-    let purged = store
-        .purge(&clock::rfc3339(now - hours * 3_600_000.0))
-        .await?;
+    let cutoff = clock::rfc3339(now - hours * 3_600_000.0);
+    let chunk = var_f64(env, "PURGE_CHUNK")
+        .unwrap_or(DEFAULT_PURGE_CHUNK)
+        .clamp(1.0, 1_000.0) as u32;
+    let mut purged = 0;
+    for _ in 0..MAX_PURGE_CHUNKS {
+        let deleted = store.purge(&cutoff, chunk).await?;
+        purged += deleted;
+        if deleted < chunk as usize {
+            break;
+        }
+    }
 
     console_log!(
         "{}",

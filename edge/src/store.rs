@@ -6,18 +6,28 @@
 
 use crate::clock;
 use crate::error::{ApiResult, AppError};
+use crate::fault::{Fault, When};
 use onceclick_protocol::{AttemptError, AttemptState, Event, EventType, Job, JobStatus};
 use serde::Deserialize;
 use serde_json::Value;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use wasm_bindgen::JsValue;
 use worker::{D1Database, D1PreparedStatement, D1Result};
+
+/// Every timestamp the store writes comes from the database's clock, so that an
+/// event's `at` never goes backwards against its `seq` (the Worker's clock differs
+/// between isolates and stands still between I/O).
+const NOW: &str = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')";
 
 /// D1 plus a count of the round trips made and the time they took, for `Server-Timing`.
 pub(crate) struct Store {
     db: D1Database,
     round_trips: Cell<u32>,
     millis: Cell<f64>,
+    /// Test-only faults still armed (see `fault.rs`), and what they belong to (the
+    /// request's path, or the dispatched attempt) for the `fault_fired` log line.
+    faults: RefCell<Vec<Fault>>,
+    fault_scope: String,
 }
 
 /// A job read from `job_documents`: the API document plus what only the server sees.
@@ -77,16 +87,39 @@ struct AttemptRow {
     #[serde(flatten)]
     attempt: ClaimedAttempt,
     state: AttemptState,
+    claim_token: Option<String>,
 }
 
 /// The answer to a claim.
 pub(crate) enum Claim {
-    /// This call moved the attempt to `running`: call the provider.
+    /// This claim (this token) holds the attempt in `running`: call the provider.
     Claimed(ClaimedAttempt),
-    /// Another delivery claimed it already, or it was cancelled: do nothing.
+    /// Another delivery claimed it already, it was cancelled, or its job has finished
+    /// (then it is `superseded`): do nothing.
     Ignored { job_id: String, state: AttemptState },
     /// No such attempt (its job was purged).
     Missing,
+}
+
+/// Who offers a result to [`Store::complete`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Offer {
+    /// The provider answered: from `running`, or from `unknown` if the reconciler gave
+    /// up on the dispatcher meanwhile (a result is the best resolution of an unknown).
+    /// A result for an attempt that has ended is logged as `late_result_discarded`.
+    Provider,
+    /// An admin resolves an `unknown` attempt as succeeded. It may become `superseded`
+    /// only when its result equals the job's; otherwise nothing is written.
+    Resolution,
+}
+
+impl Offer {
+    fn leaves(self) -> &'static str {
+        match self {
+            Offer::Provider => r#"["running","unknown"]"#,
+            Offer::Resolution => r#"["unknown"]"#,
+        }
+    }
 }
 
 /// What became of a result offered by an attempt.
@@ -103,6 +136,13 @@ pub(crate) enum Completion {
 /// Why a new attempt was or was not inserted.
 pub(crate) enum NewAttemptOutcome {
     Created(StoredJob),
+    /// A resend of the request that made `attempt_id` (same `Idempotency-Key`).
+    Replayed {
+        stored: StoredJob,
+        attempt_id: String,
+    },
+    /// The `Idempotency-Key` made another attempt with another request.
+    KeyReused,
     NotFound,
     Refused {
         status: JobStatus,
@@ -119,6 +159,8 @@ struct NewAttemptRow {
     doc: DocRow,
     status: JobStatus,
     created: f64,
+    replay_id: Option<String>,
+    replay_fingerprint: Option<String>,
     in_flight: f64,
     unresolved: f64,
     certified: f64,
@@ -145,7 +187,41 @@ impl Store {
             db,
             round_trips: Cell::new(0),
             millis: Cell::new(0.0),
+            faults: RefCell::new(Vec::new()),
+            fault_scope: String::new(),
         }
+    }
+
+    /// Arms test-only faults (see `fault.rs`) for calls made on behalf of `scope`.
+    pub(crate) fn with_faults(mut self, faults: Vec<Fault>, scope: &str) -> Self {
+        *self.faults.borrow_mut() = faults;
+        self.fault_scope = scope.to_owned();
+        self
+    }
+
+    /// Fires (and disarms) the fault armed for `op` at `when`, if any.
+    fn fault(&self, op: &str, when: When) -> Option<AppError> {
+        let mut faults = self.faults.borrow_mut();
+        let i = faults.iter().position(|f| f.op == op && f.when == when)?;
+        faults.remove(i);
+        worker::console_error!(
+            "{}",
+            serde_json::json!({"event": "fault_fired", "op": op,
+                               "when": if when == When::Before { "before" } else { "after" },
+                               "scope": self.fault_scope})
+        );
+        let what = match when {
+            When::Before => "failed before it committed",
+            When::After => "committed, and its reply was lost",
+        };
+        Some(AppError::unavailable(format!(
+            "injected fault: the D1 call {op} {what}"
+        )))
+    }
+
+    /// Fires the fault armed for a step that is not a D1 call (`dispatch_prepare`).
+    pub(crate) fn fault_at(&self, op: &str) -> ApiResult<()> {
+        self.fault(op, When::Before).map_or(Ok(()), Err)
     }
 
     /// `Server-Timing` value: `d1;dur=…;desc="round trips=N"`.
@@ -157,36 +233,51 @@ impl Store {
         )
     }
 
-    /// D1 reports `meta.duration` as 0 locally, so round trips are timed here.
+    /// One D1 round trip of the store operation `op`. D1 reports `meta.duration` as 0
+    /// locally, so round trips are timed here. A D1 failure is `service_unavailable`
+    /// (503, retryable): the database may not have seen the call, or may have committed
+    /// it and lost the reply; every write here is safe to send again.
     async fn timed<T>(
         &self,
+        op: &str,
         call: impl std::future::Future<Output = worker::Result<T>>,
     ) -> ApiResult<T> {
+        if let Some(fault) = self.fault(op, When::Before) {
+            return Err(fault);
+        }
         let start = clock::now_ms();
         let out = call.await;
         self.round_trips.set(self.round_trips.get() + 1);
         self.millis
             .set(self.millis.get() + (clock::now_ms() - start));
-        out.map_err(AppError::from)
+        let out = out.map_err(d1_error)?;
+        match self.fault(op, When::After) {
+            Some(fault) => Err(fault),
+            None => Ok(out),
+        }
     }
 
     fn stmt(&self, sql: &str, params: &[JsValue]) -> ApiResult<D1PreparedStatement> {
         Ok(self.db.prepare(sql).bind(params)?)
     }
 
-    async fn batch(&self, statements: Vec<D1PreparedStatement>) -> ApiResult<Vec<D1Result>> {
-        self.timed(self.db.batch(statements)).await
+    async fn batch(
+        &self,
+        op: &str,
+        statements: Vec<D1PreparedStatement>,
+    ) -> ApiResult<Vec<D1Result>> {
+        self.timed(op, self.db.batch(statements)).await
     }
 
     /// Runs one conditional write (ending in `RETURNING id`); true if it changed a row.
-    async fn changed_one(&self, stmt: D1PreparedStatement) -> ApiResult<bool> {
-        let result = self.timed(stmt.all()).await?;
+    async fn changed_one(&self, op: &str, stmt: D1PreparedStatement) -> ApiResult<bool> {
+        let result = self.timed(op, stmt.all()).await?;
         Ok(changes(&result)? == 1)
     }
 
     pub(crate) async fn ping(&self) -> ApiResult<()> {
         let stmt = self.stmt("SELECT 1 AS ok", &[])?;
-        self.timed(stmt.first::<Value>(None)).await?;
+        self.timed("ping", stmt.first::<Value>(None)).await?;
         Ok(())
     }
 
@@ -196,12 +287,13 @@ impl Store {
     /// whether a replay asked for the same thing. The `job_created` and
     /// `attempt_started` events are written by triggers.
     pub(crate) async fn create_or_get_job(&self, new: &NewJob<'_>) -> ApiResult<StoredJob> {
-        let now = clock::now_rfc3339();
         let insert_job = self.stmt(
-            "INSERT INTO jobs (id, owner_id, idempotency_key, fingerprint, kind, input, provider,
-                               status, version, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', 1, ?8, ?8)
-             ON CONFLICT (owner_id, idempotency_key) DO NOTHING",
+            &format!(
+                "INSERT INTO jobs (id, owner_id, idempotency_key, fingerprint, kind, input, provider,
+                                   status, version, created_at, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', 1, {NOW}, {NOW})
+                 ON CONFLICT (owner_id, idempotency_key) DO NOTHING"
+            ),
             &[
                 js(new.job_id),
                 js(new.owner),
@@ -210,25 +302,68 @@ impl Store {
                 js(new.kind),
                 js(new.input),
                 js(new.provider),
-                js(&now),
             ],
         )?;
         // Selecting from the job by its new id makes this a no-op on a conflict: a row
         // with that id exists only if the insert above happened.
         let insert_attempt = self.stmt(
             "INSERT INTO attempts (id, job_id, n, provider, state, started_at)
-             SELECT ?1, id, 1, provider, 'starting', ?3 FROM jobs WHERE id = ?2",
-            &[js(new.attempt_id), js(new.job_id), js(&now)],
+             SELECT ?1, id, 1, provider, 'starting', created_at FROM jobs WHERE id = ?2",
+            &[js(new.attempt_id), js(new.job_id)],
         )?;
         let read = self.stmt(
             "SELECT fingerprint, doc, etag FROM job_documents
               WHERE owner_id = ?1 AND idempotency_key = ?2",
             &[js(new.owner), js(new.key)],
         )?;
-        let results = self.batch(vec![insert_job, insert_attempt, read]).await?;
+        let results = self
+            .batch("create_or_get_job", vec![insert_job, insert_attempt, read])
+            .await?;
         first_row::<DocRow>(results.last())?
             .ok_or_else(|| AppError::internal("create_or_get_job: the batch returned no job"))
             .and_then(stored)
+    }
+
+    /// The job that (owner, key) is bound to, if any: how a request that no longer
+    /// validates (a kind or provider removed since) is still answered with its replay.
+    pub(crate) async fn job_by_key(&self, owner: &str, key: &str) -> ApiResult<Option<StoredJob>> {
+        let stmt = self.stmt(
+            "SELECT fingerprint, doc, etag FROM job_documents
+              WHERE owner_id = ?1 AND idempotency_key = ?2",
+            &[js(owner), js(key)],
+        )?;
+        self.timed("job_by_key", stmt.first::<DocRow>(None))
+            .await?
+            .map(stored)
+            .transpose()
+    }
+
+    /// The attempt that the fallback-button request `key` made on `owner`'s job, with
+    /// the job and the request's fingerprint: how a resend is answered when it would no
+    /// longer pass validation (a provider or kind removed since).
+    pub(crate) async fn attempt_by_request(
+        &self,
+        owner: &str,
+        job_id: &str,
+        key: &str,
+    ) -> ApiResult<Option<(StoredJob, String, Option<String>)>> {
+        #[derive(Deserialize)]
+        struct Row {
+            #[serde(flatten)]
+            doc: DocRow,
+            attempt_id: String,
+            request_fingerprint: Option<String>,
+        }
+        let stmt = self.stmt(
+            "SELECT j.fingerprint, j.doc, j.etag, a.id AS attempt_id, a.request_fingerprint
+               FROM job_documents AS j JOIN attempts AS a ON a.job_id = j.id
+              WHERE j.id = ?1 AND j.owner_id = ?2 AND a.request_key = ?3",
+            &[js(job_id), js(owner), js(key)],
+        )?;
+        self.timed("attempt_by_request", stmt.first::<Row>(None))
+            .await?
+            .map(|r| Ok((stored(r.doc)?, r.attempt_id, r.request_fingerprint)))
+            .transpose()
     }
 
     /// The job `id` if `owner` owns it (any owner for `None`). One round trip.
@@ -238,7 +373,7 @@ impl Store {
               WHERE id = ?1 AND (?2 IS NULL OR owner_id = ?2)",
             &[js(id), owner.map_or(JsValue::NULL, js)],
         )?;
-        self.timed(stmt.first::<DocRow>(None))
+        self.timed("job", stmt.first::<DocRow>(None))
             .await?
             .map(stored)
             .transpose()
@@ -254,7 +389,10 @@ impl Store {
               ORDER BY e.seq",
             &[js(id), js(owner)],
         )?;
-        let rows = self.timed(stmt.all()).await?.results::<EventRow>()?;
+        let rows = self
+            .timed("events", stmt.all())
+            .await?
+            .results::<EventRow>()?;
         if rows.is_empty() {
             return Ok(None);
         }
@@ -275,7 +413,8 @@ impl Store {
     }
 
     /// Appends one event that no state move writes (`dispatch_ignored`,
-    /// `failover_skipped`, `late_result_discarded` of a failure).
+    /// `failover_skipped`, `late_result_discarded` of a failure). None of them changes
+    /// the job's document, so none moves its ETag.
     pub(crate) async fn log_event(
         &self,
         job_id: &str,
@@ -284,42 +423,64 @@ impl Store {
         details: &Value,
     ) -> ApiResult<()> {
         let stmt = self.stmt(
-            "INSERT INTO job_events (job_id, at, type, attempt_id, details)
-             SELECT id, ?2, ?3, ?4, ?5 FROM jobs WHERE id = ?1",
+            &format!(
+                "INSERT INTO job_events (job_id, at, type, attempt_id, details)
+                 SELECT id, {NOW}, ?2, ?3, ?4 FROM jobs WHERE id = ?1"
+            ),
             &[
                 js(job_id),
-                js(&clock::now_rfc3339()),
                 js(event.as_str()),
                 attempt_id.map_or(JsValue::NULL, js),
                 js(&json_text(details)?),
             ],
         )?;
-        self.timed(stmt.run()).await?;
+        self.timed("log_event", stmt.run()).await?;
         Ok(())
     }
 
-    /// The dispatcher's claim: `starting → running`, one conditional UPDATE. A second
-    /// delivery of the same message finds the attempt no longer `starting` and is told
-    /// to do nothing, so the provider is never called twice for one attempt.
-    pub(crate) async fn claim(&self, attempt_id: &str) -> ApiResult<Claim> {
-        let now = clock::now_rfc3339();
+    /// The dispatcher's claim: `starting → running` with a fresh `token`, one
+    /// conditional UPDATE. The attempt is this caller's only if it is `running` with
+    /// this token afterwards, so sending the same claim again after a lost reply finds
+    /// it still ours, while a second delivery (another token) is told to do nothing: the
+    /// provider is never called twice for one attempt. An attempt whose job has
+    /// succeeded is never claimed; the same batch moves it to `superseded`.
+    pub(crate) async fn claim(&self, attempt_id: &str, token: &str) -> ApiResult<Claim> {
         let claim = self.stmt(
-            "UPDATE attempts SET state = 'running', dispatched_at = ?2
-              WHERE id = ?1 AND state = 'starting'
-              RETURNING id",
-            &[js(attempt_id), js(&now)],
+            &format!(
+                "UPDATE attempts SET state = 'running', dispatched_at = {NOW}, claim_token = ?2
+                  WHERE id = ?1 AND state = 'starting'
+                    AND (SELECT status FROM jobs WHERE id = attempts.job_id)
+                        NOT IN ('succeeded', 'cancelled')"
+            ),
+            &[js(attempt_id), js(token)],
+        )?;
+        // Also a claim of ours, sent again after a lost reply, that finds the job
+        // succeeded meanwhile: it must not call the provider now.
+        let supersede = self.stmt(
+            &format!(
+                "UPDATE attempts SET state = 'superseded', finished_at = {NOW}
+                  WHERE id = ?1
+                    AND (state = 'starting' OR (state = 'running' AND claim_token = ?2))
+                    AND (SELECT status FROM jobs WHERE id = attempts.job_id) = 'succeeded'"
+            ),
+            &[js(attempt_id), js(token)],
         )?;
         let read = self.stmt(
-            "SELECT a.id, a.job_id, a.provider, j.provider AS job_provider, a.state, j.kind, j.input
+            "SELECT a.id, a.job_id, a.provider, j.provider AS job_provider, a.state,
+                    a.claim_token, j.kind, j.input
                FROM attempts AS a JOIN jobs AS j ON j.id = a.job_id
               WHERE a.id = ?1",
             &[js(attempt_id)],
         )?;
-        let results = self.batch(vec![claim, read]).await?;
-        let claimed = results.first().map(changes).transpose()?.unwrap_or(0) == 1;
+        let results = self.batch("claim", vec![claim, supersede, read]).await?;
         Ok(match first_row::<AttemptRow>(results.last())? {
             None => Claim::Missing,
-            Some(row) if claimed => Claim::Claimed(row.attempt),
+            Some(row)
+                if row.state == AttemptState::Running
+                    && row.claim_token.as_deref() == Some(token) =>
+            {
+                Claim::Claimed(row.attempt)
+            }
             Some(row) => Claim::Ignored {
                 job_id: row.attempt.job_id,
                 state: row.state,
@@ -327,96 +488,143 @@ impl Store {
         })
     }
 
-    /// One move of one attempt, `from → to`, recording `error` when given: a single
-    /// conditional UPDATE that names the state it leaves. False when the attempt was
-    /// no longer in `from` (a concurrent move won: the job was cancelled, say).
+    /// One move of one attempt, from any of `from` to `to`, recording `error` when
+    /// given: a single conditional UPDATE that names the states it leaves. False when
+    /// the attempt was in none of them (a concurrent move won: the job was cancelled).
     ///
-    /// The dispatcher moves `running → failed | unknown`; an admin's resolve moves
-    /// `unknown → failed | cancelled`.
+    /// The dispatcher moves `running | unknown → failed` and `running → unknown`; an
+    /// admin's resolve moves `unknown → failed | cancelled`.
     pub(crate) async fn move_attempt(
         &self,
         attempt_id: &str,
-        from: AttemptState,
+        from: &[AttemptState],
         to: AttemptState,
         error: Option<&AttemptError>,
     ) -> ApiResult<bool> {
-        debug_assert!(from.can_move_to(to), "{from:?} -> {to:?} is not a move");
+        debug_assert!(
+            from.iter().all(|f| f.can_move_to(to)),
+            "{from:?} -> {to:?} is not a move"
+        );
         let error = error.map(json_text).transpose()?;
+        let from = json_text(&from.iter().map(|s| s.as_str()).collect::<Vec<_>>())?;
         let stmt = self.stmt(
-            "UPDATE attempts SET state = ?3, error = coalesce(?4, error), finished_at = ?5
-              WHERE id = ?1 AND state = ?2
-              RETURNING id",
+            &format!(
+                "UPDATE attempts SET state = ?3, error = coalesce(?4, error), finished_at = {NOW}
+                  WHERE id = ?1 AND state IN (SELECT value FROM json_each(?2))
+                  RETURNING id"
+            ),
             &[
                 js(attempt_id),
-                js(from.as_str()),
+                js(&from),
                 js(to.as_str()),
                 error.as_deref().map_or(JsValue::NULL, js),
-                js(&clock::now_rfc3339()),
             ],
         )?;
-        self.changed_one(stmt).await
+        self.changed_one("move_attempt", stmt).await
     }
 
-    /// Offers `output` as the result of `attempt_id`, which must be in state `from`
-    /// (`running` for the dispatcher, `unknown` for an admin's resolve). One batch:
+    /// Offers `output` as the result of `attempt_id` (see [`Offer`] for who may). One
+    /// batch, safe to send again after a lost reply:
     ///
     /// 1. the compare-and-swap on the job: it takes the result only while
-    ///    `completed_by IS NULL` and the job is not cancelled;
-    /// 2. the attempt becomes `succeeded` if it is now the job's `completed_by`, else
+    ///    `completed_by IS NULL`, the job is not cancelled, and the attempt belongs to
+    ///    the job and is in a state the offer may leave;
+    /// 2. a hedge still `starting` when the job succeeds becomes `superseded`;
+    /// 3. the attempt becomes `succeeded` if it is now the job's `completed_by`, else
     ///    `superseded` (the trigger logs `race_lost` with both ids);
-    /// 3. a result for an attempt that had already ended is logged as
+    /// 4. a provider's result for an attempt that had already ended is logged as
     ///    `late_result_discarded`.
     pub(crate) async fn complete(
         &self,
         job_id: &str,
         attempt_id: &str,
-        from: AttemptState,
+        offer: Offer,
         output: &Value,
     ) -> ApiResult<Completion> {
-        let now = clock::now_rfc3339();
+        let output = json_text(output)?;
+        let from = offer.leaves();
         let cas = self.stmt(
-            "UPDATE jobs
-                SET status = 'succeeded', result = ?3, completed_by = ?2,
-                    version = version + 1, updated_at = ?4
-              WHERE id = ?1 AND completed_by IS NULL AND status <> 'cancelled'
-                AND EXISTS (SELECT 1 FROM attempts WHERE id = ?2 AND state = ?5)",
+            &format!(
+                "UPDATE jobs
+                    SET status = 'succeeded', result = ?3, completed_by = ?2,
+                        version = version + 1, updated_at = {NOW}
+                  WHERE id = ?1 AND completed_by IS NULL AND status <> 'cancelled'
+                    AND EXISTS (SELECT 1 FROM attempts
+                                 WHERE id = ?2 AND job_id = ?1
+                                   AND state IN (SELECT value FROM json_each(?4)))"
+            ),
+            &[js(job_id), js(attempt_id), js(&output), js(from)],
+        )?;
+        let supersede_starting = self.stmt(
+            &format!(
+                "UPDATE attempts SET state = 'superseded', finished_at = {NOW}
+                  WHERE job_id = ?1 AND state = 'starting'
+                    AND (SELECT status FROM jobs WHERE id = ?1) = 'succeeded'"
+            ),
+            &[js(job_id)],
+        )?;
+        let strict = offer == Offer::Resolution;
+        let settle = self.stmt(
+            &format!(
+                "UPDATE attempts
+                    SET state = CASE WHEN (SELECT completed_by FROM jobs WHERE id = ?1) = ?2
+                                     THEN 'succeeded' ELSE 'superseded' END,
+                        finished_at = {NOW}
+                  WHERE id = ?2 AND job_id = ?1
+                    AND state IN (SELECT value FROM json_each(?4))
+                    AND (SELECT status FROM jobs WHERE id = ?1) = 'succeeded'
+                    AND (?5 = 0
+                         OR (SELECT completed_by FROM jobs WHERE id = ?1) = ?2
+                         OR (SELECT result FROM jobs WHERE id = ?1) = ?3)
+                 RETURNING id"
+            ),
             &[
                 js(job_id),
                 js(attempt_id),
-                js(&json_text(output)?),
-                js(&now),
-                js(from.as_str()),
+                js(&output),
+                js(from),
+                JsValue::from_f64(if strict { 1.0 } else { 0.0 }),
             ],
         )?;
-        let settle = self.stmt(
-            "UPDATE attempts
-                SET state = CASE WHEN (SELECT completed_by FROM jobs WHERE id = ?1) = ?2
-                                 THEN 'succeeded' ELSE 'superseded' END,
-                    finished_at = ?3
-              WHERE id = ?2 AND state = ?4",
-            &[js(job_id), js(attempt_id), js(&now), js(from.as_str())],
-        )?;
         let discard = self.stmt(
-            "INSERT INTO job_events (job_id, at, type, attempt_id, details)
-             SELECT job_id, ?2, 'late_result_discarded', id,
-                    json_object('state', state, 'provider', provider,
-                                'job_status', (SELECT status FROM jobs WHERE id = job_id))
-               FROM attempts WHERE id = ?1 AND state NOT IN ('succeeded', 'superseded')",
-            &[js(attempt_id), js(&now)],
+            &format!(
+                "INSERT INTO job_events (job_id, at, type, attempt_id, details)
+                 SELECT job_id, {NOW}, 'late_result_discarded', id,
+                        json_object('state', state, 'provider', provider,
+                                    'job_status', (SELECT status FROM jobs WHERE id = job_id))
+                   FROM attempts
+                  WHERE id = ?1 AND ?2 = 0 AND state NOT IN ('succeeded', 'superseded')"
+            ),
+            &[
+                js(attempt_id),
+                JsValue::from_f64(if strict { 1.0 } else { 0.0 }),
+            ],
         )?;
         let read = self.stmt(
             "SELECT a.state, j.completed_by FROM attempts AS a JOIN jobs AS j ON j.id = a.job_id
-              WHERE a.id = ?1",
-            &[js(attempt_id)],
+              WHERE a.id = ?1 AND a.job_id = ?2",
+            &[js(attempt_id), js(job_id)],
         )?;
         #[derive(Deserialize)]
         struct Row {
             state: AttemptState,
             completed_by: Option<String>,
         }
-        let results = self.batch(vec![cas, settle, discard, read]).await?;
+        let results = self
+            .batch(
+                "complete",
+                vec![cas, supersede_starting, settle, discard, read],
+            )
+            .await?;
         let row = first_row::<Row>(results.last())?
             .ok_or_else(|| AppError::internal("complete: the attempt vanished"))?;
+        // An admin's resolution counts only if this very batch moved the attempt: one
+        // that finds it already settled (by a provider's result that came first, say)
+        // did nothing, and is told so.
+        let settled = results.get(2).map(changes).transpose()?.unwrap_or(0) == 1;
+        if strict && !settled {
+            return Ok(Completion::Discarded { state: row.state });
+        }
         Ok(match row.state {
             AttemptState::Succeeded if row.completed_by.as_deref() == Some(attempt_id) => {
                 Completion::Won
@@ -428,89 +636,113 @@ impl Store {
         })
     }
 
-    /// The one statement behind every attempt after a job's first: insert `new_id` as
-    /// the job's next attempt, `starting` on `provider`, only while the job has not
+    /// The one statement behind every attempt after a job's first: insert `a.new_id` as
+    /// the job's next attempt, `starting` on `a.provider`, only while the job has not
     /// finished, the provider is the job's first or certified for the kind at
-    /// `contract_version`, and `guards` hold. `guards` is SQL over the job `j`
-    /// (`job_documents`) whose parameters are `extra`, numbered from `?6`.
+    /// `a.contract_version` with its current `a.provider_digest`, and `guards` hold.
+    /// `guards` is SQL over the job `j` (`job_documents`) whose parameters are `extra`,
+    /// numbered from `?8`.
     fn next_attempt(
         &self,
-        new_id: &str,
-        job_id: &str,
-        provider: &str,
-        contract_version: &str,
+        a: &NextAttempt<'_>,
         guards: &str,
         extra: &[JsValue],
     ) -> ApiResult<D1PreparedStatement> {
         let sql = format!(
-            "INSERT INTO attempts (id, job_id, n, provider, state, started_at)
-             SELECT ?1, j.id, (SELECT max(n) + 1 FROM attempts WHERE job_id = j.id), ?3, 'starting', ?4
+            "INSERT INTO attempts (id, job_id, n, provider, state, started_at,
+                                   request_key, request_fingerprint)
+             SELECT ?1, j.id, (SELECT max(n) + 1 FROM attempts WHERE job_id = j.id), ?3,
+                    'starting', {NOW}, ?6, ?7
                FROM job_documents AS j
               WHERE j.id = ?2 AND j.status NOT IN ('succeeded', 'cancelled')
                 AND (?3 = j.provider OR {})
                 AND {guards}
+             ON CONFLICT DO NOTHING
              RETURNING id",
-            certified("?3", "j.kind", "?5")
+            certified("?3", "j.kind", "?4", "?5")
         );
+        let (key, fingerprint) = a.request.unzip();
         let mut params = vec![
-            js(new_id),
-            js(job_id),
-            js(provider),
-            js(&clock::now_rfc3339()),
-            js(contract_version),
+            js(a.new_id),
+            js(a.job_id),
+            js(a.provider),
+            js(a.contract_version),
+            js(a.provider_digest),
+            key.map_or(JsValue::NULL, js),
+            fingerprint.map_or(JsValue::NULL, js),
         ];
         params.extend_from_slice(extra);
         self.stmt(&sql, &params)
     }
 
-    /// A new attempt on `provider`, asked for by the owner (the fallback button). One
-    /// statement inserts it only if the job is the owner's, has not finished, has no
-    /// attempt `starting`, `running` or `unknown`, and (with `If-Match`) is unchanged;
-    /// the same batch then reads why, so two clicks make one attempt.
+    /// A new attempt asked for by the owner (the fallback button). One statement
+    /// inserts it only if the job is the owner's, has not finished, has no attempt
+    /// `starting`, `running` or `unknown`, (with `If-Match`) is unchanged, and (with an
+    /// `Idempotency-Key`) no attempt was made for that key yet; the same batch then
+    /// reads why, so two clicks make one attempt and a resend gets the first one's.
+    ///
+    /// `if_match` holds the strong tags of `If-Match` (`None`: no header, or `*`).
     pub(crate) async fn insert_attempt(
         &self,
+        r: &NextAttempt<'_>,
         owner: &str,
-        job_id: &str,
-        attempt_id: &str,
-        provider: &str,
-        contract_version: &str,
-        if_match: Option<&str>,
+        if_match: Option<Vec<&str>>,
     ) -> ApiResult<NewAttemptOutcome> {
+        let if_match = if_match.as_ref().map(json_text).transpose()?;
         let insert = self.next_attempt(
-            attempt_id,
-            job_id,
-            provider,
-            contract_version,
-            "j.owner_id = ?6
+            r,
+            "j.owner_id = ?8
              AND NOT EXISTS (SELECT 1 FROM attempts
                               WHERE job_id = j.id AND state IN ('starting', 'running', 'unknown'))
-             AND (?7 IS NULL OR ?7 = j.etag)",
-            &[js(owner), if_match.map_or(JsValue::NULL, js)],
+             AND (?9 IS NULL OR j.etag IN (SELECT value FROM json_each(?9)))
+             AND (?6 IS NULL OR NOT EXISTS (SELECT 1 FROM attempts
+                                             WHERE job_id = j.id AND request_key = ?6))",
+            &[js(owner), if_match.as_deref().map_or(JsValue::NULL, js)],
         )?;
         let read = self.stmt(
             &format!(
                 "SELECT j.fingerprint, j.doc, j.etag, j.status,
                     (SELECT count(*) FROM attempts WHERE id = ?1) AS created,
+                    (SELECT id FROM attempts
+                      WHERE job_id = j.id AND request_key = ?6) AS replay_id,
+                    (SELECT request_fingerprint FROM attempts
+                      WHERE job_id = j.id AND request_key = ?6) AS replay_fingerprint,
                     (SELECT count(*) FROM attempts
                       WHERE job_id = j.id AND state IN ('starting', 'running')) AS in_flight,
                     (SELECT count(*) FROM attempts
                       WHERE job_id = j.id AND state = 'unknown') AS unresolved,
                     (?4 = j.provider OR {}) AS certified
                FROM job_documents AS j WHERE j.id = ?2 AND j.owner_id = ?3",
-                certified("?4", "j.kind", "?5")
+                certified("?4", "j.kind", "?5", "?7")
             ),
             &[
-                js(attempt_id),
-                js(job_id),
+                js(r.new_id),
+                js(r.job_id),
                 js(owner),
-                js(provider),
-                js(contract_version),
+                js(r.provider),
+                js(r.contract_version),
+                r.request.map_or(JsValue::NULL, |(key, _)| js(key)),
+                js(r.provider_digest),
             ],
         )?;
-        let results = self.batch(vec![insert, read]).await?;
+        let results = self.batch("insert_attempt", vec![insert, read]).await?;
         let Some(row) = first_row::<NewAttemptRow>(results.last())? else {
             return Ok(NewAttemptOutcome::NotFound);
         };
+        if let Some(attempt_id) = row.replay_id {
+            // Ours (this call inserted it, or a lost reply's earlier send did) or
+            // another request's under the same key.
+            let ours = r.request.map(|(_, f)| f) == row.replay_fingerprint.as_deref();
+            if !ours {
+                return Ok(NewAttemptOutcome::KeyReused);
+            }
+            let stored = stored(row.doc)?;
+            return Ok(if row.created > 0.0 {
+                NewAttemptOutcome::Created(stored)
+            } else {
+                NewAttemptOutcome::Replayed { stored, attempt_id }
+            });
+        }
         if row.created > 0.0 {
             return stored(row.doc).map(NewAttemptOutcome::Created);
         }
@@ -533,62 +765,52 @@ impl Store {
     /// not finished. True if inserted.
     pub(crate) async fn insert_hedge(
         &self,
-        job_id: &str,
+        hedge: &NextAttempt<'_>,
         running_id: &str,
-        hedge_id: &str,
-        provider: &str,
-        contract_version: &str,
     ) -> ApiResult<bool> {
         let stmt = self.next_attempt(
-            hedge_id,
-            job_id,
-            provider,
-            contract_version,
-            "(SELECT state FROM attempts WHERE id = ?6) = 'running'
+            hedge,
+            "(SELECT state FROM attempts WHERE id = ?8) = 'running'
              AND NOT EXISTS (SELECT 1 FROM attempts WHERE job_id = j.id AND state = 'unknown')
              AND (SELECT count(*) FROM attempts
                    WHERE job_id = j.id AND state IN ('starting', 'running')) = 1",
             &[js(running_id)],
         )?;
-        self.changed_one(stmt).await
+        self.changed_one("insert_hedge", stmt).await
     }
 
-    /// The automatic failover after `failed_id` failed retryably: a new attempt on
-    /// `provider`, inserted only while the job has not finished, nothing is in flight
-    /// or unknown, the job has fewer than `max_attempts` attempts, and the provider is
-    /// the job's first or certified. True if inserted.
+    /// The automatic failover after `failed_id` failed retryably: a new attempt,
+    /// inserted only while the job has not finished, nothing is in flight or unknown,
+    /// the job has fewer than `max_attempts` attempts, and the provider is the job's
+    /// first or certified. True if inserted.
     pub(crate) async fn insert_failover(
         &self,
-        job_id: &str,
+        next: &NextAttempt<'_>,
         failed_id: &str,
-        new_id: &str,
-        provider: &str,
-        contract_version: &str,
         max_attempts: u32,
     ) -> ApiResult<bool> {
         let stmt = self.next_attempt(
-            new_id,
-            job_id,
-            provider,
-            contract_version,
-            "(SELECT state FROM attempts WHERE id = ?6) = 'failed'
+            next,
+            "(SELECT state FROM attempts WHERE id = ?8) = 'failed'
              AND NOT EXISTS (SELECT 1 FROM attempts WHERE job_id = j.id
                               AND state IN ('starting', 'running', 'unknown'))
-             AND (SELECT count(*) FROM attempts WHERE job_id = j.id) < ?7",
+             AND (SELECT count(*) FROM attempts WHERE job_id = j.id) < ?9",
             &[js(failed_id), JsValue::from_f64(f64::from(max_attempts))],
         )?;
-        self.changed_one(stmt).await
+        self.changed_one("insert_failover", stmt).await
     }
 
     /// Stores a certification report, replacing an earlier one for the same provider,
     /// kind and contract version.
     pub(crate) async fn save_certification(&self, report: &Certification) -> ApiResult<()> {
         let stmt = self.stmt(
-            "INSERT INTO certifications (provider, kind, contract_version, passed, failures, certified_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+            "INSERT INTO certifications (provider, kind, contract_version, passed, failures,
+                                         certified_at, provider_digest)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
              ON CONFLICT (provider, kind, contract_version) DO UPDATE
                SET passed = excluded.passed, failures = excluded.failures,
-                   certified_at = excluded.certified_at",
+                   certified_at = excluded.certified_at,
+                   provider_digest = excluded.provider_digest",
             &[
                 js(&report.provider),
                 js(&report.kind),
@@ -596,9 +818,10 @@ impl Store {
                 JsValue::from_f64(if report.passed { 1.0 } else { 0.0 }),
                 js(&json_text(&report.failures)?),
                 js(&report.certified_at),
+                js(&report.provider_digest),
             ],
         )?;
-        self.timed(stmt.run()).await?;
+        self.timed("save_certification", stmt.run()).await?;
         Ok(())
     }
 
@@ -609,16 +832,18 @@ impl Store {
             provider: String,
             kind: String,
             contract_version: String,
+            provider_digest: String,
             passed: f64,
             failures: String,
             certified_at: String,
         }
         let stmt = self.stmt(
-            "SELECT provider, kind, contract_version, passed, failures, certified_at
+            "SELECT provider, kind, contract_version, provider_digest, passed, failures,
+                    certified_at
                FROM certifications ORDER BY provider, kind, certified_at",
             &[],
         )?;
-        self.timed(stmt.all())
+        self.timed("certifications", stmt.all())
             .await?
             .results::<Row>()?
             .into_iter()
@@ -627,6 +852,7 @@ impl Store {
                     provider: r.provider,
                     kind: r.kind,
                     contract_version: r.contract_version,
+                    provider_digest: r.provider_digest,
                     passed: r.passed != 0.0,
                     failures: serde_json::from_str(&r.failures).map_err(AppError::internal)?,
                     certified_at: r.certified_at,
@@ -639,34 +865,41 @@ impl Store {
     /// succeeded), `job_cancelled` is logged once, and every attempt still `starting`,
     /// `running` or `unknown` becomes `cancelled`. Returns the job as it is after.
     pub(crate) async fn cancel(&self, owner: &str, job_id: &str) -> ApiResult<Option<StoredJob>> {
-        let now = clock::now_rfc3339();
         let cancel = self.stmt(
-            "UPDATE jobs SET status = 'cancelled', version = version + 1, updated_at = ?3
-              WHERE id = ?1 AND owner_id = ?2 AND status NOT IN ('succeeded', 'cancelled')",
-            &[js(job_id), js(owner), js(&now)],
+            &format!(
+                "UPDATE jobs SET status = 'cancelled', version = version + 1, updated_at = {NOW}
+                  WHERE id = ?1 AND owner_id = ?2 AND status NOT IN ('succeeded', 'cancelled')"
+            ),
+            &[js(job_id), js(owner)],
         )?;
         let log = self.stmt(
-            "INSERT INTO job_events (job_id, at, type, details)
-             SELECT id, ?2, 'job_cancelled',
-                    json_object('attempts', (SELECT json_group_array(id) FROM attempts
-                        WHERE job_id = jobs.id AND state IN ('starting', 'running', 'unknown')))
-               FROM jobs
-              WHERE id = ?1 AND status = 'cancelled'
-                AND NOT EXISTS (SELECT 1 FROM job_events
-                                 WHERE job_id = ?1 AND type = 'job_cancelled')",
-            &[js(job_id), js(&now)],
+            &format!(
+                "INSERT INTO job_events (job_id, at, type, details)
+                 SELECT id, {NOW}, 'job_cancelled',
+                        json_object('attempts', (SELECT json_group_array(id) FROM attempts
+                            WHERE job_id = jobs.id AND state IN ('starting', 'running', 'unknown')))
+                   FROM jobs
+                  WHERE id = ?1 AND status = 'cancelled'
+                    AND NOT EXISTS (SELECT 1 FROM job_events
+                                     WHERE job_id = ?1 AND type = 'job_cancelled')"
+            ),
+            &[js(job_id)],
         )?;
         let attempts = self.stmt(
-            "UPDATE attempts SET state = 'cancelled', finished_at = ?2
-              WHERE job_id = ?1 AND state IN ('starting', 'running', 'unknown')
-                AND (SELECT status FROM jobs WHERE id = ?1) = 'cancelled'",
-            &[js(job_id), js(&now)],
+            &format!(
+                "UPDATE attempts SET state = 'cancelled', finished_at = {NOW}
+                  WHERE job_id = ?1 AND state IN ('starting', 'running', 'unknown')
+                    AND (SELECT status FROM jobs WHERE id = ?1) = 'cancelled'"
+            ),
+            &[js(job_id)],
         )?;
         let read = self.stmt(
             "SELECT fingerprint, doc, etag FROM job_documents WHERE id = ?1 AND owner_id = ?2",
             &[js(job_id), js(owner)],
         )?;
-        let results = self.batch(vec![cancel, log, attempts, read]).await?;
+        let results = self
+            .batch("cancel", vec![cancel, log, attempts, read])
+            .await?;
         first_row::<DocRow>(results.last())?.map(stored).transpose()
     }
 
@@ -685,7 +918,7 @@ impl Store {
             &[js(attempt_id)],
         )?;
         Ok(self
-            .timed(stmt.first::<Row>(None))
+            .timed("attempt_job", stmt.first::<Row>(None))
             .await?
             .map(|r| (r.job_id, r.state)))
     }
@@ -703,7 +936,7 @@ impl Store {
             &[js(cutoff), JsValue::from_f64(f64::from(limit))],
         )?;
         Ok(self
-            .timed(stmt.all())
+            .timed("stuck_starting", stmt.all())
             .await?
             .results::<Row>()?
             .into_iter()
@@ -719,15 +952,16 @@ impl Store {
     ///
     /// Returns how many attempts were abandoned and how many were found lost.
     pub(crate) async fn reconcile(&self, rules: &[ReconcileRule]) -> ApiResult<(usize, usize)> {
-        let now = clock::now_rfc3339();
         let mut statements = Vec::new();
         for rule in rules {
             if let Some(cutoff) = &rule.abandon_before {
                 statements.push(self.stmt(
-                    "UPDATE attempts SET state = 'abandoned', finished_at = ?3
-                      WHERE state = 'unknown' AND provider = ?1 AND dispatched_at <= ?2
-                     RETURNING id",
-                    &[js(&rule.provider), js(cutoff), js(&now)],
+                    &format!(
+                        "UPDATE attempts SET state = 'abandoned', finished_at = {NOW}
+                          WHERE state = 'unknown' AND provider = ?1 AND dispatched_at <= ?2
+                         RETURNING id"
+                    ),
+                    &[js(&rule.provider), js(cutoff)],
                 )?);
             }
         }
@@ -740,21 +974,18 @@ impl Store {
         let lost = json_text(&lost)?;
         for rule in rules {
             statements.push(self.stmt(
-                "UPDATE attempts SET state = 'unknown', finished_at = ?3, error = ?4
-                  WHERE state = 'running' AND provider = ?1 AND dispatched_at <= ?2
-                 RETURNING id",
-                &[
-                    js(&rule.provider),
-                    js(&rule.lost_before),
-                    js(&now),
-                    js(&lost),
-                ],
+                &format!(
+                    "UPDATE attempts SET state = 'unknown', finished_at = {NOW}, error = ?3
+                      WHERE state = 'running' AND provider = ?1 AND dispatched_at <= ?2
+                     RETURNING id"
+                ),
+                &[js(&rule.provider), js(&rule.lost_before), js(&lost)],
             )?);
         }
         if statements.is_empty() {
             return Ok((0, 0));
         }
-        let results = self.batch(statements).await?;
+        let results = self.batch("reconcile", statements).await?;
         let mut counts = (0, 0);
         for (i, result) in results.iter().enumerate() {
             let n = changes(result)?;
@@ -767,25 +998,35 @@ impl Store {
         Ok(counts)
     }
 
-    /// Deletes finished jobs (with their attempts and events) last changed before
-    /// `cutoff`. Their keys become free again. Returns the number of jobs deleted.
-    pub(crate) async fn purge(&self, cutoff: &str) -> ApiResult<usize> {
-        let expired =
-            "SELECT id FROM jobs WHERE status IN ('succeeded', 'cancelled') AND updated_at <= ?1";
+    /// Deletes at most `chunk` jobs that ended (`succeeded`, `cancelled`, or `failed`
+    /// with nothing in flight or unknown) and were last changed before `cutoff`, with
+    /// their attempts and events. Their keys become free again. A job with an attempt
+    /// `unknown` is never purged while it is unresolved. One batch; the reconciler calls
+    /// it again while chunks come back full, so a backlog never makes one huge
+    /// statement. Returns the number of jobs deleted.
+    pub(crate) async fn purge(&self, cutoff: &str, chunk: u32) -> ApiResult<usize> {
+        // The same ordered, bounded selection in all three statements: jobs are deleted
+        // last, so the first two see the same rows.
+        let expired = "SELECT id FROM jobs
+                        WHERE status IN ('succeeded', 'cancelled', 'failed') AND updated_at <= ?1
+                          AND NOT EXISTS (SELECT 1 FROM attempts
+                                           WHERE job_id = jobs.id
+                                             AND state IN ('starting', 'running', 'unknown'))
+                        ORDER BY updated_at, id LIMIT ?2";
+        let params = [js(cutoff), JsValue::from_f64(f64::from(chunk))];
         let events = self.stmt(
             &format!("DELETE FROM job_events WHERE job_id IN ({expired})"),
-            &[js(cutoff)],
+            &params,
         )?;
         let attempts = self.stmt(
             &format!("DELETE FROM attempts WHERE job_id IN ({expired})"),
-            &[js(cutoff)],
+            &params,
         )?;
         let jobs = self.stmt(
-            "DELETE FROM jobs WHERE status IN ('succeeded', 'cancelled') AND updated_at <= ?1
-             RETURNING id",
-            &[js(cutoff)],
+            &format!("DELETE FROM jobs WHERE id IN ({expired}) RETURNING id"),
+            &params,
         )?;
-        let results = self.batch(vec![events, attempts, jobs]).await?;
+        let results = self.batch("purge", vec![events, attempts, jobs]).await?;
         results
             .last()
             .map(changes)
@@ -794,12 +1035,27 @@ impl Store {
     }
 }
 
+/// One attempt after a job's first, for [`Store::insert_hedge`],
+/// [`Store::insert_failover`] and the fallback button.
+pub(crate) struct NextAttempt<'a> {
+    pub(crate) new_id: &'a str,
+    pub(crate) job_id: &'a str,
+    pub(crate) provider: &'a str,
+    pub(crate) contract_version: &'a str,
+    /// [`onceclick_protocol::contract::ProviderConfig::digest`] of `provider` now.
+    pub(crate) provider_digest: &'a str,
+    /// The request's `Idempotency-Key` and body text, for the fallback button.
+    pub(crate) request: Option<(&'a str, &'a str)>,
+}
+
 /// One certification report: a provider against one contract version of a kind.
 #[derive(Debug, Clone, serde::Serialize)]
 pub(crate) struct Certification {
     pub(crate) provider: String,
     pub(crate) kind: String,
     pub(crate) contract_version: String,
+    /// What was certified: the provider's model and base URL, as a digest.
+    pub(crate) provider_digest: String,
     pub(crate) passed: bool,
     /// `[{input, code, message}]`: which golden input failed, and how.
     pub(crate) failures: Vec<Value>,
@@ -816,13 +1072,36 @@ pub(crate) struct ReconcileRule {
 }
 
 /// The certification gate as SQL: provider `provider` passed for kind `kind` at contract
-/// version `version` (each a parameter or column expression).
-fn certified(provider: &str, kind: &str, version: &str) -> String {
+/// version `version` with its configuration digest `digest` (each a parameter or column
+/// expression).
+fn certified(provider: &str, kind: &str, version: &str, digest: &str) -> String {
     format!(
         "EXISTS (SELECT 1 FROM certifications AS c
                   WHERE c.provider = {provider} AND c.kind = {kind}
-                    AND c.contract_version = {version} AND c.passed = 1)"
+                    AND c.contract_version = {version} AND c.provider_digest = {digest}
+                    AND c.passed = 1)"
     )
+}
+
+/// A D1 failure as the client should see it. Most are transient (D1 did not answer, or
+/// answered after committing with the reply lost): `503`, safe to retry. A statement
+/// the database refuses for good (a constraint, a trigger's `RAISE`, a value too big,
+/// SQL it cannot run) would fail the same way again: that is our bug, a `500`.
+fn d1_error(e: worker::Error) -> AppError {
+    const PERMANENT: &[&str] = &[
+        "constraint",
+        "TOOBIG",
+        "too big",
+        "syntax error",
+        "no such",
+        "AttemptState::MOVES",
+    ];
+    let text = e.to_string();
+    if PERMANENT.iter().any(|p| text.contains(p)) {
+        AppError::internal(text)
+    } else {
+        AppError::unavailable(text)
+    }
 }
 
 fn first_row<T: serde::de::DeserializeOwned>(result: Option<&D1Result>) -> ApiResult<Option<T>> {

@@ -45,12 +45,29 @@ pub fn count(sql: &str, param: &str) -> i64 {
 /// Writes to the local D1 behind the Worker's back, for tests that must set up a state
 /// the API cannot reach (a certification stored under an older contract version).
 pub fn execute(sql: &str, param: &str) -> usize {
+    execute_with(sql, &[param])
+}
+
+/// Like [`execute`], with any number of text parameters.
+pub fn execute_with(sql: &str, params: &[&str]) -> usize {
     let dir = std::env::var("ONCECLICK_D1_DIR").expect("ONCECLICK_D1_DIR is not set");
     let mut found = Vec::new();
     find_sqlite(&Path::new(&dir).join("v3/d1"), &mut found);
     let conn = Connection::open(&found[0]).expect("open local D1 for writing");
     conn.busy_timeout(std::time::Duration::from_secs(5))
         .expect("busy timeout");
-    conn.execute(sql, [param])
+    conn.execute(sql, rusqlite::params_from_iter(params.iter()))
         .unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+/// The `at` of every event of `job_id`, in `seq` order.
+pub fn event_times(job_id: &str) -> Vec<String> {
+    let conn = open();
+    let mut stmt = conn
+        .prepare("SELECT at FROM job_events WHERE job_id = ?1 ORDER BY seq")
+        .expect("prepare");
+    stmt.query_map([job_id], |row| row.get(0))
+        .expect("query")
+        .collect::<Result<Vec<String>, _>>()
+        .expect("rows")
 }

@@ -6,5 +6,6 @@
 pub mod auth;
 pub mod client;
 pub mod db;
+pub mod log;
 pub mod mock;
 pub mod proxy;

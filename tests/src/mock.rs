@@ -48,7 +48,8 @@ pub struct Step {
     /// What a 200 carries: `ok` (default), `malformed` (content that is not JSON),
     /// `extra_key` (a top-level key the schema does not name), `wrong_shape`
     /// (sentiment not in the enum), `long_summary` (breaks "shorter than the text"),
-    /// `bad_envelope` (not a chat completion at all).
+    /// `bad_envelope` (not a chat completion at all), `cut_off` (status 200 and the
+    /// first bytes of a body, then the connection breaks: the work may have been done).
     #[serde(default)]
     pub reply: Option<String>,
     /// With `ok`: the summary to send (default: the first half of the text).
@@ -259,6 +260,24 @@ fn answer(step: &Step, text: &str) -> Response {
                 .to_string()
         }
         "bad_envelope" => return Json(json!({"output": "not a chat completion"})).into_response(),
+        "cut_off" => {
+            use futures::StreamExt;
+            // The status line and the first bytes go out; a moment later the connection
+            // breaks, so the client has surely seen the status before the body fails.
+            let head = futures::stream::once(async {
+                Ok::<_, std::io::Error>("{\"id\": \"chatcmpl-mock\", \"choices\": [")
+            });
+            let broken = futures::stream::once(async {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                Err(std::io::Error::other("the provider went away mid-answer"))
+            });
+            let broken = head.chain(broken);
+            return Response::builder()
+                .status(StatusCode::OK)
+                .header("content-type", "application/json")
+                .body(axum::body::Body::from_stream(broken))
+                .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response());
+        }
         _ => json!({"summary": summary, "sentiment": "neutral"}).to_string(),
     };
     Json(json!({
@@ -341,8 +360,9 @@ pub fn providers_var(port: u16, timeout_ms: u64, fallback_abandon_after_ms: Opti
         fallback["abandon_after_ms"] = json!(ms);
     }
     json!([
+        // A prompt limit no golden prompt fits: certifying `primary` must refuse it.
         {"name": "primary", "base_url": format!("http://127.0.0.1:{port}/primary/v1"),
-         "model": "mock-small", "timeout_ms": timeout_ms},
+         "model": "mock-small", "timeout_ms": timeout_ms, "max_prompt_tokens": 10},
         fallback,
     ])
     .to_string()

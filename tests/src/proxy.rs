@@ -5,13 +5,18 @@
 //! - `/drop-once/{id}/…` forwards the first non-preflight request, lets the Worker
 //!   answer, then closes the connection without a byte: the answer is lost, the work
 //!   was done — exactly the failure retries must survive;
+//! - `/drop-attempts-once/{id}/…` forwards everything, but drops the answer to the
+//!   first `POST …/attempts` (a new attempt, the fallback button) the same way;
+//! - `/d1-fault-once/{id}/…` adds `X-Onceclick-Fault: create_or_get_job:after` to the
+//!   first non-preflight `POST` it forwards: the Worker's D1 batch commits, its reply is
+//!   lost, and the Worker answers 503 (the Worker must run with fault injection allowed);
 //! - `/hang/{id}/…` holds every non-preflight request unanswered (at most 30 s).
 //!
 //! `GET /_log/{id}` lists what the scenario saw: method, path, `Idempotency-Key`, the
 //! Worker's status, and whether the answer was dropped. One request per connection.
 
 use serde::Serialize;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -30,6 +35,15 @@ struct Seen {
 }
 
 type Log = Arc<Mutex<HashMap<String, Vec<Seen>>>>;
+
+/// The scenarios whose one-time fault has been used.
+type Used = Arc<Mutex<HashSet<String>>>;
+
+/// Whether this request takes the scenario's one-time fault: true once per scenario,
+/// decided when the request arrives, so two requests in flight never both take it.
+fn take_once(used: &Used, id: &str) -> bool {
+    used.lock().is_ok_and(|mut u| u.insert(id.to_owned()))
+}
 
 struct Parsed {
     method: String,
@@ -105,7 +119,13 @@ async fn write_response(
     let _ = stream.shutdown().await;
 }
 
-async fn handle(mut stream: TcpStream, upstream: String, log: Log, http: reqwest::Client) {
+async fn handle(
+    mut stream: TcpStream,
+    upstream: String,
+    log: Log,
+    used: Used,
+    http: reqwest::Client,
+) {
     let Some(req) = read_request(&mut stream).await else {
         return;
     };
@@ -133,13 +153,13 @@ async fn handle(mut stream: TcpStream, upstream: String, log: Log, http: reqwest
         .iter()
         .find(|(k, _)| k.eq_ignore_ascii_case("idempotency-key"))
         .map(|(_, v)| v.clone());
-    let earlier = log
-        .lock()
-        .map(|l| {
-            l.get(id)
-                .map_or(0, |v| v.iter().filter(|s| s.method != "OPTIONS").count())
-        })
-        .unwrap_or(0);
+    let post = req.method == "POST";
+    let drop_answer = match mode {
+        "drop-once" => !preflight && take_once(&used, id),
+        "drop-attempts-once" => post && rest.ends_with("/attempts") && take_once(&used, id),
+        _ => false,
+    };
+    let fault = mode == "d1-fault-once" && post && take_once(&used, id);
     let record = |status: Option<u16>, dropped: bool| {
         if let Ok(mut l) = log.lock() {
             l.entry(id.to_owned()).or_default().push(Seen {
@@ -168,6 +188,9 @@ async fn handle(mut stream: TcpStream, upstream: String, log: Log, http: reqwest
             forward = forward.header(k, v);
         }
     }
+    if fault {
+        forward = forward.header("X-Onceclick-Fault", "create_or_get_job:after");
+    }
     let Ok(answer) = forward.send().await else {
         record(None, false);
         write_response(&mut stream, 502, &cors, b"").await;
@@ -180,7 +203,7 @@ async fn handle(mut stream: TcpStream, upstream: String, log: Log, http: reqwest
         .filter_map(|(k, v)| Some((k.to_string(), v.to_str().ok()?.to_owned())))
         .collect();
     let body = answer.bytes().await.unwrap_or_default();
-    if mode == "drop-once" && !preflight && earlier == 0 {
+    if drop_answer {
         record(Some(status), true);
         // The Worker did the work; the browser never hears of it.
         drop(stream);
@@ -209,9 +232,11 @@ pub fn spawn(port: u16, upstream: String) -> std::io::Result<()> {
                     return;
                 };
                 let log: Log = Arc::default();
+                let used: Used = Arc::default();
                 let http = reqwest::Client::new();
                 while let Ok((stream, _)) = listener.accept().await {
-                    tokio::spawn(handle(stream, upstream.clone(), log.clone(), http.clone()));
+                    let (log, used) = (log.clone(), used.clone());
+                    tokio::spawn(handle(stream, upstream.clone(), log, used, http.clone()));
                 }
             });
         })?;

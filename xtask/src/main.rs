@@ -2,8 +2,9 @@
 //!
 //! - `dev [--port N]`: install what is missing, build, migrate the local D1, start
 //!   `wrangler dev` on 127.0.0.1, print the URL and a ready token.
-//! - `test`: the same bootstrap, then unit tests, `wrangler deploy --dry-run`, and the
-//!   integration tests against a fresh `wrangler dev` on a free port.
+//! - `test [--browser]`: the same bootstrap, then unit tests, `wrangler deploy --dry-run`,
+//!   the SDK's browser tests and the integration tests against a fresh `wrangler dev` on
+//!   a free port; `--browser` runs only the browser tests.
 //! - `token --owner NAME [--admin] [--ttl SECONDS]`: a bearer token for the local secret.
 //! - `build-edge`: build the Worker (wrangler's `[build] command`).
 //! - `sdk`: build the npm package `onceclick` (web and bundler) and print its gzip size.
@@ -31,7 +32,7 @@ const TEST_TIMEOUT_MS: u64 = 4000;
 /// The mock provider's port under `cargo xtask dev`, as wrangler.toml's PROVIDERS names it.
 const DEV_MOCK_PORT: u16 = 8788;
 
-const USAGE: &str = "usage: cargo xtask <dev [--port N] | test | token --owner NAME [--admin] [--ttl SECONDS] | build-edge | lint | sdk | bench | certify --provider NAME [--url URL]>";
+const USAGE: &str = "usage: cargo xtask <dev [--port N] | test [--browser] | token --owner NAME [--admin] [--ttl SECONDS] | build-edge | lint | sdk | bench | certify --provider NAME [--url URL]>";
 
 fn main() {
     if let Err(e) = real_main() {
@@ -165,38 +166,50 @@ fn dev(flags: &Flags) -> Result<()> {
     server.wait()
 }
 
+/// `test --browser` runs only the SDK's browser tests (against a fresh test Worker):
+/// no lint, unit tests, dry-run or integration tests.
 fn test() -> Result<()> {
     let tools = Tools::bootstrap()?;
     let root = project_root();
+    let browser_only = std::env::args().skip(2).any(|a| a == "--browser");
 
-    lint(&root)?;
-    eprintln!("xtask: unit tests");
-    run(Command::new("cargo")
-        .args([
-            "test",
-            "--workspace",
-            "--exclude",
-            "onceclick-tests",
-            "--all-features",
-        ])
-        .current_dir(&root))?;
+    if !browser_only {
+        lint(&root)?;
+        eprintln!("xtask: unit tests");
+        run(Command::new("cargo")
+            .args([
+                "test",
+                "--workspace",
+                "--exclude",
+                "onceclick-tests",
+                "--all-features",
+            ])
+            .current_dir(&root))?;
+    }
 
     wrangler::build_edge(&tools)?;
-    eprintln!("xtask: wrangler deploy --dry-run");
-    let outdir = root.join("target/xtask/deploy-dry-run");
-    run(tools
-        .command("wrangler")
-        .args(["deploy", "--dry-run", "--outdir"])
-        .arg(&outdir))?;
+    if !browser_only {
+        eprintln!("xtask: wrangler deploy --dry-run");
+        let outdir = root.join("target/xtask/deploy-dry-run");
+        run(tools
+            .command("wrangler")
+            .args(["deploy", "--dry-run", "--outdir"])
+            .arg(&outdir))?;
+    }
 
     let TestWorker {
         server,
         secret,
         persist,
         mock_port,
+        log,
     } = TestWorker::start(&tools, &root)?;
+    let mock_url = format!("http://127.0.0.1:{mock_port}");
 
-    sdk::browser_tests(&tools, &server.url, &secret)?;
+    sdk::browser_tests(&tools, &server.url, &secret, &mock_url)?;
+    if browser_only {
+        return Ok(());
+    }
 
     eprintln!("xtask: integration tests against {}", server.url);
     let status = Command::new("cargo")
@@ -204,10 +217,8 @@ fn test() -> Result<()> {
         .env("ONCECLICK_URL", &server.url)
         .env("ONCECLICK_AUTH_SECRET", &secret)
         .env("ONCECLICK_D1_DIR", &persist)
-        .env(
-            "ONCECLICK_MOCK_URL",
-            format!("http://127.0.0.1:{mock_port}"),
-        )
+        .env("ONCECLICK_MOCK_URL", &mock_url)
+        .env("ONCECLICK_WRANGLER_LOG", &log)
         .current_dir(&root)
         .status()?;
     drop(server);
@@ -224,6 +235,8 @@ struct TestWorker {
     secret: String,
     persist: std::path::PathBuf,
     mock_port: u16,
+    /// What the Worker printed: tests read its structured lines (`fault_fired`).
+    log: std::path::PathBuf,
 }
 
 impl TestWorker {
@@ -258,8 +271,10 @@ impl TestWorker {
                     ("FALLBACK_API_KEY".into(), "test-key".into()),
                     ("ALLOW_FAULT_INJECTION".into(), "true".into()),
                     ("RECONCILE_STARTING_AFTER_MS".into(), "1500".into()),
+                    // Small purge chunks, so that the retention test crosses several.
+                    ("PURGE_CHUNK".into(), "2".into()),
                 ],
-                log: Some(log),
+                log: Some(log.clone()),
             },
         )?;
 
@@ -268,6 +283,7 @@ impl TestWorker {
             secret,
             persist,
             mock_port,
+            log,
         })
     }
 }

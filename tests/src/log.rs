@@ -1,0 +1,31 @@
+//! What the Worker under test printed (`wrangler dev`'s output, which `cargo xtask test`
+//! names in `ONCECLICK_WRANGLER_LOG`): tests read its structured lines to prove that an
+//! injected fault really fired, instead of trusting that it did.
+
+/// Whether the log has a `fault_fired` line for `op` at `when` (`before`/`after`) on
+/// behalf of `scope` (an attempt id, or a request path).
+pub fn fault_fired(op: &str, when: &str, scope: &str) -> bool {
+    let path = std::env::var("ONCECLICK_WRANGLER_LOG")
+        .expect("ONCECLICK_WRANGLER_LOG is not set: run with `cargo xtask test`");
+    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    text.lines().any(|line| {
+        line.contains("\"event\":\"fault_fired\"")
+            && line.contains(&format!("\"op\":\"{op}\""))
+            && line.contains(&format!("\"when\":\"{when}\""))
+            && line.contains(&format!("\"scope\":\"{scope}\""))
+    })
+}
+
+/// How many `fault_fired` lines the log has for `op` on behalf of `scope`.
+pub fn faults_fired(op: &str, scope: &str) -> usize {
+    let path = std::env::var("ONCECLICK_WRANGLER_LOG")
+        .expect("ONCECLICK_WRANGLER_LOG is not set: run with `cargo xtask test`");
+    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    text.lines()
+        .filter(|line| {
+            line.contains("\"event\":\"fault_fired\"")
+                && line.contains(&format!("\"op\":\"{op}\""))
+                && line.contains(&format!("\"scope\":\"{scope}\""))
+        })
+        .count()
+}
