@@ -6,6 +6,8 @@
 use crate::error::OnceclickError;
 use crate::js;
 use onceclick_protocol::Problem;
+use std::cell::RefCell;
+use std::rc::Rc;
 use wasm_bindgen::prelude::*;
 use web_sys::{AbortSignal, Request, Response};
 
@@ -18,8 +20,9 @@ pub(crate) const MAX_TRIES: u32 = 6;
 #[derive(Clone, Default)]
 pub(crate) struct Policy {
     pub(crate) signal: Option<AbortSignal>,
-    /// Called before each retry with `{attempt, delayMs, code, status}`.
-    pub(crate) on_retry: Option<js_sys::Function>,
+    /// Each is called before each retry with `{attempt, delayMs, code, status}`. Shared
+    /// and growable: a submit that joins a request in flight adds its own.
+    pub(crate) on_retry: Rc<RefCell<Vec<js_sys::Function>>>,
 }
 
 /// What came back.
@@ -124,7 +127,9 @@ pub(crate) async fn send(
             return Err(error);
         }
         let wait = delay_ms(n, retry_after.as_deref(), js_sys::Math::random());
-        if let Some(callback) = &policy.on_retry {
+        // A copy: a callback may abort its submit, which takes it off the list.
+        let callbacks = policy.on_retry.borrow().clone();
+        for callback in callbacks {
             let info = js_sys::Object::new();
             let _ = js_sys::Reflect::set(&info, &"attempt".into(), &JsValue::from(n + 1));
             let _ = js_sys::Reflect::set(&info, &"delayMs".into(), &JsValue::from_f64(wait));

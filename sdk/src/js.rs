@@ -79,6 +79,15 @@ pub(crate) async fn abortable<T>(
     }
 }
 
+/// A new `AbortController`: the controller itself (to `abort` it) and its signal.
+pub(crate) fn abort_controller() -> Result<(JsValue, web_sys::AbortSignal), OnceclickError> {
+    let fail = |e: JsValue| OnceclickError::invalid(describe(e));
+    let class: Function = get(&global(), "AbortController").dyn_into().map_err(fail)?;
+    let controller = Reflect::construct(&class, &js_sys::Array::new()).map_err(fail)?;
+    let signal = get(&controller, "signal").dyn_into().map_err(fail)?;
+    Ok((controller, signal))
+}
+
 /// `fetch(request)`; a rejection (the network) becomes `Err` with its message.
 pub(crate) async fn fetch(request: &web_sys::Request) -> Result<web_sys::Response, String> {
     let promise = call(&global(), "fetch", &[request.into()]).map_err(describe)?;
@@ -106,18 +115,18 @@ pub(crate) async fn resolve(value: JsValue) -> Result<JsValue, JsValue> {
     }
 }
 
-/// Runs the work that `start` begins while holding the Web Lock `name`
-/// (`navigator.locks`), where the browser has the API; otherwise runs it directly.
-/// Tabs of one origin then take turns: the second sees the first's stored key.
-pub(crate) async fn with_lock(
-    name: &str,
-    start: impl FnOnce() -> Promise + 'static,
-) -> Result<JsValue, JsValue> {
+/// The work that `start` begins, run while holding the Web Lock `name`
+/// (`navigator.locks`) where the browser has the API, otherwise directly; the promise
+/// settles as the work does. Tabs of one origin then take turns: the second sees the
+/// first's stored key.
+pub(crate) fn locked(name: &str, start: impl FnOnce() -> Promise + 'static) -> Promise {
     let locks = get(&get(&global(), "navigator"), "locks");
     if locks.is_undefined() || locks.is_null() {
-        return JsFuture::from(start()).await;
+        return start();
     }
     let held = Closure::once_into_js(move |_lock: JsValue| start());
-    let promise: Promise = call(&locks, "request", &[JsValue::from_str(name), held])?.dyn_into()?;
-    JsFuture::from(promise).await
+    match call(&locks, "request", &[JsValue::from_str(name), held]) {
+        Ok(promise) => Promise::resolve(&promise),
+        Err(e) => Promise::reject(&e),
+    }
 }

@@ -17,7 +17,8 @@ pub(crate) const PREFIX: &str = "onceclick:v1:";
 pub(crate) struct Entry {
     /// The `Idempotency-Key`.
     pub(crate) key: String,
-    /// When it was made, in ms since the epoch; it expires with the server's retention.
+    /// When it was made, in ms since the epoch. Only `idempotentFetch` lets a key expire
+    /// by age; a `Client` key lives until its job is seen final.
     pub(crate) created_at: f64,
     /// The job it created, once known.
     pub(crate) job_id: Option<String>,
@@ -50,7 +51,7 @@ impl Entry {
 
 /// A UUIDv7: the time from `Date.now()` (std's clock does not exist on wasm32), the
 /// randomness from getrandom's `wasm_js` backend (`crypto.getRandomValues`).
-fn new_key() -> String {
+pub(crate) fn new_key() -> String {
     let ms = js_sys::Date::now().max(0.0) as u64;
     let ts =
         uuid::Timestamp::from_unix(uuid::NoContext, ms / 1000, ((ms % 1000) * 1_000_000) as u32);
@@ -63,13 +64,16 @@ pub(crate) struct Keys {
     storage: Rc<RefCell<Option<JsValue>>>,
     /// Every entry written, kept also in memory: a few dozen at most, so a list.
     memory: Rc<RefCell<Vec<(String, String)>>>,
-    retention_ms: f64,
+    /// How long an entry is reused, for `idempotentFetch` (a generic backend has no job
+    /// the SDK could watch); `None` for a `Client`, whose keys live as long as their job.
+    retention_ms: Option<f64>,
 }
 
 impl Keys {
     /// `storage`: `undefined` for `globalThis.localStorage`, `null` for memory only, or
     /// any object with `getItem`, `setItem`, `removeItem`, `key` and `length`.
-    pub(crate) fn new(storage: JsValue, retention_hours: f64) -> Self {
+    /// `retention_hours`: `None` keeps every entry until it is removed.
+    pub(crate) fn new(storage: JsValue, retention_hours: Option<f64>) -> Self {
         let storage = if storage.is_undefined() {
             // Reading `localStorage` itself throws in some private modes.
             js_sys::Reflect::get(&js::global(), &"localStorage".into()).ok()
@@ -80,7 +84,7 @@ impl Keys {
         Self {
             storage: Rc::new(RefCell::new(storage)),
             memory: Rc::new(RefCell::new(Vec::new())),
-            retention_ms: retention_hours * 3_600_000.0,
+            retention_ms: retention_hours.map(|h| h * 3_600_000.0),
         }
     }
 
@@ -132,14 +136,18 @@ impl Keys {
         self.with_storage(|s| js::call(s, "removeItem", &[name.into()]));
     }
 
-    /// The live entry for `name`, if there is one that has not expired.
+    /// The live entry for `name`, if there is one (that has not expired, where entries
+    /// expire).
     pub(crate) fn get(&self, name: &str) -> Option<Entry> {
         let entry = Entry::from_json(&self.read(name)?)?;
-        (js_sys::Date::now() - entry.created_at < self.retention_ms).then_some(entry)
+        let live = self
+            .retention_ms
+            .is_none_or(|ms| js_sys::Date::now() - entry.created_at < ms);
+        live.then_some(entry)
     }
 
-    /// The entry for `name`, made and **stored before it is returned** when missing or
-    /// expired, so that no request ever goes out with a key that a reload would lose.
+    /// The entry for `name`, made and **stored before it is returned** when missing (or
+    /// expired), so that no request ever goes out with a key that a reload would lose.
     pub(crate) fn get_or_create(&self, name: &str) -> Entry {
         if let Some(entry) = self.get(name) {
             return entry;

@@ -2,8 +2,9 @@
 //!
 //! Each user intent — (owner, kind, fingerprint of the input) — gets one
 //! `Idempotency-Key`, stored before the first byte is sent and reused on a double-click,
-//! a re-render, a reload and in another tab, until its job has ended or the input
-//! changes. Calls retry safely with the same key.
+//! a re-render, a reload and in another tab, for as long as its job lives: until the SDK
+//! sees the job end (`succeeded`, `cancelled`) or `forget` is called. Calls retry
+//! safely with the same key; a new attempt (`retry`) carries its own key too.
 //!
 //! ```js
 //! import init, { Client } from "onceclick";
@@ -27,8 +28,7 @@ use js_sys::Promise;
 use keys::{Keys, PREFIX};
 use onceclick_protocol::{fingerprint, JobStatus};
 
-use std::cell::RefCell;
-use std::collections::HashMap;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
@@ -73,12 +73,21 @@ export interface ClientOptions {
   token?: string;
   /** Called before each call; may return a promise. */
   getToken?: () => string | Promise<string>;
-  /** `localStorage` by default; `null` keeps keys in memory only. */
+  /**
+   * `localStorage` by default; `null` keeps keys in memory only. A key is kept as long
+   * as its job: until a submit, wait, cancel or retry sees the job `succeeded` or
+   * `cancelled`, or `forget` is called. It never expires by age.
+   */
   storage?: StorageLike | null;
-  /** How long a stored key is reused, in hours (the server's retention; default 24). */
-  retentionHours?: number;
 }
-export interface SubmitOptions { provider?: string; signal?: AbortSignal; onRetry?: (info: RetryInfo) => void }
+export interface SubmitOptions {
+  /** Naming the kind's primary provider is the same intent as naming none. */
+  provider?: string;
+  /** Aborts this submit only: a request shared with other submits goes on for them. */
+  signal?: AbortSignal;
+  /** Called before each retry of the request this submit waits on. */
+  onRetry?: (info: RetryInfo) => void;
+}
 export interface WaitOptions {
   signal?: AbortSignal;
   /** Called with the job each time it changes. */
@@ -86,6 +95,7 @@ export interface WaitOptions {
   /** Reject with code "timeout" after this long. */
   timeoutMs?: number;
 }
+/** A retry() sends its own Idempotency-Key: a resend after a lost answer gets the same attempt. */
 export interface RetryOptions { provider?: string; signal?: AbortSignal; onRetry?: (info: RetryInfo) => void }
 export interface ForgetOptions { provider?: string }
 export interface IdempotentFetchOptions {
@@ -94,6 +104,7 @@ export interface IdempotentFetchOptions {
   storage?: StorageLike | null;
   signal?: AbortSignal;
   onRetry?: (info: RetryInfo) => void;
+  /** How long a stored key is reused, in hours (the server's retention; default 24). */
   retentionHours?: number;
 }
 "#;
@@ -120,12 +131,71 @@ extern "C" {
     pub type IdempotentFetchOptions;
 }
 
-/// The server keeps a key bound for at least 24 hours after its job ends.
+/// `idempotentFetch`'s default: the server keeps a key bound for at least 24 hours.
 const DEFAULT_RETENTION_HOURS: f64 = 24.0;
 
 thread_local! {
-    /// In-flight submits of this page, by intent: one request and one promise each.
-    static FLIGHTS: RefCell<HashMap<String, Promise>> = RefCell::new(HashMap::new());
+    /// In-flight submits of this page, by intent: one request each, shared by every
+    /// submit of that intent until it settles. A few at most, so a list (a hash map
+    /// costs the SDK a kilobyte).
+    static FLIGHTS: RefCell<Vec<(String, Rc<Flight>)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// One request, shared by the concurrent submits of one intent. It runs under its own
+/// signal, so that one submit's abort does not end it for the others.
+struct Flight {
+    promise: Promise,
+    /// Its `AbortController`: aborted once every submit waiting on it has been aborted.
+    controller: JsValue,
+    /// Submits still waiting on it.
+    waiters: Cell<u32>,
+    /// The `onRetry` of every submit still waiting on it.
+    on_retry: Callbacks,
+}
+
+type Callbacks = Rc<RefCell<Vec<js_sys::Function>>>;
+
+impl Flight {
+    fn join(&self, on_retry: Option<&js_sys::Function>) {
+        self.waiters.set(self.waiters.get() + 1);
+        if let Some(callback) = on_retry {
+            self.on_retry.borrow_mut().push(callback.clone());
+        }
+    }
+
+    /// A waiter was aborted: it stops hearing of retries; the last one ends the request.
+    fn leave(flight: &Rc<Flight>, on_retry: Option<&js_sys::Function>) {
+        if let Some(callback) = on_retry {
+            let mut list = flight.on_retry.borrow_mut();
+            let target: &JsValue = callback;
+            if let Some(i) = list.iter().position(|f| {
+                let f: &JsValue = f;
+                f == target
+            }) {
+                list.remove(i);
+            }
+        }
+        flight.waiters.set(flight.waiters.get().saturating_sub(1));
+        if flight.waiters.get() == 0 {
+            let _ = js::call(&flight.controller, "abort", &[]);
+            land(flight);
+        }
+    }
+}
+
+/// The flight of `intent`, if one is in the air.
+fn flight_of(intent: &str) -> Option<Rc<Flight>> {
+    FLIGHTS.with(|f| {
+        f.borrow()
+            .iter()
+            .find(|(name, _)| name == intent)
+            .map(|(_, flight)| flight.clone())
+    })
+}
+
+/// Takes `flight` off the list (a newer flight of the same intent stays).
+fn land(flight: &Rc<Flight>) {
+    FLIGHTS.with(|f| f.borrow_mut().retain(|(_, g)| !Rc::ptr_eq(g, flight)));
 }
 
 fn option_string(options: &JsValue, name: &str) -> Option<String> {
@@ -143,7 +213,9 @@ fn option_function(options: &JsValue, name: &str) -> Option<js_sys::Function> {
 fn policy(options: &JsValue) -> Policy {
     Policy {
         signal: option_signal(options),
-        on_retry: option_function(options, "onRetry"),
+        on_retry: Rc::new(RefCell::new(
+            option_function(options, "onRetry").into_iter().collect(),
+        )),
     }
 }
 
@@ -160,6 +232,15 @@ fn owner_of(token: &str) -> String {
         .and_then(|text| json::parse(&text))
         .and_then(|claims| js::get_string(&claims, "sub"))
         .unwrap_or_else(|| "anonymous".to_owned())
+}
+
+/// The name of `kind`'s primary provider, read off `GET /v1/providers`.
+fn primary_of(list: &JsValue, kind: &str) -> Option<String> {
+    let providers: js_sys::Array = js::get(list, "providers").dyn_into().ok()?;
+    providers
+        .iter()
+        .find(|p| js::get(&js::get(&js::get(p, "kinds"), kind), "primary").as_bool() == Some(true))
+        .and_then(|p| js::get_string(&p, "name"))
 }
 
 /// The job's `status`, read off the server's JSON.
@@ -182,6 +263,8 @@ struct Inner {
     token: Option<String>,
     get_token: Option<js_sys::Function>,
     keys: Keys,
+    /// `GET /v1/providers`, asked once (again only after a failure).
+    providers: RefCell<Option<Promise>>,
 }
 
 /// A client of one onceclick API.
@@ -201,7 +284,7 @@ impl std::fmt::Debug for Client {
 
 #[wasm_bindgen]
 impl Client {
-    /// `new Client({ baseUrl, token | getToken, storage?, retentionHours? })`.
+    /// `new Client({ baseUrl, token | getToken, storage? })`.
     #[wasm_bindgen(constructor)]
     pub fn new(options: ClientOptions) -> Result<Client, OnceclickError> {
         let options: JsValue = options.into();
@@ -214,21 +297,22 @@ impl Client {
         if token.is_none() && get_token.is_none() {
             return Err(OnceclickError::invalid("give token or getToken"));
         }
-        let retention = js::get(&options, "retentionHours")
-            .as_f64()
-            .unwrap_or(DEFAULT_RETENTION_HOURS);
         Ok(Client {
             inner: Rc::new(Inner {
                 base_url,
                 token,
                 get_token,
-                keys: Keys::new(js::get(&options, "storage"), retention),
+                // A key lives as long as its job, not a fixed time: the server keeps a
+                // `failed` or `unknown` job, and its key, for as long as it is not final.
+                keys: Keys::new(js::get(&options, "storage"), None),
+                providers: RefCell::new(None),
             }),
         })
     }
 
     /// Submits the intent `(kind, input)`: creates its job, or returns the one it
-    /// already has. Concurrent submits of one intent share one request and one promise.
+    /// already has. Concurrent submits of one intent share one request; each keeps its
+    /// own `signal` (aborting one rejects only that one) and its own `onRetry`.
     #[wasm_bindgen(unchecked_return_type = "Promise<Job>")]
     pub fn submit(
         &self,
@@ -243,47 +327,49 @@ impl Client {
             Ok(v) => v,
             Err(e) => return Promise::reject(&e.into()),
         };
-        let body = object(&[
-            ("kind", JsValue::from_str(&kind)),
-            ("input", input),
-            (
-                "provider",
-                provider
-                    .as_deref()
-                    .map_or(JsValue::UNDEFINED, JsValue::from_str),
-            ),
-        ]);
-        let Some(body) = json::stringify(&body) else {
+        // Both bodies now, while the input is as the caller gave it: the one naming the
+        // provider, and the one without it, sent if the provider is the kind's primary.
+        let body = |provider: Option<&str>| {
+            json::stringify(&object(&[
+                ("kind", JsValue::from_str(&kind)),
+                ("input", input.clone()),
+                (
+                    "provider",
+                    provider.map_or(JsValue::UNDEFINED, JsValue::from_str),
+                ),
+            ]))
+        };
+        let (Some(named), Some(plain)) = (body(provider.as_deref()), body(None)) else {
             return Promise::reject(
                 &OnceclickError::invalid("input is not JSON-serializable").into(),
             );
         };
+        let signal = option_signal(&options);
+        let on_retry = option_function(&options, "onRetry");
         // The intent needs the owner, which may need an async token: the flight is
         // keyed once the token is known, inside the future.
         future_to_promise(async move {
             let token = client.token().await?;
+            let provider = client.as_named(&kind, provider, signal.as_ref()).await?;
+            let body = if provider.is_some() { named } else { plain };
             let print = fingerprint(&kind, &value, provider.as_deref().unwrap_or(""));
             let intent = format!("{PREFIX}intent:{}:{kind}:{print}", owner_of(&token));
-            let existing = FLIGHTS.with(|f| f.borrow().get(&intent).cloned());
-            if let Some(shared) = existing {
-                return wasm_bindgen_futures::JsFuture::from(shared).await;
-            }
-            let flight = {
-                let (client, intent) = (client.clone(), intent.clone());
-                future_to_promise(async move {
-                    let lock = intent.clone();
-                    let work = move || {
-                        future_to_promise(async move {
-                            client.submit_once(&intent, &body, &options).await
-                        })
-                    };
-                    js::with_lock(&lock, work).await
-                })
+            let flight = match flight_of(&intent) {
+                Some(flight) => flight,
+                None => client.take_off(&intent, body)?,
             };
-            FLIGHTS.with(|f| f.borrow_mut().insert(intent.clone(), flight.clone()));
-            let outcome = wasm_bindgen_futures::JsFuture::from(flight).await;
-            FLIGHTS.with(|f| f.borrow_mut().remove(&intent));
-            outcome
+            flight.join(on_retry.as_ref());
+            let shared = wasm_bindgen_futures::JsFuture::from(flight.promise.clone());
+            match js::abortable(signal.as_ref(), shared).await {
+                Ok(outcome) => {
+                    land(&flight);
+                    outcome
+                }
+                Err(aborted) => {
+                    Flight::leave(&flight, on_retry.as_ref());
+                    Err(aborted.into())
+                }
+            }
         })
     }
 
@@ -321,8 +407,11 @@ impl Client {
         })
     }
 
-    /// Asks for a new attempt on the same job (the fallback button). Safe to retry: it
-    /// sends `If-Match` with the job's ETag, so a lost answer never makes two attempts.
+    /// Asks for a new attempt on the same job (the fallback button). Safe to retry: each
+    /// call sends its own `Idempotency-Key`, unchanged on every resend, so a resend after
+    /// a lost answer gets the attempt the first send made (200, replayed), never a
+    /// second one. It also sends `If-Match` with the job's ETag, so a click on a job
+    /// that changed since it was read is refused (412).
     #[wasm_bindgen(unchecked_return_type = "Promise<Attempt>")]
     pub fn retry(&self, job_id: String, options: Option<RetryOptions>) -> Promise {
         let options: JsValue = options.map(Into::into).unwrap_or(JsValue::UNDEFINED);
@@ -358,6 +447,7 @@ impl Client {
             let input = input_json(&input)?;
             let token = client.token().await?;
             let provider = option_string(&options, "provider");
+            let provider = client.as_named(&kind, provider, None).await?;
             let print = fingerprint(&kind, &input, provider.as_deref().unwrap_or(""));
             client.inner.keys.remove(&format!(
                 "{PREFIX}intent:{}:{kind}:{print}",
@@ -369,6 +459,73 @@ impl Client {
 }
 
 impl Client {
+    /// Starts the one request of `intent` on this page, under its own signal.
+    fn take_off(&self, intent: &str, body: String) -> Result<Rc<Flight>, OnceclickError> {
+        let (controller, signal) = js::abort_controller()?;
+        let policy = Policy {
+            signal: Some(signal),
+            on_retry: Callbacks::default(),
+        };
+        let on_retry = policy.on_retry.clone();
+        let (client, name) = (self.clone(), intent.to_owned());
+        let work = move || {
+            future_to_promise(async move { client.submit_once(&name, &body, &policy).await })
+        };
+        let promise = js::locked(intent, work);
+        let flight = Rc::new(Flight {
+            promise,
+            controller,
+            waiters: Cell::new(0),
+            on_retry,
+        });
+        FLIGHTS.with(|f| f.borrow_mut().push((intent.to_owned(), flight.clone())));
+        Ok(flight)
+    }
+
+    /// `provider`, or `None` when it names `kind`'s primary: naming the primary is the
+    /// same intent as naming no provider. Reads `GET /v1/providers` (once per client);
+    /// if that fails, the provider stays as named.
+    async fn as_named(
+        &self,
+        kind: &str,
+        provider: Option<String>,
+        signal: Option<&AbortSignal>,
+    ) -> Result<Option<String>, OnceclickError> {
+        let Some(provider) = provider else {
+            return Ok(None);
+        };
+        let listed = wasm_bindgen_futures::JsFuture::from(self.providers());
+        let primary = js::abortable(signal, listed)
+            .await?
+            .ok()
+            .and_then(|list| primary_of(&list, kind));
+        Ok((primary.as_deref() != Some(provider.as_str())).then_some(provider))
+    }
+
+    /// The promise of `GET /v1/providers`'s JSON, shared by every submit of this client.
+    fn providers(&self) -> Promise {
+        if let Some(asked) = self.inner.providers.borrow().clone() {
+            return asked;
+        }
+        let client = self.clone();
+        let asked = future_to_promise(async move {
+            let answer = client
+                .call("GET", "/v1/providers", None, &[], &Policy::default(), true)
+                .await;
+            let list = match answer {
+                Ok(answer) if answer.status == 200 => answer.js_json().await.ok(),
+                _ => None,
+            };
+            // A failure is not kept: the next submit asks again.
+            list.ok_or_else(|| {
+                client.inner.providers.replace(None);
+                JsValue::NULL
+            })
+        });
+        self.inner.providers.replace(Some(asked.clone()));
+        asked
+    }
+
     async fn token(&self) -> Result<String, OnceclickError> {
         if let Some(token) = &self.inner.token {
             return Ok(token.clone());
@@ -445,7 +602,7 @@ impl Client {
         &self,
         intent: &str,
         body: &str,
-        options: &JsValue,
+        policy: &Policy,
     ) -> Result<JsValue, JsValue> {
         // Stored before the first byte is sent: a reload mid-request reuses it.
         let mut entry = self.inner.keys.get_or_create(intent);
@@ -455,12 +612,17 @@ impl Client {
                 "/v1/jobs",
                 Some(body),
                 &[("Idempotency-Key", &entry.key)],
-                &policy(options),
+                policy,
                 true,
             )
             .await?;
         let job = self.job_answer(answer).await?;
-        if !status_of(&job).is_some_and(JobStatus::is_final) {
+        if status_of(&job).is_some_and(JobStatus::is_final) {
+            // The job has ended: free the key, even when this is the first answer seen
+            // for it (a replay after a lost 201, a reload mid-request), whose entry has
+            // no job id for `free_job` to find.
+            self.inner.keys.remove(intent);
+        } else {
             entry.job_id = js::get_string(&job, "id");
             self.inner.keys.put(intent, &entry);
         }
@@ -513,10 +675,13 @@ impl Client {
         options: &JsValue,
     ) -> Result<JsValue, OnceclickError> {
         let policy = policy(options);
+        // This request's identity, the same on every resend: a resend after a lost
+        // answer gets the attempt the first send made.
+        let request = keys::new_key();
         let path = format!("/v1/jobs/{job_id}");
         let current = self.call("GET", &path, None, &[], &policy, true).await?;
         let etag = current.header("ETag").unwrap_or_default();
-        let before = attempts(&self.job_answer(current).await?).length();
+        self.job_answer(current).await?;
         let provider = option_string(options, "provider");
         let body = object(&[(
             "provider",
@@ -525,31 +690,21 @@ impl Client {
                 .map_or(JsValue::UNDEFINED, JsValue::from_str),
         )]);
         let body = json::stringify(&body).unwrap_or_else(|| "{}".to_owned());
-        // No retry of a retryable 409 here: `attempt_in_flight` after a lost answer may
-        // be our own attempt. `If-Match` makes a resend after a lost answer a 412.
+        // No retry of a retryable 409 here: `attempt_in_flight` is another click's
+        // attempt (a resend of ours is answered with ours, by its Idempotency-Key).
         let answer = self
             .call(
                 "POST",
                 &format!("{path}/attempts"),
                 Some(&body),
-                &[("If-Match", &etag)],
+                &[("If-Match", &etag), ("Idempotency-Key", &request)],
                 &policy,
                 false,
             )
             .await?;
         match answer.status {
-            201 => answer.js_json().await,
-            412 => {
-                // Our first send may have landed and only its answer been lost.
-                let latest = self.call("GET", &path, None, &[], &policy, true).await?;
-                let job = self.job_answer(latest).await?;
-                let all = attempts(&job);
-                if all.length() > before {
-                    Ok(all.get(before))
-                } else {
-                    Err(OnceclickError::from_problem(412, None))
-                }
-            }
+            // 201: made now; 200: made by an earlier send of this same request.
+            200 | 201 => answer.js_json().await,
             _ => Err(answer.error().await),
         }
     }
@@ -564,13 +719,10 @@ fn object(members: &[(&str, JsValue)]) -> JsValue {
     o.into()
 }
 
-fn attempts(job: &JsValue) -> js_sys::Array {
-    js::get(job, "attempts").dyn_into().unwrap_or_default()
-}
-
 /// `fetch` with an `Idempotency-Key` per intent, for any backend that speaks the IETF
 /// Idempotency-Key header. The key is stored before the first send and reused for the
-/// same `intent` (across reloads and tabs) until it expires; retries use it too.
+/// same `intent` (across reloads and tabs) until it expires after `retentionHours`
+/// (default 24: a generic backend has no job the SDK could watch); retries use it too.
 /// Resolves to the final `Response`, whatever its status.
 #[wasm_bindgen(js_name = idempotentFetch, unchecked_return_type = "Promise<Response>")]
 pub fn idempotent_fetch(
@@ -586,7 +738,7 @@ pub fn idempotent_fetch(
         let retention = js::get(&options, "retentionHours")
             .as_f64()
             .unwrap_or(DEFAULT_RETENTION_HOURS);
-        let keys = Keys::new(js::get(&options, "storage"), retention);
+        let keys = Keys::new(js::get(&options, "storage"), Some(retention));
         let entry = keys.get_or_create(&format!("{PREFIX}fetch:{intent}"));
         let init: RequestInit = if init.is_undefined() || init.is_null() {
             RequestInit::new()

@@ -33,6 +33,20 @@ export function throwingStorage() {
   const no = () => { throw new DOMException("quota exceeded", "QuotaExceededError"); };
   return { getItem: no, setItem: no, removeItem: no, key: no, get length() { return no(); } };
 }
+export function copyStorage(from, keepJobIds, ageMs) {
+  const to = mapStorage();
+  for (const [k, v] of from.entries()) {
+    const entry = JSON.parse(v);
+    if (!keepJobIds) entry.job_id = null;
+    entry.created_at = Date.now() - ageMs;
+    to.setItem(k, JSON.stringify(entry));
+  }
+  return to;
+}
+export async function postJson(url, body) {
+  const r = await fetch(url, { method: "POST", headers: { "content-type": "application/json" }, body });
+  if (!r.ok) throw new Error(`${url} answered ${r.status}`);
+}
 export function nowMs() { return performance.now(); }
 export function rejectsAt(promise) {
   return promise.then(() => { throw new Error("expected a rejection"); }, (e) => ({ error: e, at: performance.now() }));
@@ -42,6 +56,8 @@ extern "C" {
     fn mapStorage() -> JsValue;
     fn fixedKeyStorage(key: &str) -> JsValue;
     fn throwingStorage() -> JsValue;
+    fn copyStorage(from: &JsValue, keep_job_ids: bool, age_ms: f64) -> JsValue;
+    fn postJson(url: &str, body: &str) -> Promise;
     fn nowMs() -> f64;
     fn rejectsAt(promise: &Promise) -> Promise;
 }
@@ -52,6 +68,30 @@ fn env(name: &str, value: Option<&'static str>) -> &'static str {
 
 fn proxy() -> &'static str {
     env("ONCECLICK_PROXY_URL", option_env!("ONCECLICK_PROXY_URL"))
+}
+
+fn mock() -> &'static str {
+    env("ONCECLICK_MOCK_URL", option_env!("ONCECLICK_MOCK_URL"))
+}
+
+/// Scripts the mock: calls of `provider` whose prompt contains `marker` follow `steps`
+/// (a JSON array of the mock's steps), the last one repeating.
+async fn script(provider: &str, marker: &str, steps: &str) {
+    let body = format!(
+        r#"{{"provider":{},"contains":{},"steps":{steps}}}"#,
+        js_sys::JSON::stringify(&provider.into()).unwrap(),
+        js_sys::JSON::stringify(&marker.into()).unwrap(),
+    );
+    ok(postJson(&format!("{}/_script", mock()), &body)).await;
+}
+
+/// Lets every mock call held at `gate` answer.
+async fn release(gate: &str) {
+    let body = format!(
+        r#"{{"gate":{}}}"#,
+        js_sys::JSON::stringify(&gate.into()).unwrap()
+    );
+    ok(postJson(&format!("{}/_release", mock()), &body)).await;
 }
 
 fn token() -> &'static str {
@@ -122,6 +162,38 @@ fn posts(log: &[JsValue]) -> Vec<JsValue> {
 fn id_of(job: &JsValue) -> String {
     get(job, "id").as_string().unwrap()
 }
+
+/// The requests in `log` to a path that ends with `suffix`.
+fn to_path(log: &[JsValue], suffix: &str) -> Vec<JsValue> {
+    log.iter()
+        .filter(|e| get(e, "path").as_string().unwrap().ends_with(suffix))
+        .cloned()
+        .collect()
+}
+
+fn statuses(log: &[JsValue]) -> Vec<JsValue> {
+    log.iter().map(|e| get(e, "status")).collect()
+}
+
+fn options(members: &[(&str, JsValue)]) -> JsValue {
+    let o = Object::new();
+    for (k, v) in members {
+        set(&o, k, v.clone());
+    }
+    o.into()
+}
+
+type Calls = std::rc::Rc<std::cell::Cell<u32>>;
+
+/// A callback that counts its calls.
+fn counter() -> (Closure<dyn Fn(JsValue)>, Calls) {
+    let calls = std::rc::Rc::new(std::cell::Cell::new(0));
+    let count = calls.clone();
+    let callback = Closure::<dyn Fn(JsValue)>::new(move |_| count.set(count.get() + 1));
+    (callback, calls)
+}
+
+const DAY_MS: f64 = 24.0 * 3_600_000.0;
 
 #[wasm_bindgen_test]
 async fn two_submits_in_one_tick_make_one_request_and_one_job() {
@@ -292,5 +364,265 @@ async fn a_changed_input_gets_a_new_key_and_a_finished_job_frees_its_key() {
     assert_ne!(
         get(&sent[2], "idempotency_key"),
         get(&sent[0], "idempotency_key")
+    );
+}
+
+// Issue 8, item 1: the fallback button survives a lost answer.
+#[wasm_bindgen_test]
+async fn a_retry_whose_answer_was_lost_resolves_to_its_one_new_attempt() {
+    let id = scenario("retry-lost");
+    let gate = format!("{id}-gate");
+    // The first attempt fails for good; the second is held running while the SDK
+    // resends, so a resend that is not recognised as ours meets `attempt_in_flight`.
+    script(
+        "primary",
+        &id,
+        &format!(r#"[{{"status":400}},{{"gate":"{gate}"}}]"#),
+    )
+    .await;
+    let c = client(
+        &format!("{}/drop-attempts-once/{id}", proxy()),
+        Some(mapStorage()),
+    );
+    let job = ok(c.submit(
+        "summarize".into(),
+        input(&format!(
+            "{id}: the provider refuses, then the user clicks fallback."
+        )),
+        None,
+    ))
+    .await;
+    let failed = ok(c.wait(id_of(&job), None)).await;
+    assert_eq!(get(&failed, "status"), "failed");
+
+    let retry = options(&[("provider", "primary".into())]);
+    let outcome = JsFuture::from(c.retry(id_of(&job), Some(retry.unchecked_into()))).await;
+    release(&gate).await;
+    let attempt =
+        outcome.unwrap_or_else(|e| panic!("retry rejected: {:?}", js_sys::JSON::stringify(&e)));
+    assert_eq!(get(&attempt, "n"), 2);
+
+    let sent = to_path(&posts(&seen(&id).await), "/attempts");
+    assert_eq!(sent.len(), 2, "the lost answer, then one resend");
+    assert_eq!(get(&sent[0], "dropped"), true);
+    assert_eq!(statuses(&sent), [JsValue::from(201), JsValue::from(200)]);
+    assert!(get(&sent[0], "idempotency_key").is_string());
+    assert_eq!(
+        get(&sent[0], "idempotency_key"),
+        get(&sent[1], "idempotency_key"),
+        "the resend carries the same key"
+    );
+    let after = ok(c.wait(id_of(&job), None)).await;
+    let attempts = js_sys::Array::from(&get(&after, "attempts"));
+    assert_eq!(attempts.length(), 2, "one new attempt, not two");
+    assert_eq!(get(&attempts.get(1), "id"), get(&attempt, "id"));
+}
+
+// Issue 8, item 2: every submit keeps its own signal and callbacks.
+#[wasm_bindgen_test]
+async fn a_submit_aborted_at_once_does_not_reject_its_twin() {
+    let id = scenario("abort-twin");
+    let c = client(&format!("{}/pass/{id}", proxy()), Some(JsValue::NULL));
+    let text = format!("{id}: one click is taken back, the other stays.");
+    let controller = web_sys::AbortController::new().unwrap();
+    let with_signal = options(&[("signal", controller.signal().into())]);
+    let first = c.submit(
+        "summarize".into(),
+        input(&text),
+        Some(with_signal.unchecked_into()),
+    );
+    let second = c.submit("summarize".into(), input(&text), None);
+    controller.abort();
+    let error = JsFuture::from(first).await.unwrap_err();
+    assert_eq!(get(&error, "code"), "aborted");
+    let job = ok(second).await;
+    assert!(id_of(&job).starts_with("job_"));
+    assert_eq!(posts(&seen(&id).await).len(), 1, "one request on the wire");
+}
+
+#[wasm_bindgen_test]
+async fn a_submit_aborted_mid_flight_leaves_the_shared_request_to_its_twin() {
+    let id = scenario("abort-mid-flight");
+    let c = client(&format!("{}/drop-once/{id}", proxy()), Some(JsValue::NULL));
+    let text = format!("{id}: taken back while the request is retried.");
+    let controller = web_sys::AbortController::new().unwrap();
+    // Aborted when the shared request is lost and about to be retried: by then both
+    // submits wait on it.
+    let abort = {
+        let controller = controller.clone();
+        Closure::<dyn Fn(JsValue)>::new(move |_| controller.abort())
+    };
+    let first_options = options(&[
+        ("signal", controller.signal().into()),
+        ("onRetry", abort.as_ref().clone()),
+    ]);
+    let first = c.submit(
+        "summarize".into(),
+        input(&text),
+        Some(first_options.unchecked_into()),
+    );
+    let second = c.submit("summarize".into(), input(&text), None);
+    let error = JsFuture::from(first).await.unwrap_err();
+    assert_eq!(get(&error, "code"), "aborted");
+    let job = ok(second).await;
+    assert!(id_of(&job).starts_with("job_"));
+    let sent = posts(&seen(&id).await);
+    assert_eq!(
+        sent.len(),
+        2,
+        "the lost answer, then the retry for the twin"
+    );
+    assert_eq!(statuses(&sent), [JsValue::from(201), JsValue::from(200)]);
+    assert_eq!(
+        get(&sent[0], "idempotency_key"),
+        get(&sent[1], "idempotency_key")
+    );
+}
+
+#[wasm_bindgen_test]
+async fn each_of_two_shared_submits_hears_of_the_retry() {
+    let id = scenario("on-retry-twins");
+    let c = client(&format!("{}/drop-once/{id}", proxy()), Some(JsValue::NULL));
+    let text = format!("{id}: two clicks, one lost answer.");
+    let (first_callback, first_calls) = counter();
+    let (second_callback, second_calls) = counter();
+    let first = c.submit(
+        "summarize".into(),
+        input(&text),
+        Some(options(&[("onRetry", first_callback.as_ref().clone())]).unchecked_into()),
+    );
+    let second = c.submit(
+        "summarize".into(),
+        input(&text),
+        Some(options(&[("onRetry", second_callback.as_ref().clone())]).unchecked_into()),
+    );
+    let (a, b) = (ok(first).await, ok(second).await);
+    assert_eq!(id_of(&a), id_of(&b));
+    assert_eq!(
+        posts(&seen(&id).await).len(),
+        2,
+        "one shared request, retried once"
+    );
+    assert_eq!(first_calls.get(), 1, "the first submit's onRetry");
+    assert_eq!(second_calls.get(), 1, "the second submit's onRetry");
+}
+
+// Issue 8, item 3: a key is released whenever its job is seen final.
+#[wasm_bindgen_test]
+async fn a_key_is_freed_when_the_first_answer_seen_for_it_is_already_succeeded() {
+    let id = scenario("final-first");
+    let base = format!("{}/pass/{id}", proxy());
+    let text = format!("{id}: the other tab only knows the key.");
+    let first_tab = mapStorage();
+    let a =
+        ok(client(&base, Some(first_tab.clone())).submit("summarize".into(), input(&text), None))
+            .await;
+    // What a reload mid-request leaves behind: the key, stored before the send, and
+    // no job id yet.
+    let second_tab = copyStorage(&first_tab, false, 0.0);
+    let done = ok(client(&base, Some(first_tab)).wait(id_of(&a), None)).await;
+    assert_eq!(get(&done, "status"), "succeeded");
+
+    let c = client(&base, Some(second_tab.clone()));
+    let replay = ok(c.submit("summarize".into(), input(&text), None)).await;
+    assert_eq!(id_of(&replay), id_of(&a), "the replay of the finished job");
+    assert_eq!(get(&replay, "status"), "succeeded");
+    assert_eq!(get(&second_tab, "length"), 0, "its key was freed");
+    let again = ok(c.submit("summarize".into(), input(&text), None)).await;
+    assert_ne!(id_of(&again), id_of(&a), "a new intent, a new job");
+    let sent = posts(&seen(&id).await);
+    assert_eq!(
+        statuses(&sent),
+        [JsValue::from(201), JsValue::from(200), JsValue::from(201)]
+    );
+    assert_ne!(
+        get(&sent[2], "idempotency_key"),
+        get(&sent[1], "idempotency_key")
+    );
+}
+
+// Issue 8, item 4: a key lives as long as its job, not 24 hours from its birth.
+#[wasm_bindgen_test]
+async fn a_key_thirty_days_old_still_names_its_unfinished_job() {
+    let id = scenario("old-key");
+    script("primary", &id, r#"[{"status":400}]"#).await;
+    let base = format!("{}/pass/{id}", proxy());
+    let text = format!("{id}: the provider refused, the user came back a month later.");
+    let storage = mapStorage();
+    let c = client(&base, Some(storage.clone()));
+    let job = ok(c.submit("summarize".into(), input(&text), None)).await;
+    let failed = ok(c.wait(id_of(&job), None)).await;
+    assert_eq!(get(&failed, "status"), "failed", "not final: the key stays");
+
+    let month_old = copyStorage(&storage, true, 30.0 * DAY_MS);
+    let later = client(&base, Some(month_old.clone()));
+    let again = ok(later.submit("summarize".into(), input(&text), None)).await;
+    assert_eq!(id_of(&again), id_of(&job), "the same job, not a second one");
+    let sent = posts(&seen(&id).await);
+    assert_eq!(statuses(&sent), [JsValue::from(201), JsValue::from(200)]);
+    assert_eq!(
+        get(&sent[0], "idempotency_key"),
+        get(&sent[1], "idempotency_key")
+    );
+    assert_eq!(get(&month_old, "length"), 1, "the key is still kept");
+}
+
+// Issue 8, item 5: the intent does not depend on how the provider is spelled.
+#[wasm_bindgen_test]
+async fn naming_the_kinds_primary_provider_is_the_same_intent_as_naming_none() {
+    let id = scenario("spelled");
+    let c = client(&format!("{}/pass/{id}", proxy()), Some(mapStorage()));
+    let text = format!("{id}: the provider named or not.");
+    let unnamed = ok(c.submit("summarize".into(), input(&text), None)).await;
+    let primary = options(&[("provider", "primary".into())]);
+    let named = ok(c.submit(
+        "summarize".into(),
+        input(&text),
+        Some(primary.unchecked_into()),
+    ))
+    .await;
+    assert_eq!(id_of(&named), id_of(&unnamed));
+    let created: Vec<JsValue> = to_path(&posts(&seen(&id).await), "/v1/jobs")
+        .into_iter()
+        .filter(|e| get(e, "status") == 201)
+        .collect();
+    assert_eq!(created.len(), 1, "one job created");
+
+    // Another provider is another intent.
+    let fallback = options(&[("provider", "fallback".into())]);
+    let other = ok(c.submit(
+        "summarize".into(),
+        input(&text),
+        Some(fallback.unchecked_into()),
+    ))
+    .await;
+    assert_ne!(id_of(&other), id_of(&unnamed));
+}
+
+// Issue 8, item 6: a D1 error is a 503 that the SDK retries with the same key.
+#[wasm_bindgen_test]
+async fn a_d1_write_whose_reply_was_lost_is_retried_with_the_same_key_into_one_job() {
+    let id = scenario("d1-after");
+    let c = client(
+        &format!("{}/d1-fault-once/{id}", proxy()),
+        Some(mapStorage()),
+    );
+    let job = ok(c.submit(
+        "summarize".into(),
+        input(&format!("{id}: D1 committed, its reply was lost.")),
+        None,
+    ))
+    .await;
+    assert!(id_of(&job).starts_with("job_"));
+    let sent = posts(&seen(&id).await);
+    assert_eq!(sent.len(), 2, "the 503, then one retry");
+    assert_eq!(
+        statuses(&sent),
+        [JsValue::from(503), JsValue::from(200)],
+        "the retry is the replay of the job the failed write made"
+    );
+    assert_eq!(
+        get(&sent[0], "idempotency_key"),
+        get(&sent[1], "idempotency_key")
     );
 }

@@ -65,8 +65,14 @@ pub(crate) fn build(tools: &Tools) -> Result<()> {
 }
 
 /// Runs `sdk/tests/browser.rs` with `wasm-pack test --headless --chrome` against the
-/// Worker at `worker_url`, through a fault-injecting proxy on a free port.
-pub(crate) fn browser_tests(tools: &Tools, worker_url: &str, secret: &str) -> Result<()> {
+/// Worker at `worker_url`, through a fault-injecting proxy on a free port; the tests
+/// script the mock provider at `mock_url`.
+pub(crate) fn browser_tests(
+    tools: &Tools,
+    worker_url: &str,
+    secret: &str,
+    mock_url: &str,
+) -> Result<()> {
     let chromedriver = Path::new("/usr/bin/chromedriver");
     if !chromedriver.exists() {
         bail!("the SDK's browser tests need Debian's chromium and chromium-driver: apt-get install chromium chromium-driver (.ci/run does)");
@@ -86,5 +92,6 @@ pub(crate) fn browser_tests(tools: &Tools, worker_url: &str, secret: &str) -> Re
             "ONCECLICK_PROXY_URL",
             format!("http://127.0.0.1:{proxy_port}"),
         )
-        .env("ONCECLICK_SDK_TOKEN", token))
+        .env("ONCECLICK_SDK_TOKEN", token)
+        .env("ONCECLICK_MOCK_URL", mock_url))
 }
