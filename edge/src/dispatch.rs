@@ -26,13 +26,19 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::future::Future;
 use std::time::Duration;
-use worker::{console_error, console_log, Delay, Env, MessageBatch, MessageExt};
+use worker::{
+    console_error, console_log, Delay, Env, MessageBatch, MessageExt, QueueRetryOptionsBuilder,
+};
 
 /// The queue binding that carries dispatch messages.
 pub(crate) const QUEUE: &str = "DISPATCH";
 
 /// Tries of one D1 write inside one delivery, the first included.
 const WRITE_TRIES: u32 = 8;
+
+/// How long a result that D1 would not take waits in the queue before it is offered
+/// again (the queue gives each message `max_retries` deliveries).
+const RESULT_RETRY_DELAY_S: u32 = 30;
 
 /// One dispatch message: run this attempt, or record a result it already has.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -146,7 +152,16 @@ pub(crate) async fn consume(batch: MessageBatch<Dispatch>, env: &Env) {
                     "{}",
                     json!({"event": "dispatch_retry", "attempt_id": dispatch.attempt_id, "cause": e.detail})
                 );
-                message.retry();
+                if dispatch.result.is_some() {
+                    // D1 refused this result through a whole delivery already: give it
+                    // time to come back rather than spend the queue's retries at once.
+                    let later = QueueRetryOptionsBuilder::new()
+                        .with_delay_seconds(RESULT_RETRY_DELAY_S)
+                        .build();
+                    message.retry_with_options(&later);
+                } else {
+                    message.retry();
+                }
             }
         }
     });
