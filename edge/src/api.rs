@@ -127,6 +127,14 @@ async fn route(req: &mut Request, ctx: &Ctx<'_>) -> ApiResult<Response> {
             caller.require_admin()?;
             certify::certify(ctx, name).await
         }
+        // Test-only: one reconciler pass with this request's faults armed, so that the
+        // fault matrix reaches the cron's store calls too. Absent unless faults are.
+        ["v1", "_reconcile"] if fault::allowed(ctx.env) => {
+            allow(&method, &[Method::Post])?;
+            caller(req, ctx)?.require_admin()?;
+            crate::reconcile::run(ctx.env, ctx.store).await?;
+            json(200, r#"{"status":"reconciled"}"#.to_owned(), Headers::new())
+        }
         ["v1", "attempts", id, "dispatch"] => {
             allow(&method, &[Method::Post])?;
             let caller = caller(req, ctx)?;

@@ -39,7 +39,11 @@ async fn queue(batch: MessageBatch<dispatch::Dispatch>, env: Env, _ctx: Context)
 
 #[event(scheduled)]
 async fn scheduled(_event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
-    if let Err(e) = reconcile::run(&env).await {
+    let outcome = match env.d1("DB") {
+        Ok(db) => reconcile::run(&env, &store::Store::new(db)).await,
+        Err(e) => Err(error::AppError::internal(e)),
+    };
+    if let Err(e) = outcome {
         worker::console_error!(
             "{}",
             json!({"event": "reconcile_failed", "cause": e.detail})

@@ -34,8 +34,7 @@ fn var_f64(env: &Env, name: &str) -> Option<f64> {
     env.var(name).ok().and_then(|v| v.to_string().parse().ok())
 }
 
-pub(crate) async fn run(env: &Env) -> ApiResult<()> {
-    let store = Store::new(env.d1("DB")?);
+pub(crate) async fn run(env: &Env, store: &Store) -> ApiResult<()> {
     let now = clock::now_ms();
 
     let starting_after =
@@ -47,11 +46,12 @@ pub(crate) async fn run(env: &Env) -> ApiResult<()> {
         dispatch::enqueue(env, attempt_id, None).await;
     }
 
+    let lost_grace = var_f64(env, "RECONCILE_LOST_GRACE_MS").unwrap_or(LOST_GRACE_MS);
     let rules: Vec<ReconcileRule> = providers::configured(env)?
         .into_iter()
         .map(|p| ReconcileRule {
             abandon_before: p.abandon_after_ms.map(|ms| clock::rfc3339(now - ms as f64)),
-            lost_before: clock::rfc3339(now - p.timeout_ms as f64 - LOST_GRACE_MS),
+            lost_before: clock::rfc3339(now - p.timeout_ms as f64 - lost_grace),
             provider: p.name,
         })
         .collect();

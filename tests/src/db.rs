@@ -21,12 +21,18 @@ fn find_sqlite(dir: &Path, found: &mut Vec<PathBuf>) {
 pub fn open() -> Connection {
     let dir = std::env::var("ONCECLICK_D1_DIR")
         .expect("ONCECLICK_D1_DIR is not set: run with `cargo xtask test`");
+    open_in(Path::new(&dir))
+}
+
+/// Opens the D1 database that `wrangler dev --persist-to dir` keeps, read-only.
+pub fn open_in(dir: &Path) -> Connection {
     let mut found = Vec::new();
-    find_sqlite(&Path::new(&dir).join("v3/d1"), &mut found);
+    find_sqlite(&dir.join("v3/d1"), &mut found);
     assert_eq!(
         found.len(),
         1,
-        "expected one D1 database under {dir}: {found:?}"
+        "expected one D1 database under {}: {found:?}",
+        dir.display()
     );
     let conn = Connection::open_with_flags(&found[0], OpenFlags::SQLITE_OPEN_READ_ONLY)
         .expect("open local D1");

@@ -9,3 +9,4 @@ pub mod db;
 pub mod log;
 pub mod mock;
 pub mod proxy;
+pub mod report;

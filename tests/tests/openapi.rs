@@ -70,6 +70,8 @@ fn every_route_is_documented() {
     }
     let api = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../edge/src/api.rs"))
         .unwrap();
-    let served = api.matches("[\"v1\"").count();
+    // Routes under `/v1/_…` exist only in a Worker with fault injection on (tests):
+    // they are not part of the contract.
+    let served = api.matches("[\"v1\"").count() - api.matches("[\"v1\", \"_").count();
     assert_eq!(served, 10, "api.rs serves a route this test does not list");
 }

@@ -4,7 +4,9 @@
 //!   `wrangler dev` on 127.0.0.1, print the URL and a ready token.
 //! - `test [--browser]`: the same bootstrap, then unit tests, `wrangler deploy --dry-run`,
 //!   the SDK's browser tests and the integration tests against a fresh `wrangler dev` on
-//!   a free port; `--browser` runs only the browser tests.
+//!   a free port, then the crash suite; `--browser` runs only the browser tests,
+//!   `--only NAME` only `tests/tests/NAME.rs`, `--soak` the heavy reliability variants
+//!   (see RELIABILITY.md).
 //! - `token --owner NAME [--admin] [--ttl SECONDS]`: a bearer token for the local secret.
 //! - `build-edge`: build the Worker (wrangler's `[build] command`).
 //! - `sdk`: build the npm package `onceclick` (web and bundler) and print its gzip size.
@@ -15,6 +17,7 @@
 
 mod bench;
 mod certify;
+mod crashes;
 mod sdk;
 mod tools;
 mod wrangler;
@@ -32,7 +35,7 @@ const TEST_TIMEOUT_MS: u64 = 4000;
 /// The mock provider's port under `cargo xtask dev`, as wrangler.toml's PROVIDERS names it.
 const DEV_MOCK_PORT: u16 = 8788;
 
-const USAGE: &str = "usage: cargo xtask <dev [--port N] | test [--browser] | token --owner NAME [--admin] [--ttl SECONDS] | build-edge | lint | sdk | bench | certify --provider NAME [--url URL]>";
+const USAGE: &str = "usage: cargo xtask <dev [--port N] | test [--browser] [--soak] [--only NAME] | token --owner NAME [--admin] [--ttl SECONDS] | build-edge | lint | sdk | bench | certify --provider NAME [--url URL]>";
 
 fn main() {
     if let Err(e) = real_main() {
@@ -171,9 +174,18 @@ fn dev(flags: &Flags) -> Result<()> {
 fn test() -> Result<()> {
     let tools = Tools::bootstrap()?;
     let root = project_root();
-    let browser_only = std::env::args().skip(2).any(|a| a == "--browser");
+    let args: Vec<String> = std::env::args().skip(2).collect();
+    let browser_only = args.iter().any(|a| a == "--browser");
+    // `--only NAME`: just the integration test binary `tests/tests/NAME.rs`.
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1).cloned());
+    let browser_only = browser_only && only.is_none();
+    // The heavy reliability variants: 50,000 model operations instead of 2,000.
+    let soak = args.iter().any(|a| a == "--soak");
 
-    if !browser_only {
+    if !browser_only && only.is_none() {
         lint(&root)?;
         eprintln!("xtask: unit tests");
         run(Command::new("cargo")
@@ -188,7 +200,7 @@ fn test() -> Result<()> {
     }
 
     wrangler::build_edge(&tools)?;
-    if !browser_only {
+    if !browser_only && only.is_none() {
         eprintln!("xtask: wrangler deploy --dry-run");
         let outdir = root.join("target/xtask/deploy-dry-run");
         run(tools
@@ -206,26 +218,43 @@ fn test() -> Result<()> {
     } = TestWorker::start(&tools, &root)?;
     let mock_url = format!("http://127.0.0.1:{mock_port}");
 
-    sdk::browser_tests(&tools, &server.url, &secret, &mock_url)?;
+    if only.is_none() {
+        sdk::browser_tests(&tools, &server.url, &secret, &mock_url)?;
+    }
     if browser_only {
         return Ok(());
     }
 
     eprintln!("xtask: integration tests against {}", server.url);
-    let status = Command::new("cargo")
-        .args(["test", "-p", "onceclick-tests", "--tests"])
+    let reports = root.join("target/reliability");
+    let _ = std::fs::remove_dir_all(&reports);
+    let mut cargo = Command::new("cargo");
+    cargo.args(["test", "-p", "onceclick-tests"]);
+    match &only {
+        Some(name) => cargo.args(["--test", name]),
+        None => cargo.arg("--tests"),
+    };
+    let status = cargo
         .env("ONCECLICK_URL", &server.url)
         .env("ONCECLICK_AUTH_SECRET", &secret)
         .env("ONCECLICK_D1_DIR", &persist)
         .env("ONCECLICK_MOCK_URL", &mock_url)
         .env("ONCECLICK_WRANGLER_LOG", &log)
+        .env("ONCECLICK_REPORT_DIR", &reports)
+        .env("ONCECLICK_SOAK", if soak { "1" } else { "0" })
         .current_dir(&root)
         .status()?;
     drop(server);
     if !status.success() {
+        print_reliability(&reports);
         bail!("integration tests failed");
     }
-    Ok(())
+    let crashed = match &only {
+        Some(_) => Ok(()),
+        None => crashes::run(&tools, &root, &reports),
+    };
+    print_reliability(&reports);
+    crashed
 }
 
 /// The Worker as the tests and the bench run it: `wrangler dev` on a free port with a
@@ -334,4 +363,34 @@ fn token(flags: &Flags) -> Result<()> {
         onceclick_tests::auth::mint(&secret, owner, flags.admin, ttl)?
     );
     Ok(())
+}
+
+/// One line per reliability suite, from the figures each wrote (see RELIABILITY.md).
+fn print_reliability(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut paths: Vec<_> = entries.flatten().map(|e| e.path()).collect();
+    paths.sort();
+    for path in paths {
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        let Ok(serde_json::Value::Object(figures)) = serde_json::from_str(&text) else {
+            continue;
+        };
+        let line: Vec<String> = figures
+            .iter()
+            .filter(|(_, v)| v.is_number() || v.is_string() || v.is_boolean())
+            .map(|(k, v)| match v.as_f64() {
+                Some(x) if x.fract() != 0.0 => format!("{k}={x:.1}"),
+                _ => format!("{k}={v}"),
+            })
+            .collect();
+        let suite = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        println!("reliability {suite}: {}", line.join(" "));
+    }
 }

@@ -161,6 +161,13 @@ impl Wrangler {
         )
     }
 
+    /// `kill -9` of wrangler and workerd, mid-whatever-they-were-doing: a crash.
+    pub(crate) fn crash(mut self) {
+        let group = format!("-{}", self.child.id());
+        let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
+        let _ = self.child.wait();
+    }
+
     /// Blocks until wrangler exits (for `cargo xtask dev`).
     pub(crate) fn wait(mut self) -> Result<()> {
         self.child.wait()?;

@@ -1,0 +1,598 @@
+//! The fault matrix: every store call the API, the dispatcher and the reconciler make,
+//! failed both ways — before it commits, and after it commits with its reply lost — in
+//! a scenario that reaches it. For each cell the suite checks that the client got a
+//! retryable error or the right answer, that retrying converged on the one job, that
+//! no result a provider delivered was lost, and that no attempt was left `running` or
+//! `unknown` without a provider call; and that the fault really fired (the Worker's
+//! log). The matrix goes to RELIABILITY.md.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use futures::StreamExt;
+use onceclick_tests::client::{id, send, status_is, unique, Api, Mock};
+use onceclick_tests::{db, log, report};
+use serde_json::{json, Value};
+
+const FAULT: &str = "X-Onceclick-Fault";
+const WHENS: [&str; 2] = ["before", "after"];
+
+type Verdict = Result<(), String>;
+
+macro_rules! check {
+    ($cond:expr, $($why:tt)+) => {
+        if !$cond {
+            return Err(format!($($why)+));
+        }
+    };
+}
+
+fn text(marker: &str) -> String {
+    format!("{marker}: the quarterly numbers came in above the forecast again.")
+}
+
+fn body(kind: &str, marker: &str) -> String {
+    json!({"kind": kind, "input": {"text": text(marker)}}).to_string()
+}
+
+fn attempts_of(job_id: &str) -> i64 {
+    db::count("SELECT count(*) FROM attempts WHERE job_id = ?1", job_id)
+}
+
+/// Every attempt of the job whose provider was never called is in a state that says
+/// so (`starting`, `failed`, `cancelled`, `superseded`), never `running` or `unknown`.
+async fn none_in_doubt_without_a_call(mock: &Mock, marker: &str, job: &Value) -> Verdict {
+    let calls = mock.calls(marker).await;
+    for attempt in job["attempts"].as_array().into_iter().flatten() {
+        let called = calls
+            .iter()
+            .filter(|c| c["idempotency_key"] == attempt["id"])
+            .count();
+        check!(
+            called <= 1,
+            "attempt {} was called {called} times",
+            attempt["id"]
+        );
+        let state = attempt["state"].as_str().unwrap_or_default();
+        check!(
+            called == 1 || !matches!(state, "running" | "unknown"),
+            "attempt {} is {state} though no provider was called",
+            attempt["id"]
+        );
+    }
+    Ok(())
+}
+
+/// Waits until the fault fired (the Worker logs it), at most 10 s.
+async fn fired(op: &str, when: &str, scope: &str) -> Verdict {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !log::fault_fired(op, when, scope) {
+        check!(
+            std::time::Instant::now() < deadline,
+            "the fault {op}:{when} never fired for {scope}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
+/// Sends again while the answer is a 503, as a client does (the contract says it is
+/// retryable): the faults here are one-shot, but a test's own write to the D1 file can
+/// make the Worker's next write find the database busy. At most 10 tries.
+async fn resend(make: impl Fn() -> reqwest::RequestBuilder) -> onceclick_tests::client::Reply {
+    let mut tries = 1;
+    loop {
+        let reply = send(make()).await;
+        if reply.status != 503 || tries == 10 {
+            return reply;
+        }
+        tries += 1;
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+async fn reconcile(api: &Api, fault: Option<&str>) -> u16 {
+    let mut rb = api.post_json(&api.admin_token("matrix-ops"), "/v1/_reconcile", &json!({}));
+    if let Some(f) = fault {
+        rb = rb.header(FAULT, f);
+    }
+    send(rb).await.status
+}
+
+/// Runs the reconciler until `done` holds for the job (at most 30 s).
+async fn reconcile_until(
+    api: &Api,
+    token: &str,
+    job_id: &str,
+    done: impl Fn(&Value) -> bool,
+) -> Result<Value, String> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        reconcile(api, None).await;
+        let job = send(api.get(token, &format!("/v1/jobs/{job_id}")))
+            .await
+            .json();
+        if done(&job) {
+            return Ok(job);
+        }
+        check!(
+            std::time::Instant::now() < deadline,
+            "job {job_id} never got there: {job}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+}
+
+/// A job of `token`'s whose first attempt failed for good (the primary answered 400).
+async fn failed_job(api: &Api, mock: &Mock, token: &str, marker: &str, then: Value) -> String {
+    mock.script("primary", marker, json!([{"status": 400}, then]))
+        .await;
+    let job = api
+        .create_job(token, "summarize", &text(marker), None)
+        .await;
+    let job_id = id(&job);
+    api.wait_job(token, &job_id, status_is("failed")).await;
+    job_id
+}
+
+async fn create_or_get_job(api: &Api, mock: &Mock, when: &str) -> Verdict {
+    let token = api.token("matrix");
+    let (key, marker) = (unique("matrix-key"), unique("matrix-create"));
+    let first = send(
+        api.create(&token, Some(&key), &body("summarize", &marker))
+            .header(FAULT, format!("create_or_get_job:{when}")),
+    )
+    .await;
+    check!(
+        first.status == 503 && first.header("retry-after").is_some(),
+        "first answer {} {}",
+        first.status,
+        first.text
+    );
+    fired("create_or_get_job", when, "/v1/jobs").await?;
+    let again = resend(|| api.create(&token, Some(&key), &body("summarize", &marker))).await;
+    let expected = if when == "before" { 201 } else { 200 };
+    check!(
+        again.status == expected,
+        "resend answered {} {}",
+        again.status,
+        again.text
+    );
+    let rows = db::count("SELECT count(*) FROM jobs WHERE idempotency_key = ?1", &key);
+    check!(rows == 1, "{rows} jobs for one key");
+    let job_id = id(&again.json());
+    let done = reconcile_until(api, &token, &job_id, |j| j["status"] == "succeeded").await?;
+    check!(
+        mock.calls(&marker).await.len() == 1,
+        "more than one provider call"
+    );
+    none_in_doubt_without_a_call(mock, &marker, &done).await
+}
+
+async fn job(api: &Api, _mock: &Mock, when: &str) -> Verdict {
+    let token = api.token("matrix");
+    let created = api
+        .create_job(&token, "summarize", &text(&unique("matrix-read")), None)
+        .await;
+    let job_id = id(&created);
+    let path = format!("/v1/jobs/{job_id}");
+    let first = send(api.get(&token, &path).header(FAULT, format!("job:{when}"))).await;
+    check!(first.status == 503, "first read answered {}", first.status);
+    fired("job", when, &path).await?;
+    let again = resend(|| api.get(&token, &path)).await;
+    check!(
+        again.status == 200 && id(&again.json()) == job_id,
+        "reread answered {}",
+        again.status
+    );
+    Ok(())
+}
+
+/// A job whose dispatch carries `fault`; it must still end `succeeded` with one call.
+async fn dispatched(api: &Api, mock: &Mock, op: &str, when: &str) -> Verdict {
+    let token = api.token("matrix");
+    let marker = unique(&format!("matrix-{op}"));
+    let reply = send(
+        api.create(&token, Some(&unique("key")), &body("summarize", &marker))
+            .header(FAULT, format!("{op}:{when}")),
+    )
+    .await;
+    check!(reply.status == 201, "create answered {}", reply.status);
+    let job_id = id(&reply.json());
+    let done = api.wait_job(&token, &job_id, status_is("succeeded")).await;
+    let att = done["attempts"][0]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    fired(op, when, &att).await?;
+    check!(
+        done["completed_by"] == att.as_str(),
+        "the result is not the attempt's"
+    );
+    check!(
+        mock.calls(&marker).await.len() == 1,
+        "more than one provider call"
+    );
+    none_in_doubt_without_a_call(mock, &marker, &done).await
+}
+
+async fn move_attempt(api: &Api, mock: &Mock, when: &str) -> Verdict {
+    let token = api.token("matrix");
+    let marker = unique("matrix-move");
+    mock.script("primary", &marker, json!([{"status": 400}]))
+        .await;
+    let reply = send(
+        api.create(&token, Some(&unique("key")), &body("summarize", &marker))
+            .header(FAULT, format!("move_attempt:{when}")),
+    )
+    .await;
+    check!(reply.status == 201, "create answered {}", reply.status);
+    let job_id = id(&reply.json());
+    let done = api.wait_job(&token, &job_id, status_is("failed")).await;
+    let att = done["attempts"][0]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    fired("move_attempt", when, &att).await?;
+    check!(
+        done["attempts"][0]["error"]["code"] == "provider_rejected",
+        "error: {}",
+        done["attempts"][0]["error"]
+    );
+    check!(
+        mock.calls(&marker).await.len() == 1,
+        "more than one provider call"
+    );
+    none_in_doubt_without_a_call(mock, &marker, &done).await
+}
+
+async fn insert_attempt(api: &Api, mock: &Mock, when: &str) -> Verdict {
+    let token = api.token("matrix");
+    let marker = unique("matrix-click");
+    let job_id = failed_job(api, mock, &token, &marker, json!({})).await;
+    let path = format!("/v1/jobs/{job_id}/attempts");
+    let key = unique("click");
+    let click = || {
+        api.post_json(&token, &path, &json!({"provider": "primary"}))
+            .header("Idempotency-Key", &key)
+    };
+    let first = send(click().header(FAULT, format!("insert_attempt:{when}"))).await;
+    check!(
+        first.status == 503,
+        "first click answered {} {}",
+        first.status,
+        first.text
+    );
+    fired("insert_attempt", when, &path).await?;
+    let again = resend(click).await;
+    let expected = if when == "before" { 201 } else { 200 };
+    check!(
+        again.status == expected,
+        "resent click answered {} {}",
+        again.status,
+        again.text
+    );
+    check!(
+        attempts_of(&job_id) == 2,
+        "{} attempts",
+        attempts_of(&job_id)
+    );
+    let done = reconcile_until(api, &token, &job_id, |j| j["status"] == "succeeded").await?;
+    none_in_doubt_without_a_call(mock, &marker, &done).await
+}
+
+async fn insert_hedge(api: &Api, mock: &Mock, when: &str) -> Verdict {
+    let token = api.token("matrix");
+    let marker = unique("matrix-hedge");
+    let gate = format!("{marker}-g");
+    mock.script("primary", &marker, json!([{"gate": gate}]))
+        .await;
+    let reply = send(
+        api.create(
+            &token,
+            Some(&unique("key")),
+            &body("summarize_hedged", &marker),
+        )
+        .header(FAULT, format!("insert_hedge:{when}")),
+    )
+    .await;
+    check!(reply.status == 201, "create answered {}", reply.status);
+    let job_id = id(&reply.json());
+    let att = reply.json()["attempts"][0]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    fired("insert_hedge", when, &att).await?;
+    mock.release(&gate).await;
+    let done = api.wait_job(&token, &job_id, status_is("succeeded")).await;
+    check!(
+        done["completed_by"] == att.as_str(),
+        "the primary's answer was not recorded: {done}"
+    );
+    let done = api
+        .wait_job(&token, &job_id, |j| {
+            j["attempts"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .all(|a| a["state"] != "starting")
+        })
+        .await;
+    none_in_doubt_without_a_call(mock, &marker, &done).await
+}
+
+async fn insert_failover(api: &Api, mock: &Mock, when: &str) -> Verdict {
+    let token = api.token("matrix");
+    let marker = unique("matrix-failover");
+    mock.script("primary", &marker, json!([{"status": 500}]))
+        .await;
+    let reply = send(
+        api.create(
+            &token,
+            Some(&unique("key")),
+            &body("summarize_hedged", &marker),
+        )
+        .header(FAULT, format!("insert_failover:{when}")),
+    )
+    .await;
+    check!(reply.status == 201, "create answered {}", reply.status);
+    let job_id = id(&reply.json());
+    let att = reply.json()["attempts"][0]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    fired("insert_failover", when, &att).await?;
+    // Before: no failover was made, and the job says so (failed, retryable). After: the
+    // failover attempt exists; its lost dispatch is sent by the reconciler.
+    let done = reconcile_until(api, &token, &job_id, |j| {
+        j["status"] == "succeeded"
+            || (j["status"] == "failed" && j["attempts"].as_array().is_some_and(|a| a.len() == 1))
+    })
+    .await?;
+    if when == "after" {
+        check!(
+            done["status"] == "succeeded",
+            "the failover never ran: {done}"
+        );
+    }
+    none_in_doubt_without_a_call(mock, &marker, &done).await
+}
+
+async fn cancel(api: &Api, mock: &Mock, when: &str) -> Verdict {
+    let token = api.token("matrix");
+    let marker = unique("matrix-cancel");
+    let job_id = failed_job(api, mock, &token, &marker, json!({})).await;
+    let path = format!("/v1/jobs/{job_id}/cancel");
+    let first = send(
+        api.post_json(&token, &path, &json!({}))
+            .header(FAULT, format!("cancel:{when}")),
+    )
+    .await;
+    check!(
+        first.status == 503,
+        "first cancel answered {}",
+        first.status
+    );
+    fired("cancel", when, &path).await?;
+    let again = resend(|| api.post_json(&token, &path, &json!({}))).await;
+    check!(
+        again.status == 200 && again.json()["status"] == "cancelled",
+        "resend answered {} {}",
+        again.status,
+        again.text
+    );
+    let logged = db::count(
+        "SELECT count(*) FROM job_events WHERE job_id = ?1 AND type = 'job_cancelled'",
+        &job_id,
+    );
+    check!(logged == 1, "{logged} job_cancelled events");
+    Ok(())
+}
+
+async fn resolve(api: &Api, mock: &Mock, when: &str) -> Verdict {
+    let token = api.token("matrix");
+    let admin = api.admin_token("matrix-ops");
+    let marker = unique("matrix-resolve");
+    mock.script("primary", &marker, json!([{"delay_ms": 30000}]))
+        .await;
+    let job = api
+        .create_job(&token, "summarize", &text(&marker), None)
+        .await;
+    let job_id = id(&job);
+    let unknown = api.wait_job(&token, &job_id, status_is("unknown")).await;
+    let att = unknown["attempts"][0]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let path = format!("/v1/attempts/{att}/resolve");
+    let outcome = json!({"outcome": "failed"});
+    let first = send(
+        api.post_json(&admin, &path, &outcome)
+            .header(FAULT, format!("move_attempt:{when}")),
+    )
+    .await;
+    check!(
+        first.status == 503,
+        "first resolve answered {}",
+        first.status
+    );
+    fired("move_attempt", when, &path).await?;
+    let again = resend(|| api.post_json(&admin, &path, &outcome)).await;
+    // Before: the resend resolves. After: it finds the work done (409, nothing written).
+    let expected = if when == "before" { 200 } else { 409 };
+    check!(
+        again.status == expected,
+        "resend answered {} {}",
+        again.status,
+        again.text
+    );
+    let now = send(api.get(&token, &format!("/v1/jobs/{job_id}")))
+        .await
+        .json();
+    check!(
+        now["attempts"][0]["state"] == "failed" && now["status"] == "failed",
+        "job after: {now}"
+    );
+    Ok(())
+}
+
+async fn reconciler(api: &Api, mock: &Mock, op: &str, when: &str) -> Verdict {
+    let token = api.token("matrix");
+    let marker = unique(&format!("matrix-{op}"));
+    let fault = format!("{op}:{when}");
+    let (job_id, done): (String, fn(&Value) -> bool) = match op {
+        // A dispatcher that died mid-call: the reconciler marks the attempt unknown.
+        "reconcile" => {
+            let gate = format!("{marker}-g");
+            mock.script("primary", &marker, json!([{"gate": gate}]))
+                .await;
+            let job = api
+                .create_job(&token, "summarize", &text(&marker), None)
+                .await;
+            mock.wait_calls(&marker, 1).await;
+            let att = job["attempts"][0]["id"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            db::execute_with(
+                "UPDATE attempts SET dispatched_at = '2000-01-01T00:00:00.000Z' WHERE id = ?1",
+                &[&att],
+            );
+            (id(&job), |j: &Value| j["status"] == "unknown")
+        }
+        // A failed job past retention: the reconciler purges it.
+        "purge" => {
+            let job_id = failed_job(api, mock, &token, &marker, json!({})).await;
+            db::execute_with(
+                "UPDATE jobs SET updated_at = '2000-01-01T00:00:00.000Z' WHERE id = ?1",
+                &[&job_id],
+            );
+            (job_id, |j: &Value| j.is_null())
+        }
+        // A lost dispatch: the reconciler sends it again.
+        _ => {
+            let reply = send(
+                api.create(&token, Some(&unique("key")), &body("summarize", &marker))
+                    .header(FAULT, "drop-enqueue"),
+            )
+            .await;
+            tokio::time::sleep(std::time::Duration::from_millis(1600)).await;
+            (id(&reply.json()), |j: &Value| j["status"] == "succeeded")
+        }
+    };
+    let status = reconcile(api, Some(&fault)).await;
+    check!(status == 503, "the faulty pass answered {status}");
+    fired(op, when, "/v1/_reconcile").await?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        reconcile(api, None).await;
+        let reply = send(api.get(&token, &format!("/v1/jobs/{job_id}"))).await;
+        let job = if reply.status == 404 {
+            Value::Null
+        } else {
+            reply.json()
+        };
+        if done(&job) {
+            if op == "reconcile" {
+                mock.release(&format!("{marker}-g")).await;
+                let after = api.wait_job(&token, &job_id, status_is("succeeded")).await;
+                check!(
+                    after["attempts"][0]["state"] == "succeeded",
+                    "the late result was lost: {after}"
+                );
+            }
+            if op == "stuck_starting" {
+                check!(
+                    mock.calls(&marker).await.len() == 1,
+                    "more than one provider call"
+                );
+            }
+            return Ok(());
+        }
+        check!(
+            std::time::Instant::now() < deadline,
+            "never converged: {job}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+}
+
+async fn cell(api: &Api, mock: &Mock, op: &'static str, when: &'static str) -> Verdict {
+    match op {
+        "create_or_get_job" => create_or_get_job(api, mock, when).await,
+        "job" => job(api, mock, when).await,
+        "claim" | "complete" => dispatched(api, mock, op, when).await,
+        "move_attempt" => move_attempt(api, mock, when).await,
+        "insert_attempt" => insert_attempt(api, mock, when).await,
+        "insert_hedge" => insert_hedge(api, mock, when).await,
+        "insert_failover" => insert_failover(api, mock, when).await,
+        "cancel" => cancel(api, mock, when).await,
+        "resolve" => resolve(api, mock, when).await,
+        _ => reconciler(api, mock, op, when).await,
+    }
+}
+
+const OPS: [&str; 13] = [
+    "create_or_get_job",
+    "job",
+    "claim",
+    "complete",
+    "move_attempt",
+    "insert_attempt",
+    "insert_hedge",
+    "insert_failover",
+    "cancel",
+    "resolve",
+    "reconcile",
+    "purge",
+    "stuck_starting",
+];
+
+#[tokio::test]
+async fn every_store_call_survives_both_kinds_of_fault() {
+    let (api, mock) = (Api::from_env(), Mock::from_env());
+    api.ensure_certified("fallback").await;
+    let started = std::time::Instant::now();
+    let cells: Vec<_> = OPS
+        .iter()
+        .flat_map(|op| WHENS.iter().map(move |when| (*op, *when)))
+        .collect();
+    // Eight cells at a time: each scenario has its own job, marker and key. (Gated
+    // provider calls must be released inside the test Worker's 4 s provider timeout, so
+    // the machine must not be swamped.)
+    let results: Vec<(&str, &str, Verdict)> = futures::stream::iter(cells)
+        .map(|(op, when)| {
+            let (api, mock) = (&api, &mock);
+            async move { (op, when, cell(api, mock, op, when).await) }
+        })
+        .buffer_unordered(8)
+        .collect()
+        .await;
+    let matrix: serde_json::Map<String, Value> = OPS
+        .iter()
+        .map(|op| {
+            let row: serde_json::Map<String, Value> = results
+                .iter()
+                .filter(|(o, _, _)| o == op)
+                .map(|(_, when, verdict)| {
+                    let cell = match verdict {
+                        Ok(()) => json!("held"),
+                        Err(why) => json!(format!("broke: {why}")),
+                    };
+                    (when.to_string(), cell)
+                })
+                .collect();
+            (op.to_string(), Value::Object(row))
+        })
+        .collect();
+    let broke: Vec<String> = results
+        .iter()
+        .filter_map(|(op, when, v)| v.as_ref().err().map(|why| format!("{op}:{when}: {why}")))
+        .collect();
+    report::write(
+        "faults",
+        &json!({
+            "cells": results.len(), "held": results.len() - broke.len(), "broke": broke.len(),
+            "seconds": started.elapsed().as_secs_f64(), "matrix": matrix,
+        }),
+    );
+    assert!(broke.is_empty(), "{broke:#?}");
+}

@@ -1,0 +1,243 @@
+//! The crash suite: `kill -9` of `wrangler dev` and workerd at random moments while
+//! jobs dispatch, 20 times, each time restarted on the same persisted local D1, with the
+//! reconciler let run. Then nothing may be lost or doubled:
+//!
+//! - every job that was answered `201` still exists;
+//! - no job has two winners, and a winner is its job's `completed_by`;
+//! - no attempt made a second provider call (the mock counts calls by `Idempotency-Key`);
+//! - no attempt is left `starting` or `running` once the reconciler has run: each is
+//!   final, or `unknown` (its dispatcher died after it may have called the provider).
+//!
+//! It lives in xtask because it owns the Worker's processes. Its figures go to
+//! `target/reliability/crashes.json` like the other suites'.
+
+use crate::tools::Tools;
+use crate::wrangler::{self, DevOptions, Wrangler};
+use anyhow::{Context, Result};
+use onceclick_tests::client::{send, unique, Api, Mock};
+use serde_json::json;
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Crashes per run.
+pub(crate) const CRASHES: usize = 20;
+/// Jobs created in each life of the Worker before it is killed.
+const JOBS_PER_LIFE: usize = 8;
+/// The provider timeout of the crash Worker: short, so lost dispatchers are found fast.
+const TIMEOUT_MS: u64 = 1500;
+
+/// xorshift64*, seeded from the clock (printed), for where the crashes fall.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
+    }
+}
+
+fn start(
+    tools: &Tools,
+    root: &Path,
+    persist: &Path,
+    vars: &[(String, String)],
+    life: usize,
+) -> Result<Wrangler> {
+    let port = wrangler::free_port()?;
+    Wrangler::start(
+        tools,
+        DevOptions {
+            port,
+            persist: persist.to_path_buf(),
+            vars: vars.to_vec(),
+            log: Some(root.join(format!("target/xtask/crash-wrangler-{life}.log"))),
+        },
+    )
+}
+
+/// One run of the suite; writes its figures and fails on any violation.
+pub(crate) fn run(tools: &Tools, root: &Path, reports: &Path) -> Result<()> {
+    let started = Instant::now();
+    let persist = root.join("target/xtask/crash-d1");
+    let _ = std::fs::remove_dir_all(&persist);
+    wrangler::migrate(tools, &persist, true)?;
+    let mut secret = [0u8; 32];
+    getrandom::fill(&mut secret).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
+    let secret = hex::encode(secret);
+    let mock_port = wrangler::free_port()?;
+    onceclick_tests::mock::spawn(mock_port)?;
+    let mock = Mock {
+        base: format!("http://127.0.0.1:{mock_port}"),
+        http: reqwest::Client::new(),
+    };
+    let vars: Vec<(String, String)> = vec![
+        ("AUTH_SECRET".into(), secret.clone()),
+        (
+            "PROVIDERS".into(),
+            onceclick_tests::mock::providers_var(mock_port, TIMEOUT_MS, None),
+        ),
+        ("FALLBACK_API_KEY".into(), "test-key".into()),
+        ("RECONCILE_STARTING_AFTER_MS".into(), "1000".into()),
+        ("RECONCILE_LOST_GRACE_MS".into(), "1000".into()),
+    ];
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(7)
+        | 1;
+    eprintln!("xtask: crash suite: {CRASHES} crashes (seed {seed})");
+    let mut rng = Rng(seed);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let token_owner = unique("crash-owner");
+    let marker = unique("crash");
+    let mut created: Vec<String> = Vec::new();
+    let mut requests = 0usize;
+
+    for life in 0..=CRASHES {
+        let worker = start(tools, root, &persist, &vars, life)?;
+        let api = Api {
+            base: worker.url.clone(),
+            secret: secret.clone(),
+            http: reqwest::Client::new(),
+        };
+        let token = api.token(&token_owner);
+        if life == CRASHES {
+            // The last life: no crash; the reconciler cleans up after the others.
+            runtime.block_on(settle(&api, &persist, &created))?;
+            drop(worker);
+            break;
+        }
+        // Jobs whose provider answers at once, after a while, or never in time.
+        let lifetime = Duration::from_millis(300 + rng.below(1500));
+        let jobs: Vec<(String, u64)> = (0..JOBS_PER_LIFE)
+            .map(|i| (format!("{marker} life {life} job {i}"), rng.below(4)))
+            .collect();
+        let made = runtime.block_on(async {
+            for (text, kind) in &jobs {
+                let step = match kind {
+                    0 => json!([{}]),
+                    1 => json!([{"delay_ms": 400}]),
+                    2 => json!([{"status": 500}]),
+                    _ => json!([{"delay_ms": 5000}]),
+                };
+                mock.script("primary", text, step).await;
+            }
+            let sends = jobs.iter().map(|(text, _)| {
+                let body =
+                    json!({"kind": "summarize", "input": {"text": format!("{text}: crash me.")}})
+                        .to_string();
+                send(api.create(&token, Some(&unique("crash-key")), &body))
+            });
+            let crash_at = tokio::time::sleep(lifetime);
+            tokio::pin!(crash_at);
+            let all = futures::future::join_all(sends);
+            tokio::pin!(all);
+            tokio::select! {
+                replies = &mut all => {
+                    crash_at.await;
+                    replies
+                }
+                () = &mut crash_at => Vec::new(),
+            }
+        });
+        requests += jobs.len();
+        created.extend(
+            made.iter()
+                .filter(|r| r.status == 201)
+                .filter_map(|r| r.json()["id"].as_str().map(str::to_owned)),
+        );
+        worker.crash();
+    }
+
+    // The checks, on the file itself.
+    let conn = onceclick_tests::db::open_in(&persist);
+    let exists = |id: &str| -> bool {
+        conn.query_row("SELECT count(*) FROM jobs WHERE id = ?1", [id], |r| {
+            r.get::<_, i64>(0)
+        })
+        .map(|n| n == 1)
+        .unwrap_or(false)
+    };
+    let lost = created.iter().filter(|id| !exists(id)).count();
+    let two_winners: i64 = conn.query_row(
+        "SELECT count(*) FROM (SELECT job_id FROM attempts WHERE state = 'succeeded'
+           GROUP BY job_id HAVING count(*) > 1)",
+        [],
+        |r| r.get(0),
+    )?;
+    let bad_winner: i64 = conn.query_row(
+        "SELECT count(*) FROM jobs j WHERE j.completed_by IS NOT NULL
+           AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.id = j.completed_by AND a.state = 'succeeded')",
+        [],
+        |r| r.get(0),
+    )?;
+    let stranded: i64 = conn.query_row(
+        "SELECT count(*) FROM attempts WHERE state IN ('starting', 'running')",
+        [],
+        |r| r.get(0),
+    )?;
+    let attempts: i64 = conn.query_row("SELECT count(*) FROM attempts", [], |r| r.get(0))?;
+    let unknown: i64 = conn.query_row(
+        "SELECT count(*) FROM attempts WHERE state = 'unknown'",
+        [],
+        |r| r.get(0),
+    )?;
+    let calls = runtime.block_on(mock.calls(&marker));
+    let mut per_key: HashMap<String, usize> = HashMap::new();
+    for call in &calls {
+        if let Some(key) = call["idempotency_key"].as_str() {
+            *per_key.entry(key.to_owned()).or_default() += 1;
+        }
+    }
+    let second_calls = per_key.values().filter(|n| **n > 1).count();
+    let violations = lost as i64 + two_winners + bad_winner + stranded + second_calls as i64;
+    let figures = json!({
+        "crashes": CRASHES, "seed": seed, "requests": requests, "jobs_created": created.len(),
+        "attempts": attempts, "provider_calls": calls.len(), "unknown_after_crash": unknown,
+        "jobs_lost": lost, "two_winners": two_winners + bad_winner,
+        "second_provider_calls": second_calls, "stranded_attempts": stranded,
+        "violations": violations, "seconds": started.elapsed().as_secs_f64(),
+    });
+    std::fs::create_dir_all(reports)?;
+    std::fs::write(
+        reports.join("crashes.json"),
+        serde_json::to_string_pretty(&figures)?,
+    )?;
+    anyhow::ensure!(
+        violations == 0,
+        "the crash suite found violations: {figures}"
+    );
+    Ok(())
+}
+
+/// Runs the reconciler until no attempt is `starting` or `running` (at most 60 s): lost
+/// dispatches are sent again, dead dispatchers are found.
+async fn settle(api: &Api, persist: &Path, created: &[String]) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        api.run_cron().await;
+        let open: i64 = onceclick_tests::db::open_in(persist)
+            .query_row(
+                "SELECT count(*) FROM attempts WHERE state IN ('starting', 'running')",
+                [],
+                |r| r.get(0),
+            )
+            .context("reading the crash D1")?;
+        if open == 0 {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            eprintln!(
+                "xtask: crash suite: {open} attempts still open after 60 s of reconciling ({} jobs)",
+                created.len()
+            );
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
