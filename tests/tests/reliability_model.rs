@@ -903,7 +903,6 @@ fn replay(ops: Vec<Op>) {
 
 #[test]
 fn random_operation_sequences_keep_every_promise() {
-    let (api, mock) = (Api::from_env(), Mock::from_env());
     let soak = std::env::var("ONCECLICK_SOAK").is_ok_and(|v| !v.is_empty() && v != "0");
     // About 12 operations a case: 200 cases is 2,000 and more; the soak, 50,000 and more.
     let (cases, runners) = if soak { (1_100u32, 4) } else { (100u32, 2) };
@@ -912,9 +911,12 @@ fn random_operation_sequences_keep_every_promise() {
     let failures: Vec<String> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..runners)
             .map(|_| {
-                let (api, mock, counter) = (&api, &mock, &counter);
+                let counter = &counter;
                 scope.spawn(move || {
+                    // Each runner its own runtime and its own HTTP clients: a pooled
+                    // connection belongs to the runtime that opened it.
                     let rt = tokio::runtime::Runtime::new().unwrap();
+                    let (api, mock) = (&Api::from_env(), &Mock::from_env());
                     let mut runner = TestRunner::new(Config {
                         cases,
                         max_shrink_iters: 64,

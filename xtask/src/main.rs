@@ -244,6 +244,10 @@ fn test() -> Result<()> {
         .env("ONCECLICK_SOAK", if soak { "1" } else { "0" })
         .current_dir(&root)
         .status()?;
+    let conformance = match &only {
+        Some(_) => Ok(()),
+        None => conformance(&root, &server.url, &secret, &reports),
+    };
     drop(server);
     if !status.success() {
         print_reliability(&reports);
@@ -254,7 +258,7 @@ fn test() -> Result<()> {
         None => crashes::run(&tools, &root, &reports),
     };
     print_reliability(&reports);
-    crashed
+    conformance.and(crashed)
 }
 
 /// The Worker as the tests and the bench run it: `wrangler dev` on a free port with a
@@ -362,6 +366,64 @@ fn token(flags: &Flags) -> Result<()> {
         "{}",
         onceclick_tests::auth::mint(&secret, owner, flags.admin, ttl)?
     );
+    Ok(())
+}
+
+/// schemathesis against `edge/openapi.yaml` on the Worker under test, as an admin (so
+/// that every route is reachable): every answer must conform to the spec, none a 5xx.
+fn conformance(root: &Path, url: &str, secret: &str, reports: &Path) -> Result<()> {
+    let st = tools::schemathesis(root)?;
+    let admin = onceclick_tests::auth::mint(secret, "schemathesis", true, 3600)?;
+    eprintln!("xtask: schemathesis against edge/openapi.yaml");
+    let started = std::time::Instant::now();
+    let out = Command::new(&st)
+        .arg("run")
+        .arg(root.join("edge/openapi.yaml"))
+        .args(["--url", url, "-H"])
+        .arg(format!("Authorization: Bearer {admin}"))
+        .args([
+            "--checks",
+            "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance,response_headers_conformance",
+            "--max-examples",
+            "50",
+            "--workers",
+            "2",
+            "--no-color",
+        ])
+        .env("SCHEMATHESIS_TELEMETRY", "false")
+        .current_dir(root)
+        .output()
+        .context("running schemathesis")?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    // "N generated, N passed" (and ", K failed" when any did).
+    let cases = text
+        .lines()
+        .rev()
+        .find(|l| l.contains(" generated"))
+        .unwrap_or_default()
+        .trim()
+        .to_owned();
+    let number = |word: &str| -> u64 {
+        cases
+            .split(',')
+            .find(|p| p.trim().ends_with(word))
+            .and_then(|p| p.trim().split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    let figures = serde_json::json!({
+        "generated": number("generated"), "passed": number("passed"), "failed": number("failed"),
+        "seconds": started.elapsed().as_secs_f64(),
+    });
+    std::fs::create_dir_all(reports)?;
+    std::fs::write(
+        reports.join("schemathesis.json"),
+        serde_json::to_string_pretty(&figures)?,
+    )?;
+    if !out.status.success() {
+        eprintln!("{text}");
+        bail!("schemathesis found responses that do not conform to edge/openapi.yaml");
+    }
     Ok(())
 }
 

@@ -163,3 +163,24 @@ fn install_npm_tools(root: &Path, cache: &Path) -> Result<PathBuf> {
     std::fs::write(&marker, b"ok\n")?;
     Ok(dir)
 }
+
+/// schemathesis, from `xtask/schemathesis-requirements.txt` (every dependency pinned),
+/// in a venv in the cache named by that file's hash. Returns the `st` binary.
+pub(crate) fn schemathesis(root: &Path) -> Result<PathBuf> {
+    let requirements = root.join("xtask/schemathesis-requirements.txt");
+    let text = std::fs::read(&requirements).context("reading the schemathesis requirements")?;
+    let digest = hex::encode(Sha256::digest(&text));
+    let venv = cache_dir()?.join(format!("schemathesis-{}", &digest[..12]));
+    let st = venv.join("bin/st");
+    if venv.join(".installed").exists() && st.exists() {
+        return Ok(st);
+    }
+    eprintln!("xtask: installing schemathesis into {}", venv.display());
+    let _ = std::fs::remove_dir_all(&venv);
+    run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+    run(Command::new(venv.join("bin/pip"))
+        .args(["install", "--quiet", "--disable-pip-version-check", "-r"])
+        .arg(&requirements))?;
+    std::fs::write(venv.join(".installed"), b"ok\n")?;
+    Ok(st)
+}
