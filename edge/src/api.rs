@@ -1,25 +1,17 @@
-//! Routing, authentication and the headers every response carries.
+//! Routing and authentication, and the headers every response carries. The top of
+//! the module tree: routes → handlers (`jobs`, `attempts`, `certify`) → domain
+//! (`dispatch`, `certification`, `reconcile`) → `store`; `http` holds what handlers share
+//! about requests and responses.
 
 use crate::auth::{self, Caller};
 use crate::clock;
 use crate::error::{ApiResult, AppError};
 use crate::fault;
-use crate::store::{Store, StoredJob};
+use crate::http::{json, Ctx};
+use crate::store::Store;
 use crate::{attempts, certify, jobs};
-use futures_util::StreamExt;
-use onceclick_protocol::etag::Condition;
-use onceclick_protocol::{ijson, ErrorCode, MAX_BODY_BYTES};
-use serde::de::DeserializeOwned;
+use onceclick_protocol::ErrorCode;
 use worker::{Env, Headers, Method, Request, Response};
-
-/// Everything a handler may need about the request's world.
-pub(crate) struct Ctx<'a> {
-    pub(crate) env: &'a Env,
-    pub(crate) store: &'a Store,
-    /// Test-only faults this request armed (`X-Onceclick-Fault`), handed on to the
-    /// dispatch of any attempt it creates.
-    pub(crate) fault: Option<String>,
-}
 
 /// Answers one request. Never fails: every error becomes problem+json here, and every
 /// answer carries `Server-Timing` with the D1 round trips it made.
@@ -41,9 +33,17 @@ pub(crate) async fn handle(mut req: Request, env: &Env) -> Response {
     let mut response = if req.method() == Method::Options {
         preflight()
     } else {
-        route(&mut req, &ctx)
-            .await
-            .unwrap_or_else(AppError::into_response)
+        route(&mut req, &ctx).await.unwrap_or_else(|e| {
+            // Logged once, here, and only a failure on our side (one with a cause).
+            if let Some(cause) = &e.cause {
+                worker::console_error!(
+                    "{}",
+                    serde_json::json!({"event": "request_failed", "method": req.method().to_string(),
+                                       "path": req.path(), "code": e.code.as_str(), "cause": cause})
+                );
+            }
+            e.into_response()
+        })
     };
     let headers = response.headers_mut();
     let _ = headers.set("Server-Timing", &store.server_timing());
@@ -165,83 +165,4 @@ fn caller(req: &Request, ctx: &Ctx<'_>) -> ApiResult<Caller> {
         .map_err(|_| AppError::internal("AUTH_SECRET is not set"))?;
     let header = req.headers().get("Authorization").ok().flatten();
     auth::authenticate(header, &secret, clock::now_ms())
-}
-
-/// Reads the body as I-JSON into `T`: `413` over 64 KiB, `400 invalid_json` otherwise.
-pub(crate) async fn read_json<T: DeserializeOwned>(req: &mut Request, what: &str) -> ApiResult<T> {
-    let body = read_body(req).await?;
-    // An empty body is an empty object: every field of an optional body is optional.
-    let body = if body.iter().all(u8::is_ascii_whitespace) {
-        b"{}".to_vec()
-    } else {
-        body
-    };
-    let value =
-        ijson::parse(&body).map_err(|e| AppError::new(ErrorCode::InvalidJson, e.to_string()))?;
-    serde_json::from_value(value).map_err(|e| {
-        AppError::new(
-            ErrorCode::InvalidJson,
-            format!("the body is not {what}: {e}"),
-        )
-    })
-}
-
-/// The body, at most [`MAX_BODY_BYTES`]: refused with 413 from `Content-Length` when
-/// it says so, and otherwise while it streams (a chunked body has no length), so an
-/// oversized body is never buffered whole. A body that breaks off is a 400.
-async fn read_body(req: &mut Request) -> ApiResult<Vec<u8>> {
-    let too_large = |n: String| {
-        AppError::new(
-            ErrorCode::PayloadTooLarge,
-            format!("the body is {n} bytes; at most {MAX_BODY_BYTES} are accepted"),
-        )
-    };
-    let declared = req
-        .headers()
-        .get("Content-Length")
-        .ok()
-        .flatten()
-        .and_then(|v| v.parse::<usize>().ok());
-    if let Some(n) = declared.filter(|n| *n > MAX_BODY_BYTES) {
-        return Err(too_large(n.to_string()));
-    }
-    let broken = |e: worker::Error| {
-        AppError::new(
-            ErrorCode::InvalidJson,
-            format!("the body could not be read: {e}"),
-        )
-    };
-    let mut stream = match req.stream() {
-        Ok(stream) => stream,
-        // No body at all.
-        Err(_) => return Ok(Vec::new()),
-    };
-    let mut body = Vec::new();
-    while let Some(chunk) = stream.next().await {
-        body.extend_from_slice(&chunk.map_err(broken)?);
-        if body.len() > MAX_BODY_BYTES {
-            return Err(too_large(format!("more than {MAX_BODY_BYTES}")));
-        }
-    }
-    Ok(body)
-}
-
-/// Whether an `If-None-Match` header names `current` (weak comparison, RFC 9110).
-pub(crate) fn none_match(header: &str, current: &str) -> bool {
-    Condition::parse(header).matches_weak(current)
-}
-
-/// `ETag` for a job response.
-pub(crate) fn job_headers(stored: &StoredJob) -> Headers {
-    let headers = Headers::new();
-    let _ = headers.set("ETag", &stored.etag);
-    headers
-}
-
-/// A JSON response with `status`.
-pub(crate) fn json(status: u16, body: String, headers: Headers) -> ApiResult<Response> {
-    headers.set("Content-Type", "application/json")?;
-    Ok(Response::from_bytes(body.into_bytes())?
-        .with_status(status)
-        .with_headers(headers))
 }

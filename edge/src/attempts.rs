@@ -1,11 +1,11 @@
 //! Handlers that add or end attempts: the fallback button, and the admin's ways out of
 //! `unknown`.
 
-use crate::api::{job_headers, json, read_json, Ctx};
 use crate::auth::Caller;
 use crate::clock;
 use crate::dispatch;
 use crate::error::{ApiResult, AppError};
+use crate::http::{job_headers, json, read_json, Ctx};
 use crate::kinds;
 use crate::providers::{self, ProviderConfig};
 use crate::store::{Completion, NewAttemptOutcome, NextAttempt, Offer, StoredJob};

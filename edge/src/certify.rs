@@ -1,65 +1,21 @@
-//! Provider certification: a provider may receive failover, hedges and fallback
-//! attempts for a kind only after it has kept that kind's contract on its golden inputs.
+//! The HTTP side of provider certification: `POST /v1/providers/{name}/certify` and
+//! `GET /v1/providers`. What certification is lives in `certification`.
 
-use crate::api::{json, Ctx};
-use crate::clock;
+use crate::certification;
 use crate::error::{ApiResult, AppError};
+use crate::http::{json, Ctx};
 use crate::kinds;
-use crate::openai::{self, CallOutcome};
-use crate::providers::{self, ProviderConfig};
-use crate::store::{Certification, Store};
-use futures_util::future::join_all;
-use onceclick_protocol::contract::Kind;
+use crate::providers;
 use serde_json::{json, Value};
-use std::collections::HashSet;
 use worker::{Headers, Response};
 
-/// `POST /v1/providers/{name}/certify` (admin): runs every golden input of every kind
-/// that names the provider through it at temperature 0, checks each full round trip
-/// against the kind's contract, and stores one report per kind.
+/// `POST /v1/providers/{name}/certify` (admin): certifies the provider (see
+/// [`certification::run`]) and answers its reports.
 pub(crate) async fn certify(ctx: &Ctx<'_>, name: &str) -> ApiResult<Response> {
     let configured = providers::configured(ctx.env)?;
     let provider = providers::find(&configured, name)
         .ok_or_else(|| AppError::not_found(&format!("provider {name}")))?;
-    let api_key = providers::api_key(provider, ctx.env);
-    let kinds = kinds::all().map_err(AppError::internal)?;
-    let mut reports = Vec::new();
-    for kind in kinds.iter().filter(|k| k.names_provider(name)) {
-        if let Some(report) = too_long(provider, kind) {
-            ctx.store.save_certification(&report).await?;
-            reports.push(report);
-            continue;
-        }
-        let calls = kind
-            .decl()
-            .golden_inputs
-            .iter()
-            .enumerate()
-            .map(|(i, input)| {
-                let call_id = clock::new_id("cert");
-                let api_key = api_key.as_deref();
-                async move {
-                    match openai::call(provider, api_key, kind, input, &call_id).await {
-                        CallOutcome::Output(_) => None,
-                        CallOutcome::Failed(e) | CallOutcome::Unknown(e) => {
-                            Some(json!({"input": i, "code": e.code, "message": e.message}))
-                        }
-                    }
-                }
-            });
-        let failures: Vec<Value> = join_all(calls).await.into_iter().flatten().collect();
-        let report = Certification {
-            provider: name.to_owned(),
-            kind: kind.name().to_owned(),
-            contract_version: kind.contract_version().to_owned(),
-            provider_digest: provider.digest(),
-            passed: failures.is_empty() && !kind.decl().golden_inputs.is_empty(),
-            failures,
-            certified_at: clock::now_rfc3339(),
-        };
-        ctx.store.save_certification(&report).await?;
-        reports.push(report);
-    }
+    let reports = certification::run(ctx.store, ctx.env, provider).await?;
     let body = json!({"provider": name, "reports": reports});
     json(200, body.to_string(), Headers::new())
 }
@@ -77,7 +33,7 @@ pub(crate) async fn list(ctx: &Ctx<'_>) -> ApiResult<Response> {
                 .iter()
                 .filter(|k| k.names_provider(&p.name))
                 .map(|k| {
-                    let current = reports.iter().find(|r| is_current(r, k, p));
+                    let current = reports.iter().find(|r| certification::is_current(r, k, p));
                     let entry = json!({
                         "contract_version": k.contract_version(),
                         "certified": current.is_some_and(|r| r.passed),
@@ -102,66 +58,4 @@ pub(crate) async fn list(ctx: &Ctx<'_>) -> ApiResult<Response> {
         json!({"providers": providers}).to_string(),
         Headers::new(),
     )
-}
-
-/// Whether `report` certifies `provider` as it is configured now for `kind` as it is
-/// declared now: another contract version, model or base URL voids it.
-fn is_current(report: &Certification, kind: &Kind, provider: &ProviderConfig) -> bool {
-    report.provider == provider.name
-        && report.kind == kind.name()
-        && report.contract_version == kind.contract_version()
-        && report.provider_digest == provider.digest()
-}
-
-/// The providers certified for `kind` at its current contract version, as `configured`
-/// now.
-pub(crate) async fn certified_for(
-    store: &Store,
-    kind: &Kind,
-    configured: &[ProviderConfig],
-) -> ApiResult<HashSet<String>> {
-    Ok(store
-        .certifications()
-        .await?
-        .into_iter()
-        .filter(|r| {
-            r.passed
-                && providers::find(configured, &r.provider).is_some_and(|p| is_current(r, kind, p))
-        })
-        .map(|r| r.provider)
-        .collect())
-}
-
-/// A failed report when a rendered golden prompt may not fit the provider's
-/// `max_prompt_tokens`. The Worker carries no tokenizer, so it bounds the count from
-/// above by the prompt's UTF-8 length (a byte-level BPE token is at least one byte):
-/// a prompt passes here only if it fits for certain. `cargo xtask certify` counts with
-/// the model's own tokenizer before it calls this endpoint.
-fn too_long(provider: &ProviderConfig, kind: &Kind) -> Option<Certification> {
-    let max = provider.max_prompt_tokens?;
-    let failures: Vec<Value> = kind
-        .decl()
-        .golden_inputs
-        .iter()
-        .enumerate()
-        .filter_map(|(i, input)| {
-            let (system, user) = kind.render_prompt(input);
-            let bound = (system.len() + user.len()) as u64;
-            (bound > max).then(|| {
-                json!({"input": i, "code": "prompt_too_long", "message": format!(
-                    "golden input {i} renders to {bound} bytes, which may be more than the {max} max_prompt_tokens of {}",
-                    provider.name
-                )})
-            })
-        })
-        .collect();
-    (!failures.is_empty()).then(|| Certification {
-        provider: provider.name.clone(),
-        kind: kind.name().to_owned(),
-        contract_version: kind.contract_version().to_owned(),
-        provider_digest: provider.digest(),
-        passed: false,
-        failures,
-        certified_at: clock::now_rfc3339(),
-    })
 }

@@ -10,7 +10,7 @@
 //! provider delivered is never dropped: a result that D1 will not take is handed back to
 //! the queue in a message of its own and recorded from there.
 
-use crate::certify;
+use crate::certification;
 use crate::clock;
 use crate::error::{ApiResult, AppError};
 use crate::fault;
@@ -120,7 +120,10 @@ pub(crate) async fn consume(batch: MessageBatch<Dispatch>, env: &Env) {
             Ok(d) => d,
             Err(e) => {
                 // A message we cannot read will not read better later.
-                console_error!("{}", json!({"event": "dispatch_unreadable", "cause": e.to_string()}));
+                console_error!(
+                    "{}",
+                    json!({"event": "dispatch_unreadable", "cause": e.to_string()})
+                );
                 message.ack();
                 return;
             }
@@ -136,7 +139,10 @@ pub(crate) async fn consume(batch: MessageBatch<Dispatch>, env: &Env) {
         let store = match env.d1("DB") {
             Ok(db) => Store::new(db).with_faults(faults, &dispatch.attempt_id),
             Err(e) => {
-                console_error!("{}", json!({"event": "dispatch_no_db", "cause": e.to_string()}));
+                console_error!(
+                    "{}",
+                    json!({"event": "dispatch_no_db", "cause": e.to_string()})
+                );
                 message.retry();
                 return;
             }
@@ -150,7 +156,8 @@ pub(crate) async fn consume(batch: MessageBatch<Dispatch>, env: &Env) {
             Err(e) => {
                 console_error!(
                     "{}",
-                    json!({"event": "dispatch_retry", "attempt_id": dispatch.attempt_id, "cause": e.detail})
+                    json!({"event": "dispatch_retry", "attempt_id": dispatch.attempt_id,
+                           "code": e.code.as_str(), "cause": e.cause_or_detail()})
                 );
                 if dispatch.result.is_some() {
                     // D1 refused this result through a whole delivery already: give it
@@ -197,22 +204,30 @@ struct Prepared<'a> {
     attempt: &'a ClaimedAttempt,
 }
 
+/// Why a claimed attempt could not be called: what its record says, and (for the log)
+/// what really went wrong.
+struct NotCalled {
+    error: AttemptError,
+    cause: Option<String>,
+}
+
 /// Everything between the claim and the provider call that can fail. Its failure ends
 /// the attempt `failed` (no provider was called, so nothing is in doubt).
 fn prepare<'a>(
     env: &Env,
     store: &Store,
     attempt: &'a ClaimedAttempt,
-) -> Result<Prepared<'a>, AttemptError> {
-    let before_call = |e: AppError| {
-        AttemptError::new(
+) -> Result<Prepared<'a>, NotCalled> {
+    let before_call = |e: AppError| NotCalled {
+        error: AttemptError::new(
             "dispatch_failed",
             format!(
                 "the dispatcher failed before calling the provider: {}",
                 e.detail
             ),
             true,
-        )
+        ),
+        cause: e.cause,
     };
     store.fault_at("dispatch_prepare").map_err(before_call)?;
     let kind = kinds::find(&attempt.kind)
@@ -228,11 +243,14 @@ fn prepare<'a>(
         .map_err(AppError::internal)
         .map_err(before_call)?;
     if providers::find(&configured, &attempt.provider).is_none() {
-        return Err(AttemptError::new(
-            "provider_misconfigured",
-            format!("provider {} is not configured", attempt.provider),
-            false,
-        ));
+        return Err(NotCalled {
+            error: AttemptError::new(
+                "provider_misconfigured",
+                format!("provider {} is not configured", attempt.provider),
+                false,
+            ),
+            cause: None,
+        });
     }
     Ok(Prepared {
         kind,
@@ -254,11 +272,11 @@ fn run_claimed<'a>(
     async move {
         let prepared = match prepare(env, store, &attempt) {
             Ok(p) => p,
-            Err(error) => {
+            Err(NotCalled { error, cause }) => {
                 console_error!(
                     "{}",
                     json!({"event": "dispatch_failed", "job_id": attempt.job_id,
-                           "attempt_id": attempt.id, "error": error})
+                           "attempt_id": attempt.id, "error": error, "cause": cause})
                 );
                 record_move(
                     store,
@@ -309,7 +327,7 @@ fn run_claimed<'a>(
                     console_error!(
                         "{}",
                         json!({"event": "hedge_failed", "job_id": attempt.job_id,
-                               "attempt_id": attempt.id, "cause": e.detail})
+                               "attempt_id": attempt.id, "cause": e.cause_or_detail()})
                     );
                     // Best effort: the log may fail for the same reason.
                     let reason = format!("the hedge could not start: {}", e.detail);
@@ -328,7 +346,7 @@ fn run_claimed<'a>(
 /// carries why there is none, for the `failover_skipped` event.
 async fn next_certified(store: &Store, p: &Prepared<'_>) -> ApiResult<Result<String, String>> {
     let (attempt, kind) = (p.attempt, p.kind);
-    let certified = certify::certified_for(store, kind, &p.configured).await?;
+    let certified = certification::certified_for(store, kind, &p.configured).await?;
     let after = attempt.provider.as_str();
     let next = kind.next_provider(Some(after), |name| {
         name != after
@@ -558,7 +576,7 @@ async fn record_result(
             console_error!(
                 "{}",
                 json!({"event": "result_queued", "job_id": job_id, "attempt_id": attempt_id,
-                       "cause": e.detail})
+                       "cause": e.cause_or_detail()})
             );
             let message = Dispatch {
                 attempt_id: attempt_id.to_owned(),

@@ -1,4 +1,9 @@
 //! The one place where errors become HTTP answers (RFC 9457 problem+json).
+//!
+//! Building an `AppError` has no side effects. The cause of a failure on our side rides
+//! along in `cause` (never sent: it may name internals) and is logged once, at the
+//! boundary that gives up on it: `api::handle` (with method and path),
+//! `dispatch::consume` (with the attempt id), and the cron handler.
 
 use onceclick_protocol::{ErrorCode, Problem};
 
@@ -9,6 +14,8 @@ pub(crate) struct AppError {
     pub(crate) code: ErrorCode,
     pub(crate) detail: String,
     pub(crate) job_id: Option<String>,
+    /// What really went wrong, for the log; `None` for a client's mistake.
+    pub(crate) cause: Option<String>,
 }
 
 impl AppError {
@@ -17,7 +24,19 @@ impl AppError {
             code,
             detail: detail.into(),
             job_id: None,
+            cause: None,
         }
+    }
+
+    /// The same error, with `cause` kept for the log.
+    pub(crate) fn with_cause(mut self, cause: impl std::fmt::Display) -> Self {
+        self.cause = Some(cause.to_string());
+        self
+    }
+
+    /// What the log should say: the cause if there is one, else the detail.
+    pub(crate) fn cause_or_detail(&self) -> &str {
+        self.cause.as_deref().unwrap_or(&self.detail)
     }
 
     pub(crate) fn with_job(mut self, job_id: &str) -> Self {
@@ -29,30 +48,24 @@ impl AppError {
         Self::new(ErrorCode::NotFound, format!("{what} does not exist"))
     }
 
-    /// A failure on our side. The cause is logged, never sent: it may name internals.
+    /// A failure on our side. The cause is kept for the log, never sent.
     pub(crate) fn internal(cause: impl std::fmt::Display) -> Self {
-        worker::console_error!(
-            "{}",
-            serde_json::json!({"event": "internal_error", "cause": cause.to_string()})
-        );
         Self::new(
             ErrorCode::Internal,
             "the request could not be completed; it is safe to retry with the same Idempotency-Key",
         )
+        .with_cause(cause)
     }
 
     /// D1 failed or did not answer: the call may not have reached it, or may have
     /// committed and lost its reply. Every store call is safe to send again, so the
-    /// client is told to retry (503, `Retry-After`); the cause is logged, never sent.
+    /// client is told to retry (503, `Retry-After`); the cause is kept for the log.
     pub(crate) fn unavailable(cause: impl std::fmt::Display) -> Self {
-        worker::console_error!(
-            "{}",
-            serde_json::json!({"event": "d1_unavailable", "cause": cause.to_string()})
-        );
         Self::new(
             ErrorCode::ServiceUnavailable,
             "the database did not answer; it is safe to retry with the same Idempotency-Key",
         )
+        .with_cause(cause)
     }
 
     /// Whether the failure was the database's (worth retrying the same write).

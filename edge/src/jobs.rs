@@ -1,12 +1,11 @@
 //! Handlers for jobs: create-or-return, read, the event log, and cancel.
 
-use crate::api::Ctx;
-use crate::api::{job_headers, json, none_match, read_json};
 use crate::auth::Caller;
 use crate::clock;
 use crate::dispatch;
 use crate::error::{ApiResult, AppError};
 use crate::fault;
+use crate::http::{job_headers, json, none_match, read_json, Ctx};
 use crate::kinds;
 use crate::providers;
 use crate::store::{NewJob, StoredJob};

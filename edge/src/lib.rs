@@ -8,11 +8,13 @@
 mod api;
 mod attempts;
 mod auth;
+mod certification;
 mod certify;
 mod clock;
 mod dispatch;
 mod error;
 mod fault;
+mod http;
 mod jobs;
 mod kinds;
 mod openai;
@@ -46,7 +48,7 @@ async fn scheduled(_event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
     if let Err(e) = outcome {
         worker::console_error!(
             "{}",
-            json!({"event": "reconcile_failed", "cause": e.detail})
+            json!({"event": "reconcile_failed", "code": e.code.as_str(), "cause": e.cause_or_detail()})
         );
     }
 }

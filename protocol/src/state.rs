@@ -45,6 +45,22 @@ impl JobStatus {
     pub fn is_final(self) -> bool {
         matches!(self, Self::Succeeded | Self::Cancelled)
     }
+
+    /// The status of a job that is not final, from its attempts' states: any `unknown`
+    /// blocks it, then any `running`, then any `starting`; otherwise its last try
+    /// failed. The database keeps the same rule in one place, the `job_rollup` view.
+    pub fn rollup(attempts: &[AttemptState]) -> JobStatus {
+        let any = |s: AttemptState| attempts.contains(&s);
+        if any(AttemptState::Unknown) {
+            Self::Unknown
+        } else if any(AttemptState::Running) {
+            Self::Running
+        } else if any(AttemptState::Starting) {
+            Self::Queued
+        } else {
+            Self::Failed
+        }
+    }
 }
 
 /// Where one attempt against one provider stands.

@@ -24,8 +24,10 @@ pub struct NewAttempt {
     pub provider: Option<String>,
 }
 
-/// The durable record of one intent.
+/// The durable record of one intent. The database renders it (`job_documents`); a
+/// member it does not name is refused, so the two cannot drift apart unnoticed.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Job {
     /// `job_` + UUIDv7.
     pub id: String,
@@ -53,6 +55,7 @@ pub struct Job {
 
 /// One try of a job against one provider.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Attempt {
     /// `att_` + UUIDv7. Also the `Idempotency-Key` sent to the provider.
     pub id: String,
@@ -73,7 +76,8 @@ pub struct Attempt {
 /// Why an attempt failed or went unknown.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AttemptError {
-    /// A stable code such as `provider_timeout`, `provider_status` or `contract_violation`.
+    /// A stable code such as `provider_timeout`, `provider_unavailable` or
+    /// `contract_violation`.
     pub code: String,
     /// What happened, for a human.
     pub message: String,

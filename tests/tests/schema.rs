@@ -2,7 +2,7 @@
 //! SQLite, so that the rules the database keeps can be pinned in milliseconds.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use onceclick_protocol::AttemptState;
+use onceclick_protocol::{AttemptState, EventType, Job, JobStatus};
 use rusqlite::Connection;
 
 fn migrated() -> Connection {
@@ -93,4 +93,175 @@ fn the_etag_ignores_events_that_change_nothing_a_client_sees() {
     )
     .unwrap();
     assert_ne!(etag(), before, "attempt_started is a change");
+}
+
+/// The state of every attempt of `job_1`, in order.
+fn states(conn: &Connection) -> Vec<AttemptState> {
+    let mut stmt = conn
+        .prepare("SELECT state FROM attempts WHERE job_id = 'job_1' ORDER BY n")
+        .unwrap();
+    stmt.query_map([], |r| r.get::<_, String>(0))
+        .unwrap()
+        .map(|s| {
+            let s = s.unwrap();
+            *AttemptState::ALL.iter().find(|a| a.as_str() == s).unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn every_move_rolls_the_job_status_up_as_the_protocol_says() {
+    for &(from, to) in AttemptState::MOVES {
+        for sibling in [
+            None,
+            Some(AttemptState::Failed),
+            Some(AttemptState::Running),
+        ] {
+            let conn = migrated();
+            let mut n = 0;
+            if let Some(s) = sibling {
+                n += 1;
+                conn.execute(
+                    "INSERT INTO attempts (id, job_id, n, provider, state, started_at)
+                     VALUES ('att_sibling', 'job_1', ?1, 'primary', ?2, 't')",
+                    rusqlite::params![n, s.as_str()],
+                )
+                .unwrap();
+            }
+            conn.execute(
+                "INSERT INTO attempts (id, job_id, n, provider, state, started_at)
+                 VALUES ('att_moved', 'job_1', ?1, 'primary', ?2, 't')",
+                rusqlite::params![n + 1, from.as_str()],
+            )
+            .unwrap();
+            // A `starting` or `running` attempt is cancelled only with its job (one
+            // batch: the job first), so the trigger leaves that move to the cancel.
+            let with_job = to == AttemptState::Cancelled && from != AttemptState::Unknown;
+            if with_job {
+                conn.execute(
+                    "UPDATE jobs SET status = 'cancelled' WHERE id = 'job_1'",
+                    [],
+                )
+                .unwrap();
+            }
+            conn.execute(
+                "UPDATE attempts SET state = ?1 WHERE id = 'att_moved'",
+                [to.as_str()],
+            )
+            .unwrap();
+            let status: String = conn
+                .query_row("SELECT status FROM jobs WHERE id = 'job_1'", [], |r| {
+                    r.get(0)
+                })
+                .unwrap();
+            let expected = if with_job {
+                JobStatus::Cancelled
+            } else {
+                JobStatus::rollup(&states(&conn))
+            };
+            assert_eq!(
+                status,
+                expected.as_str(),
+                "{from:?} -> {to:?} next to {sibling:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn every_event_the_triggers_write_is_a_protocol_event_and_the_document_a_job() {
+    let conn = migrated();
+    // Every move, each on its own attempt, writes what the triggers write.
+    for (i, &(from, to)) in AttemptState::MOVES.iter().enumerate() {
+        let id = format!("att_{i}");
+        conn.execute(
+            "INSERT INTO attempts (id, job_id, n, provider, state, started_at)
+             VALUES (?1, 'job_1', ?2, 'primary', ?3, '2026-11-30T00:00:00.000Z')",
+            rusqlite::params![id, i + 1, from.as_str()],
+        )
+        .unwrap();
+        conn.execute(
+            "UPDATE attempts SET state = ?2 WHERE id = ?1",
+            [id.as_str(), to.as_str()],
+        )
+        .unwrap();
+    }
+    let mut stmt = conn
+        .prepare("SELECT DISTINCT type FROM job_events")
+        .unwrap();
+    let types: Vec<String> = stmt
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert!(types.len() >= 6, "{types:?}");
+    for t in &types {
+        serde_json::from_value::<EventType>(serde_json::Value::String(t.clone()))
+            .unwrap_or_else(|e| panic!("the triggers write {t:?}, which is no EventType: {e}"));
+    }
+    let doc: String = conn
+        .query_row(
+            "SELECT doc FROM job_documents WHERE id = 'job_1'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let job: Job = serde_json::from_str(&doc)
+        .unwrap_or_else(|e| panic!("job_documents renders no Job ({e}): {doc}"));
+    assert_eq!(job.attempts.len(), AttemptState::MOVES.len());
+}
+
+#[test]
+fn the_check_lists_name_exactly_the_protocols_states() {
+    let conn = migrated();
+    let table_sql = |name: &str| -> String {
+        conn.query_row(
+            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?1",
+            [name],
+            |r| r.get(0),
+        )
+        .unwrap()
+    };
+    let listed = |sql: &str, column: &str| -> Vec<String> {
+        let start = sql
+            .find(&format!("CHECK ({column} IN ("))
+            .unwrap_or_else(|| panic!("no CHECK on {column}"));
+        let rest = &sql[start..];
+        let list = &rest[rest.find("IN (").unwrap() + 4..rest.find(")").unwrap()];
+        let mut names: Vec<String> = list
+            .split(',')
+            .map(|s| s.trim().trim_matches('\'').to_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let mut statuses: Vec<String> = JobStatus::ALL
+        .iter()
+        .map(|s| s.as_str().to_owned())
+        .collect();
+    statuses.sort();
+    let mut states: Vec<String> = AttemptState::ALL
+        .iter()
+        .map(|s| s.as_str().to_owned())
+        .collect();
+    states.sort();
+    assert_eq!(listed(&table_sql("jobs"), "status"), statuses);
+    assert_eq!(listed(&table_sql("attempts"), "state"), states);
+}
+
+#[test]
+fn the_rollup_reads_one_job_by_its_index() {
+    let conn = migrated();
+    let mut stmt = conn
+        .prepare("EXPLAIN QUERY PLAN SELECT status FROM job_rollup WHERE job_id = 'job_1'")
+        .unwrap();
+    let plan: Vec<String> = stmt
+        .query_map([], |r| r.get::<_, String>(3))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert!(
+        plan.iter().all(|step| !step.starts_with("SCAN attempts")),
+        "the rollup scans every attempt: {plan:?}"
+    );
 }

@@ -39,7 +39,8 @@ pub(crate) fn build_for_demo(tools: &Tools) -> Result<()> {
 }
 
 /// `wasm-pack build` for `web` and `bundler` into `sdk/pkg/{web,bundler}`; prints the
-/// gzip bytes of the wasm and the JS glue, and fails over the 60 KB budget.
+/// gzip bytes of the wasm and the JS glue, and warns (it does not fail) over the 60 KB
+/// budget.
 pub(crate) fn build(tools: &Tools) -> Result<()> {
     let root = &tools.root;
     for target in ["web", "bundler"] {
