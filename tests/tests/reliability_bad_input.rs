@@ -391,15 +391,21 @@ async fn generated_bad_input_gets_its_code_never_a_5xx_and_writes_nothing() {
     let token = api.token(&owner);
     let them = unique("bad-gen-them");
     let their_token = api.token(&them);
+    // Failed, so that a cancel or a fallback click that slipped past the owner check
+    // would write something.
+    let marker = unique("bad-gen-theirs");
+    onceclick_tests::client::Mock::from_env()
+        .script("primary", &marker, json!([{"status": 400}]))
+        .await;
     let theirs = id(&api
         .create_job(
             &their_token,
             "summarize",
-            "bad input: someone else's job.",
+            &format!("{marker}: someone else's job."),
             None,
         )
         .await);
-    api.wait_job(&their_token, &theirs, status_is("succeeded"))
+    api.wait_job(&their_token, &theirs, status_is("failed"))
         .await;
     let their_etag = send(api.get(&their_token, &format!("/v1/jobs/{theirs}")))
         .await
@@ -472,8 +478,5 @@ async fn generated_bad_input_gets_its_code_never_a_5xx_and_writes_nothing() {
     assert_eq!(written, 0, "seed {seed}: no job was made");
     assert_eq!(their_events_after, their_events, "their job is untouched");
     assert_eq!(their_etag_after, their_etag);
-    assert!(
-        per_class.len() >= 20,
-        "every class was drawn: {per_class:?}"
-    );
+    assert_eq!(per_class.len(), 24, "every class was drawn: {per_class:?}");
 }

@@ -66,11 +66,12 @@ async fn storms_of_identical_requests_make_one_job_and_one_attempt_each() {
     // The fallback button, clicked 100 times at once on one failed job (each click its
     // own key), and one click resent 100 times at once on another (one key).
     let marker = unique("storm-clicks");
-    let gate = format!("{marker}-g");
     // Each job's own marker (a script's steps are shared by every call that matches it):
-    // the first call fails for good, the fallback's is held until the end.
+    // the first call fails for good, the fallback's is held until its storm is counted
+    // (well inside the provider's 4 s timeout).
     let failed_job = || async {
         let job_marker = format!("{marker} {}", unique("j"));
+        let gate = format!("{job_marker}-g");
         mock.script(
             "primary",
             &job_marker,
@@ -87,9 +88,11 @@ async fn storms_of_identical_requests_make_one_job_and_one_attempt_each() {
             .await;
         let job_id = id(&job);
         api.wait_job(&token, &job_id, status_is("failed")).await;
-        job_id
+        (job_id, gate)
     };
-    let (clicked, resent) = (failed_job().await, failed_job().await);
+    let ((clicked, clicked_gate), (resent, resent_gate)) = (failed_job().await, failed_job().await);
+    let attempts =
+        |job_id: &str| db::count("SELECT count(*) FROM attempts WHERE job_id = ?1", job_id);
     let click = |job_id: &str, key: String| {
         api.post_json(
             &token,
@@ -104,6 +107,8 @@ async fn storms_of_identical_requests_make_one_job_and_one_attempt_each() {
             .collect(),
     )
     .await;
+    let clicked_attempts = attempts(&clicked);
+    mock.release(&clicked_gate).await;
     let one_key = unique("click");
     let resends = all_at_once(
         (0..CLICKS)
@@ -111,6 +116,8 @@ async fn storms_of_identical_requests_make_one_job_and_one_attempt_each() {
             .collect(),
     )
     .await;
+    let resent_attempts = attempts(&resent);
+    mock.release(&resent_gate).await;
     requests += clicks.len() + resends.len();
     server_errors += clicks
         .iter()
@@ -129,10 +136,6 @@ async fn storms_of_identical_requests_make_one_job_and_one_attempt_each() {
         .map(|r| id(&r.json()))
         .collect();
     let replays = resends.iter().filter(|r| r.status == 200).count();
-    let attempts =
-        |job_id: &str| db::count("SELECT count(*) FROM attempts WHERE job_id = ?1", job_id);
-    let (clicked_attempts, resent_attempts) = (attempts(&clicked), attempts(&resent));
-    mock.release(&gate).await;
     for job_id in [&clicked, &resent] {
         api.wait_job(&token, job_id, status_is("succeeded")).await;
     }

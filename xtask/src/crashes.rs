@@ -97,6 +97,7 @@ pub(crate) fn run(tools: &Tools, root: &Path, reports: &Path) -> Result<()> {
     let marker = unique("crash");
     let mut created: Vec<String> = Vec::new();
     let mut requests = 0usize;
+    let mut kills_mid_dispatch = 0usize;
 
     for life in 0..=CRASHES {
         let worker = start(tools, root, &persist, &vars, life)?;
@@ -113,7 +114,7 @@ pub(crate) fn run(tools: &Tools, root: &Path, reports: &Path) -> Result<()> {
             break;
         }
         // Jobs whose provider answers at once, after a while, or never in time.
-        let lifetime = Duration::from_millis(300 + rng.below(1500));
+        let lifetime = Duration::from_millis(rng.below(1800));
         let jobs: Vec<(String, u64)> = (0..JOBS_PER_LIFE)
             .map(|i| (format!("{marker} life {life} job {i}"), rng.below(4)))
             .collect();
@@ -127,24 +128,38 @@ pub(crate) fn run(tools: &Tools, root: &Path, reports: &Path) -> Result<()> {
                 };
                 mock.script("primary", text, step).await;
             }
-            let sends = jobs.iter().map(|(text, _)| {
-                let body =
-                    json!({"kind": "summarize", "input": {"text": format!("{text}: crash me.")}})
-                        .to_string();
-                send(api.create(&token, Some(&unique("crash-key")), &body))
-            });
+            let mut sends: futures::stream::FuturesUnordered<_> = jobs
+                .iter()
+                .map(|(text, _)| {
+                    let body =
+                        json!({"kind": "summarize", "input": {"text": format!("{text}: crash me.")}})
+                            .to_string();
+                    send(api.create(&token, Some(&unique("crash-key")), &body))
+                })
+                .collect();
+            // Every answer that arrives before the kill counts; the rest are cut off.
             let crash_at = tokio::time::sleep(lifetime);
             tokio::pin!(crash_at);
-            let all = futures::future::join_all(sends);
-            tokio::pin!(all);
-            tokio::select! {
-                replies = &mut all => {
-                    crash_at.await;
-                    replies
+            let mut replies = Vec::new();
+            loop {
+                tokio::select! {
+                    Some(reply) = futures::StreamExt::next(&mut sends) => replies.push(reply),
+                    () = &mut crash_at => break,
                 }
-                () = &mut crash_at => Vec::new(),
             }
+            replies
         });
+        // What the kill cuts off: attempts not yet settled in the file.
+        let in_flight: i64 = onceclick_tests::db::open_in(&persist)
+            .query_row(
+                "SELECT count(*) FROM attempts WHERE state IN ('starting', 'running')",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap_or(0);
+        if in_flight > 0 {
+            kills_mid_dispatch += 1;
+        }
         requests += jobs.len();
         created.extend(
             made.iter()
@@ -182,11 +197,42 @@ pub(crate) fn run(tools: &Tools, root: &Path, reports: &Path) -> Result<()> {
         |r| r.get(0),
     )?;
     let attempts: i64 = conn.query_row("SELECT count(*) FROM attempts", [], |r| r.get(0))?;
-    let unknown: i64 = conn.query_row(
-        "SELECT count(*) FROM attempts WHERE state = 'unknown'",
-        [],
-        |r| r.get(0),
-    )?;
+    let unknown_by_cause = |code: &str| -> i64 {
+        conn.query_row(
+            "SELECT count(*) FROM attempts WHERE state = 'unknown' AND json_extract(error, '$.code') = ?1",
+            [code],
+            |r| r.get(0),
+        )
+        .unwrap_or(0)
+    };
+    let (timed_out, dispatcher_lost) = (
+        unknown_by_cause("provider_timeout"),
+        unknown_by_cause("dispatcher_lost"),
+    );
+    // A job that is not final has the status its attempts roll up to.
+    let mut stmt =
+        conn.prepare("SELECT id, status FROM jobs WHERE status NOT IN ('succeeded', 'cancelled')")?;
+    let open_jobs: Vec<(String, String)> = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<Result<_, _>>()?;
+    drop(stmt);
+    let mut bad_rollup = 0i64;
+    for (job, status) in &open_jobs {
+        let mut stmt = conn.prepare("SELECT state FROM attempts WHERE job_id = ?1")?;
+        let states: Vec<onceclick_protocol::AttemptState> = stmt
+            .query_map([job], |r| r.get::<_, String>(0))?
+            .filter_map(|s| {
+                let s = s.ok()?;
+                onceclick_protocol::AttemptState::ALL
+                    .iter()
+                    .copied()
+                    .find(|a| a.as_str() == s)
+            })
+            .collect();
+        if onceclick_protocol::JobStatus::rollup(&states).as_str() != status {
+            bad_rollup += 1;
+        }
+    }
     let calls = runtime.block_on(mock.calls(&marker));
     let mut per_key: HashMap<String, usize> = HashMap::new();
     for call in &calls {
@@ -195,12 +241,15 @@ pub(crate) fn run(tools: &Tools, root: &Path, reports: &Path) -> Result<()> {
         }
     }
     let second_calls = per_key.values().filter(|n| **n > 1).count();
-    let violations = lost as i64 + two_winners + bad_winner + stranded + second_calls as i64;
+    let violations =
+        lost as i64 + two_winners + bad_winner + stranded + second_calls as i64 + bad_rollup;
     let figures = json!({
-        "crashes": CRASHES, "seed": seed, "requests": requests, "jobs_created": created.len(),
-        "attempts": attempts, "provider_calls": calls.len(), "unknown_after_crash": unknown,
-        "jobs_lost": lost, "two_winners": two_winners + bad_winner,
-        "second_provider_calls": second_calls, "stranded_attempts": stranded,
+        "crashes": CRASHES, "kills_mid_dispatch": kills_mid_dispatch, "seed": seed,
+        "requests": requests, "jobs_created": created.len(), "attempts": attempts,
+        "provider_calls": calls.len(), "unknown_timed_out": timed_out,
+        "unknown_dispatcher_lost": dispatcher_lost, "jobs_lost": lost,
+        "two_winners": two_winners + bad_winner, "second_provider_calls": second_calls,
+        "stranded_attempts": stranded, "wrong_rollups": bad_rollup,
         "violations": violations, "seconds": started.elapsed().as_secs_f64(),
     });
     std::fs::create_dir_all(reports)?;
@@ -211,6 +260,11 @@ pub(crate) fn run(tools: &Tools, root: &Path, reports: &Path) -> Result<()> {
     anyhow::ensure!(
         violations == 0,
         "the crash suite found violations: {figures}"
+    );
+    // A suite whose kills all land on an idle Worker proves nothing.
+    anyhow::ensure!(
+        kills_mid_dispatch >= CRASHES / 2,
+        "only {kills_mid_dispatch} of {CRASHES} kills landed while work was in flight: {figures}"
     );
     Ok(())
 }
