@@ -100,6 +100,121 @@ impl Api {
     pub fn get(&self, token: &str, path: &str) -> RequestBuilder {
         self.request(Method::GET, path, Some(token))
     }
+
+    /// Polls `GET /v1/jobs/{id}` (with `If-None-Match`, so an unchanged job costs a
+    /// 304) until `done` holds, for at most 30 s; returns the job.
+    pub async fn wait_job(&self, token: &str, id: &str, done: impl Fn(&Value) -> bool) -> Value {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let mut etag: Option<String> = None;
+        let mut last = Value::Null;
+        loop {
+            let mut rb = self.get(token, &format!("/v1/jobs/{id}"));
+            if let Some(tag) = &etag {
+                rb = rb.header("If-None-Match", tag);
+            }
+            let reply = send(rb).await;
+            if reply.status == 200 {
+                etag = reply.header("etag").map(str::to_owned);
+                last = reply.json();
+                if done(&last) {
+                    return last;
+                }
+            } else {
+                assert_eq!(reply.status, 304, "{}", reply.text);
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "job {id} did not reach the awaited state in 30 s; last seen: {last}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
+    }
+
+    /// Polls the job's events until one of type `kind` appears (at most 30 s).
+    pub async fn wait_event(&self, token: &str, id: &str, kind: &str) -> Vec<Value> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let events = self.events(token, id).await;
+            if events.iter().any(|e| e["type"] == kind) {
+                return events;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no {kind} event for {id} in 30 s: {events:?}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
+    }
+
+    pub async fn events(&self, token: &str, id: &str) -> Vec<Value> {
+        let reply = send(self.get(token, &format!("/v1/jobs/{id}/events"))).await;
+        assert_eq!(reply.status, 200, "{}", reply.text);
+        reply.json()["events"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Runs the Worker's cron handler once (`wrangler dev --test-scheduled`) and waits
+    /// for it to finish.
+    pub async fn run_cron(&self) {
+        let reply = send(
+            self.http
+                .get(format!("{}/__scheduled", self.base))
+                .query(&[("cron", "* * * * *")]),
+        )
+        .await;
+        assert_eq!(reply.status, 200, "{}", reply.text);
+    }
+
+    /// `POST` with a JSON body.
+    pub fn post_json(&self, token: &str, path: &str, body: &Value) -> RequestBuilder {
+        self.request(Method::POST, path, Some(token)).json(body)
+    }
+
+    /// Runs `POST /v1/providers/{name}/certify` as an admin; returns the reports.
+    pub async fn certify(&self, provider: &str) -> Vec<Value> {
+        let admin = self.admin_token("certifier");
+        let reply = send(self.post_json(
+            &admin,
+            &format!("/v1/providers/{provider}/certify"),
+            &serde_json::json!({}),
+        ))
+        .await;
+        assert_eq!(reply.status, 200, "{}", reply.text);
+        reply.json()["reports"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Certifies `provider` and checks that every report passed.
+    pub async fn ensure_certified(&self, provider: &str) {
+        for report in self.certify(provider).await {
+            assert_eq!(
+                report["passed"], true,
+                "{provider} must pass certification: {report}"
+            );
+        }
+    }
+
+    /// Creates a job of `kind` with `text` as its input under a fresh key, checking
+    /// that it is new (201). Put a unique marker in `text` to script the mock for it.
+    pub async fn create_job(
+        &self,
+        token: &str,
+        kind: &str,
+        text: &str,
+        provider: Option<&str>,
+    ) -> Value {
+        let mut body = serde_json::json!({"kind": kind, "input": {"text": text}});
+        if let Some(p) = provider {
+            body["provider"] = serde_json::json!(p);
+        }
+        let reply = send(self.create(token, Some(&unique("key")), &body.to_string())).await;
+        assert_eq!(reply.status, 201, "{}", reply.text);
+        reply.json()
+    }
 }
 
 /// Sends and collects the whole answer.
@@ -113,6 +228,12 @@ pub async fn send(rb: RequestBuilder) -> Reply {
         headers,
         text,
     }
+}
+
+/// A job text that carries `marker`, so that mock scripts and call counts apply to the
+/// job alone.
+pub fn marked_text(marker: &str) -> String {
+    format!("{marker}: the quarterly numbers came in above the forecast again.")
 }
 
 /// A fresh key that no other test (or earlier run) uses.
@@ -203,130 +324,9 @@ impl Mock {
     }
 }
 
-impl Api {
-    /// Polls `GET /v1/jobs/{id}` (with `If-None-Match`, so an unchanged job costs a
-    /// 304) until `done` holds, for at most 30 s; returns the job.
-    pub async fn wait_job(&self, token: &str, id: &str, done: impl Fn(&Value) -> bool) -> Value {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        let mut etag: Option<String> = None;
-        let mut last = Value::Null;
-        loop {
-            let mut rb = self.get(token, &format!("/v1/jobs/{id}"));
-            if let Some(tag) = &etag {
-                rb = rb.header("If-None-Match", tag);
-            }
-            let reply = send(rb).await;
-            if reply.status == 200 {
-                etag = reply.header("etag").map(str::to_owned);
-                last = reply.json();
-                if done(&last) {
-                    return last;
-                }
-            } else {
-                assert_eq!(reply.status, 304, "{}", reply.text);
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "job {id} did not reach the awaited state in 30 s; last seen: {last}"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
-        }
-    }
-
-    /// Polls the job's events until one of type `kind` appears (at most 30 s).
-    pub async fn wait_event(&self, token: &str, id: &str, kind: &str) -> Vec<Value> {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        loop {
-            let events = self.events(token, id).await;
-            if events.iter().any(|e| e["type"] == kind) {
-                return events;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "no {kind} event for {id} in 30 s: {events:?}"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
-        }
-    }
-
-    pub async fn events(&self, token: &str, id: &str) -> Vec<Value> {
-        let reply = send(self.get(token, &format!("/v1/jobs/{id}/events"))).await;
-        assert_eq!(reply.status, 200, "{}", reply.text);
-        reply.json()["events"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
-    }
-
-    /// Runs the Worker's cron handler once (`wrangler dev --test-scheduled`) and waits
-    /// for it to finish.
-    pub async fn run_cron(&self) {
-        let reply = send(
-            self.http
-                .get(format!("{}/__scheduled", self.base))
-                .query(&[("cron", "* * * * *")]),
-        )
-        .await;
-        assert_eq!(reply.status, 200, "{}", reply.text);
-    }
-
-    /// `POST` with a JSON body.
-    pub fn post_json(&self, token: &str, path: &str, body: &Value) -> RequestBuilder {
-        self.request(Method::POST, path, Some(token)).json(body)
-    }
-}
-
 /// True once the job has reached `status`.
 pub fn status_is(status: &'static str) -> impl Fn(&Value) -> bool {
     move |job| job["status"] == status
-}
-
-impl Api {
-    /// Runs `POST /v1/providers/{name}/certify` as an admin; returns the reports.
-    pub async fn certify(&self, provider: &str) -> Vec<Value> {
-        let admin = self.admin_token("certifier");
-        let reply = send(self.post_json(
-            &admin,
-            &format!("/v1/providers/{provider}/certify"),
-            &serde_json::json!({}),
-        ))
-        .await;
-        assert_eq!(reply.status, 200, "{}", reply.text);
-        reply.json()["reports"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
-    }
-
-    /// Certifies `provider` and checks that every report passed.
-    pub async fn ensure_certified(&self, provider: &str) {
-        for report in self.certify(provider).await {
-            assert_eq!(
-                report["passed"], true,
-                "{provider} must pass certification: {report}"
-            );
-        }
-    }
-}
-
-impl Api {
-    /// Creates a job of `kind` with `text` as its input under a fresh key, checking
-    /// that it is new (201). Put a unique marker in `text` to script the mock for it.
-    pub async fn create_job(
-        &self,
-        token: &str,
-        kind: &str,
-        text: &str,
-        provider: Option<&str>,
-    ) -> Value {
-        let mut body = serde_json::json!({"kind": kind, "input": {"text": text}});
-        if let Some(p) = provider {
-            body["provider"] = serde_json::json!(p);
-        }
-        let reply = send(self.create(token, Some(&unique("key")), &body.to_string())).await;
-        assert_eq!(reply.status, 201, "{}", reply.text);
-        reply.json()
-    }
 }
 
 /// The `id` member of a job (or attempt).

@@ -77,3 +77,13 @@ pub fn event_times(job_id: &str) -> Vec<String> {
         .collect::<Result<Vec<String>, _>>()
         .expect("rows")
 }
+
+/// How many attempts job `job_id` has.
+pub fn attempts_of(job_id: &str) -> i64 {
+    count("SELECT count(*) FROM attempts WHERE job_id = ?1", job_id)
+}
+
+/// How many jobs the key `key` names (over every owner).
+pub fn jobs_with_key(key: &str) -> i64 {
+    count("SELECT count(*) FROM jobs WHERE idempotency_key = ?1", key)
+}

@@ -13,7 +13,7 @@ async fn create(api: &Api, token: &str, kind: &str, marker: &str, provider: Opti
     api.create_job(
         token,
         kind,
-        &format!("{marker}: the quarterly numbers came in above the forecast again."),
+        &onceclick_tests::client::marked_text(marker),
         provider,
     )
     .await
@@ -296,10 +296,7 @@ async fn simultaneous_fallback_clicks_after_a_failure_make_one_attempt() {
             "attempt_in_flight is retryable"
         );
     }
-    assert_eq!(
-        db::count("SELECT count(*) FROM attempts WHERE job_id = ?1", &job_id),
-        2
-    );
+    assert_eq!(db::attempts_of(&job_id), 2);
     mock.release(&format!("{marker}-g")).await;
     api.wait_job(&token, &job_id, status_is("succeeded")).await;
     let finished = send(api.post_json(&token, &path, &json!({}))).await;

@@ -5,6 +5,7 @@
 //! proves that one intent still ends in exactly one job, and nothing paid for is lost.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use onceclick_tests::client::marked_text as text;
 use onceclick_tests::client::{id, send, status_is, unique, Api, Mock, Reply};
 use onceclick_tests::{db, log};
 use serde_json::{json, Value};
@@ -24,20 +25,12 @@ async fn fired(op: &str, when: &str, scope: &str) {
     }
 }
 
-fn text(marker: &str) -> String {
-    format!("{marker}: the quarterly numbers came in above the forecast again.")
-}
-
 fn body(marker: &str) -> String {
     json!({"kind": "summarize", "input": {"text": text(marker)}}).to_string()
 }
 
 fn attempt(job: &Value, n: usize) -> &Value {
     &job["attempts"][n - 1]
-}
-
-fn jobs_with_key(key: &str) -> i64 {
-    db::count("SELECT count(*) FROM jobs WHERE idempotency_key = ?1", key)
 }
 
 fn events_of(job_id: &str) -> i64 {
@@ -154,10 +147,7 @@ async fn a_resent_fallback_click_gets_the_attempt_the_first_send_made() {
     let late = send(request()).await;
     assert_eq!(late.status, 200, "{}", late.text);
     assert_eq!(late.json()["id"], first.json()["id"]);
-    assert_eq!(
-        db::count("SELECT count(*) FROM attempts WHERE job_id = ?1", &job_id),
-        2
-    );
+    assert_eq!(db::attempts_of(&job_id), 2);
 }
 
 #[tokio::test]
@@ -171,7 +161,7 @@ async fn the_quoted_and_bare_idempotency_key_name_the_same_job() {
     let bare = send(api.create(&token, Some(&key), &body(&marker))).await;
     assert_eq!(bare.status, 200, "{}", bare.text);
     assert_eq!(bare.json()["id"], quoted.json()["id"]);
-    assert_eq!(jobs_with_key(&key), 1);
+    assert_eq!(db::jobs_with_key(&key), 1);
 
     for bad in [
         format!("\"{key}"),
@@ -203,7 +193,7 @@ async fn a_d1_failure_is_a_retryable_503_and_a_resend_converges_on_one_job() {
     assert_eq!(failed.problem_code(), "service_unavailable");
     assert_eq!(failed.header("retry-after"), Some("1"));
     assert_eq!(failed.json()["retryable"], true);
-    assert_eq!(jobs_with_key(&key), 0, "nothing was written");
+    assert_eq!(db::jobs_with_key(&key), 0, "nothing was written");
     fired("create_or_get_job", "before", "/v1/jobs").await;
 
     // A fault that names no store call is refused, not ignored.
@@ -213,7 +203,7 @@ async fn a_d1_failure_is_a_retryable_503_and_a_resend_converges_on_one_job() {
     )
     .await;
     assert_eq!(misspelt.status, 400, "{}", misspelt.text);
-    assert_eq!(jobs_with_key(&key), 0);
+    assert_eq!(db::jobs_with_key(&key), 0);
 
     // After it commits, with its reply lost: 503; the resend is the replay.
     let key = unique("key");
@@ -224,7 +214,7 @@ async fn a_d1_failure_is_a_retryable_503_and_a_resend_converges_on_one_job() {
     )
     .await;
     assert_eq!(lost.status, 503, "{}", lost.text);
-    assert_eq!(jobs_with_key(&key), 1, "the write had committed");
+    assert_eq!(db::jobs_with_key(&key), 1, "the write had committed");
     let resent = send(api.create(&token, Some(&key), &body(&marker))).await;
     assert_eq!(resent.status, 200, "{}", resent.text);
     assert_eq!(resent.header("idempotent-replayed"), Some("true"));
@@ -586,7 +576,7 @@ async fn a_chunked_body_over_64_kib_is_refused_while_it_streams() {
     }
     // No last chunk: the body never ends. Buffering it whole would wait forever.
     assert_eq!(raw_status(&api, request, false).await, Some(413));
-    assert_eq!(jobs_with_key(&key), 0, "nothing was written");
+    assert_eq!(db::jobs_with_key(&key), 0, "nothing was written");
 }
 
 #[tokio::test]
@@ -843,7 +833,7 @@ async fn retention_purges_idle_failed_jobs_in_chunks_and_never_an_unknown_one() 
             db::count("SELECT count(*) FROM job_events WHERE job_id = ?1", job_id),
             0
         );
-        assert_eq!(jobs_with_key(key), 0, "with its key");
+        assert_eq!(db::jobs_with_key(key), 0, "with its key");
     }
     assert_eq!(
         db::count("SELECT count(*) FROM jobs WHERE id = ?1", &unknown_id),

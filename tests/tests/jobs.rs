@@ -10,10 +10,6 @@ fn body(text: &str) -> String {
     json!({"kind": "summarize", "input": {"text": text}}).to_string()
 }
 
-fn jobs_with_key(key: &str) -> i64 {
-    db::count("SELECT count(*) FROM jobs WHERE idempotency_key = ?1", key)
-}
-
 /// "round trips=N" out of the Server-Timing header.
 fn round_trips(reply: &onceclick_tests::client::Reply) -> u32 {
     let timing = reply.header("server-timing").expect("Server-Timing header");
@@ -70,11 +66,8 @@ async fn create_then_replay_returns_the_same_job() {
     assert_eq!(replay.json()["attempts"].as_array().unwrap().len(), 1);
     assert_eq!(round_trips(&replay), 1);
 
-    assert_eq!(jobs_with_key(&key), 1);
-    assert_eq!(
-        db::count("SELECT count(*) FROM attempts WHERE job_id = ?1", id),
-        1
-    );
+    assert_eq!(db::jobs_with_key(&key), 1);
+    assert_eq!(db::attempts_of(id), 1);
 }
 
 #[tokio::test]
@@ -102,12 +95,9 @@ async fn fifty_simultaneous_posts_with_one_key_make_one_job() {
         .filter(|r| r.status == 200 && r.header("idempotent-replayed") == Some("true"))
         .count();
     assert_eq!((created, replayed), (1, 49));
-    assert_eq!(jobs_with_key(&key), 1);
+    assert_eq!(db::jobs_with_key(&key), 1);
     let id = ids.into_iter().next().unwrap();
-    assert_eq!(
-        db::count("SELECT count(*) FROM attempts WHERE job_id = ?1", &id),
-        1
-    );
+    assert_eq!(db::attempts_of(&id), 1);
 }
 
 #[tokio::test]
@@ -120,9 +110,7 @@ async fn same_key_other_input_is_a_conflict_and_changes_nothing() {
     let id = first.json()["id"].as_str().unwrap().to_owned();
     // Let the dispatcher finish first, so that any change below could only be the 409's.
     api.wait_job(&token, &id, status_is("succeeded")).await;
-    let before: String = db::open()
-        .query_row("SELECT json_object('j', (SELECT json_group_array(json_array(id, fingerprint, input, version, updated_at)) FROM jobs WHERE id = ?1), 'e', (SELECT count(*) FROM job_events WHERE job_id = ?1), 'a', (SELECT count(*) FROM attempts WHERE job_id = ?1))", [&id], |r| r.get(0))
-        .unwrap();
+    let before = snapshot(&id);
 
     let other = send(api.create(&token, Some(&key), &body("A different text."))).await;
     assert_eq!(other.status, 409, "{}", other.text);
@@ -138,11 +126,24 @@ async fn same_key_other_input_is_a_conflict_and_changes_nothing() {
     .await;
     assert_eq!(other_provider.problem_code(), "idempotency_key_reused");
 
-    let after: String = db::open()
-        .query_row("SELECT json_object('j', (SELECT json_group_array(json_array(id, fingerprint, input, version, updated_at)) FROM jobs WHERE id = ?1), 'e', (SELECT count(*) FROM job_events WHERE job_id = ?1), 'a', (SELECT count(*) FROM attempts WHERE job_id = ?1))", [&id], |r| r.get(0))
-        .unwrap();
+    let after = snapshot(&id);
     assert_eq!(before, after, "the row and its children are unchanged");
-    assert_eq!(jobs_with_key(&key), 1);
+    assert_eq!(db::jobs_with_key(&key), 1);
+}
+
+/// The job row, its events and its attempts, as one comparable text.
+fn snapshot(id: &str) -> String {
+    db::open()
+        .query_row(
+            "SELECT json_object(
+               'j', (SELECT json_group_array(json_array(id, fingerprint, input, version, updated_at))
+                       FROM jobs WHERE id = ?1),
+               'e', (SELECT count(*) FROM job_events WHERE job_id = ?1),
+               'a', (SELECT count(*) FROM attempts WHERE job_id = ?1))",
+            [id],
+            |r| r.get(0),
+        )
+        .unwrap()
 }
 
 #[tokio::test]
@@ -173,7 +174,7 @@ async fn two_owners_with_one_key_get_two_jobs_and_cannot_see_each_other() {
     assert_eq!((a.status, b.status), (201, 201));
     let (a_id, b_id) = (a.json()["id"].clone(), b.json()["id"].clone());
     assert_ne!(a_id, b_id);
-    assert_eq!(jobs_with_key(&key), 2);
+    assert_eq!(db::jobs_with_key(&key), 2);
 
     let own = send(api.get(&dave, &format!("/v1/jobs/{}", a_id.as_str().unwrap()))).await;
     assert_eq!(own.status, 200);

@@ -8,6 +8,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use futures::StreamExt;
+use onceclick_tests::client::marked_text as text;
 use onceclick_tests::client::{id, send, status_is, unique, Api, Mock};
 use onceclick_tests::{db, log, report};
 use serde_json::{json, Value};
@@ -25,16 +26,8 @@ macro_rules! check {
     };
 }
 
-fn text(marker: &str) -> String {
-    format!("{marker}: the quarterly numbers came in above the forecast again.")
-}
-
 fn body(kind: &str, marker: &str) -> String {
     json!({"kind": kind, "input": {"text": text(marker)}}).to_string()
-}
-
-fn attempts_of(job_id: &str) -> i64 {
-    db::count("SELECT count(*) FROM attempts WHERE job_id = ?1", job_id)
 }
 
 /// Every attempt of the job whose provider was never called is in a state that says
@@ -156,7 +149,7 @@ async fn create_or_get_job(api: &Api, mock: &Mock, when: &str) -> Verdict {
         again.status,
         again.text
     );
-    let rows = db::count("SELECT count(*) FROM jobs WHERE idempotency_key = ?1", &key);
+    let rows = db::jobs_with_key(&key);
     check!(rows == 1, "{rows} jobs for one key");
     let job_id = id(&again.json());
     let done = reconcile_until(api, &token, &job_id, |j| j["status"] == "succeeded").await?;
@@ -271,9 +264,9 @@ async fn insert_attempt(api: &Api, mock: &Mock, when: &str) -> Verdict {
         again.text
     );
     check!(
-        attempts_of(&job_id) == 2,
+        db::attempts_of(&job_id) == 2,
         "{} attempts",
-        attempts_of(&job_id)
+        db::attempts_of(&job_id)
     );
     let done = reconcile_until(api, &token, &job_id, |j| j["status"] == "succeeded").await?;
     none_in_doubt_without_a_call(mock, &marker, &done).await

@@ -53,7 +53,7 @@ async fn storms_of_identical_requests_make_one_job_and_one_attempt_each() {
             .map(|r| id(&r.json()))
             .collect();
         let created = replies.iter().filter(|r| r.status == 201).count();
-        let rows = db::count("SELECT count(*) FROM jobs WHERE idempotency_key = ?1", &key);
+        let rows = db::jobs_with_key(&key);
         if ids.len() != 1 || created != 1 || rows != 1 {
             duplicates += 1;
             eprintln!(
@@ -91,8 +91,6 @@ async fn storms_of_identical_requests_make_one_job_and_one_attempt_each() {
         (job_id, gate)
     };
     let ((clicked, clicked_gate), (resent, resent_gate)) = (failed_job().await, failed_job().await);
-    let attempts =
-        |job_id: &str| db::count("SELECT count(*) FROM attempts WHERE job_id = ?1", job_id);
     let click = |job_id: &str, key: String| {
         api.post_json(
             &token,
@@ -107,7 +105,7 @@ async fn storms_of_identical_requests_make_one_job_and_one_attempt_each() {
             .collect(),
     )
     .await;
-    let clicked_attempts = attempts(&clicked);
+    let clicked_attempts = db::attempts_of(&clicked);
     mock.release(&clicked_gate).await;
     let one_key = unique("click");
     let resends = all_at_once(
@@ -116,7 +114,7 @@ async fn storms_of_identical_requests_make_one_job_and_one_attempt_each() {
             .collect(),
     )
     .await;
-    let resent_attempts = attempts(&resent);
+    let resent_attempts = db::attempts_of(&resent);
     mock.release(&resent_gate).await;
     requests += clicks.len() + resends.len();
     server_errors += clicks
