@@ -919,9 +919,9 @@ fn replay(ops: Vec<Op>) {
 fn random_operation_sequences_keep_every_promise() {
     let soak = std::env::var("ONCECLICK_SOAK").is_ok_and(|v| !v.is_empty() && v != "0");
     // About 7.4 operations that send something a case (runs measured 6.9 to 7.9): 360
-    // cases is 2,000 and more with room; the soak's 6,000, 50,000 and more.
+    // cases is 2,000 and more with room; the soak's 8,000, 50,000 and more.
     let (cases, runners, least) = if soak {
-        (1_500u32, 4, 50_000)
+        (2_000u32, 4, 50_000)
     } else {
         (180u32, 2, 2_000)
     };
