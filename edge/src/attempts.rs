@@ -157,17 +157,7 @@ fn choose(
     body: &NewAttempt,
     configured: &[ProviderConfig],
 ) -> ApiResult<(&'static Kind, String)> {
-    let kind = kinds::find(&stored.job.kind)
-        .map_err(AppError::internal)?
-        .ok_or_else(|| {
-            AppError::new(
-                ErrorCode::UnknownKind,
-                format!(
-                    "kind {:?} is no longer declared; no attempt can be added",
-                    stored.job.kind
-                ),
-            )
-        })?;
+    let kind = kinds::declared(&stored.job.kind)?;
     let usable =
         |name: &str| kind.names_provider(name) && providers::find(configured, name).is_some();
     let provider = match &body.provider {
@@ -274,9 +264,7 @@ pub(crate) async fn resolve(
         }
         (Outcome::Succeeded, Some(result)) => {
             let stored = ctx.store.job(None, &job_id).await?.ok_or_else(not_found)?;
-            let kind = kinds::find(&stored.job.kind)
-                .map_err(AppError::internal)?
-                .ok_or_else(|| AppError::internal("the job's kind is no longer declared"))?;
+            let kind = kinds::declared(&stored.job.kind)?;
             kind.check_output(&stored.job.input, &result)
                 .map_err(|v| AppError::new(ErrorCode::ContractViolation, v.0))?;
             let completion = ctx

@@ -230,14 +230,7 @@ fn prepare<'a>(
         cause: e.cause,
     };
     store.fault_at("dispatch_prepare").map_err(before_call)?;
-    let kind = kinds::find(&attempt.kind)
-        .map_err(AppError::internal)
-        .and_then(|k| {
-            k.ok_or_else(|| {
-                AppError::internal(format!("kind {} is no longer declared", attempt.kind))
-            })
-        })
-        .map_err(before_call)?;
+    let kind = kinds::declared(&attempt.kind).map_err(before_call)?;
     let configured = providers::configured(env).map_err(before_call)?;
     let input = serde_json::from_str(&attempt.input)
         .map_err(AppError::internal)
@@ -342,9 +335,9 @@ fn run_claimed<'a>(
 
 /// The next provider after the attempt's own in the kind's failover order that is
 /// configured, is not the attempt's own, and is the job's first provider or certified
-/// for the kind's current contract version and its current configuration. `Err`
-/// carries why there is none, for the `failover_skipped` event.
-async fn next_certified(store: &Store, p: &Prepared<'_>) -> ApiResult<Result<String, String>> {
+/// for the kind's current contract version and its current configuration; `None` when
+/// there is none (see [`no_next_provider`] for the reason logged).
+async fn next_certified(store: &Store, p: &Prepared<'_>) -> ApiResult<Option<String>> {
     let (attempt, kind) = (p.attempt, p.kind);
     let certified = certification::certified_for(store, kind, &p.configured).await?;
     let after = attempt.provider.as_str();
@@ -353,21 +346,25 @@ async fn next_certified(store: &Store, p: &Prepared<'_>) -> ApiResult<Result<Str
             && providers::find(&p.configured, name).is_some()
             && (name == attempt.job_provider || certified.contains(name))
     });
-    Ok(next.map(str::to_owned).ok_or_else(|| {
-        let others: Vec<&str> = kind
-            .decl()
-            .providers
-            .iter()
-            .map(String::as_str)
-            .filter(|name| *name != after)
-            .collect();
-        format!(
-            "no configured provider after {after} is certified for {}@{} (candidates: {})",
-            kind.name(),
-            kind.contract_version(),
-            others.join(", ")
-        )
-    }))
+    Ok(next.map(str::to_owned))
+}
+
+/// Why [`next_certified`] found no provider, for the `failover_skipped` event.
+fn no_next_provider(p: &Prepared<'_>) -> String {
+    let (after, kind) = (p.attempt.provider.as_str(), p.kind);
+    let others: Vec<&str> = kind
+        .decl()
+        .providers
+        .iter()
+        .map(String::as_str)
+        .filter(|name| *name != after)
+        .collect();
+    format!(
+        "no configured provider after {after} is certified for {}@{} (candidates: {})",
+        kind.name(),
+        kind.contract_version(),
+        others.join(", ")
+    )
 }
 
 /// Logs (event and structured line) why a hedge or failover did not start.
@@ -400,12 +397,9 @@ async fn start_hedge(
     silent_ms: u64,
 ) -> ApiResult<Option<ClaimedAttempt>> {
     let attempt = running.attempt;
-    let next = match next_certified(store, running).await? {
-        Ok(next) => next,
-        Err(reason) => {
-            log_skipped(store, attempt, "hedge", &reason).await?;
-            return Ok(None);
-        }
+    let Some(next) = next_certified(store, running).await? else {
+        log_skipped(store, attempt, "hedge", &no_next_provider(running)).await?;
+        return Ok(None);
     };
     let hedge_id = clock::new_id("att");
     let digest = providers::digest(&running.configured, &next);
@@ -446,9 +440,8 @@ async fn fail_over(env: &Env, store: &Store, failed: &Prepared<'_>) -> ApiResult
         return Ok(());
     };
     let attempt = failed.attempt;
-    let next = match next_certified(store, failed).await? {
-        Ok(next) => next,
-        Err(reason) => return log_skipped(store, attempt, "auto_failover", &reason).await,
+    let Some(next) = next_certified(store, failed).await? else {
+        return log_skipped(store, attempt, "auto_failover", &no_next_provider(failed)).await;
     };
     let new_id = clock::new_id("att");
     let digest = providers::digest(&failed.configured, &next);

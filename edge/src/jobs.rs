@@ -90,14 +90,7 @@ pub(crate) async fn create(
 
 /// The kind and the provider a new job would run on, or why the request is refused.
 fn validate<'r>(ctx: &Ctx<'_>, request: &'r CreateJob) -> ApiResult<(&'static Kind, &'r str)> {
-    let kind = kinds::find(&request.kind)
-        .map_err(AppError::internal)?
-        .ok_or_else(|| {
-            AppError::new(
-                ErrorCode::UnknownKind,
-                format!("no kind is called {:?}", request.kind),
-            )
-        })?;
+    let kind = kinds::declared(&request.kind)?;
     kind.check_input(&request.input)
         .map_err(|e| AppError::new(ErrorCode::InvalidInput, format!("input: {e}")))?;
     let provider = request.provider.as_deref().unwrap_or(kind.primary());

@@ -1,6 +1,8 @@
 //! The kinds this Worker knows, compiled in from `edge/kinds/*.json`.
 
+use crate::error::{ApiResult, AppError};
 use onceclick_protocol::contract::Kind;
+use onceclick_protocol::ErrorCode;
 use std::sync::OnceLock;
 
 /// The kind files, compiled into the Worker. Add a kind by adding its file here.
@@ -31,4 +33,16 @@ pub(crate) fn all() -> Result<&'static [Kind], String> {
 /// The kind called `name`, if declared.
 pub(crate) fn find(name: &str) -> Result<Option<&'static Kind>, String> {
     Ok(all()?.iter().find(|k| k.name() == name))
+}
+
+/// The kind called `name`: `422 unknown_kind` when this Worker declares none (a kind
+/// a request names, or one a deploy has retired since its job was made), `500` when the
+/// compiled-in kind files do not compile.
+pub(crate) fn declared(name: &str) -> ApiResult<&'static Kind> {
+    find(name).map_err(AppError::internal)?.ok_or_else(|| {
+        AppError::new(
+            ErrorCode::UnknownKind,
+            format!("this Worker declares no kind called {name:?}"),
+        )
+    })
 }
