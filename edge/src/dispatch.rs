@@ -200,6 +200,8 @@ async fn run(env: &Env, store: &Store, attempt_id: &str) -> ApiResult<()> {
 struct Prepared<'a> {
     kind: &'static Kind,
     configured: Vec<ProviderConfig>,
+    /// The attempt's provider, as configured now.
+    provider: ProviderConfig,
     input: Value,
     attempt: &'a ClaimedAttempt,
 }
@@ -235,7 +237,7 @@ fn prepare<'a>(
     let input = serde_json::from_str(&attempt.input)
         .map_err(AppError::internal)
         .map_err(before_call)?;
-    if providers::find(&configured, &attempt.provider).is_none() {
+    let Some(provider) = providers::find(&configured, &attempt.provider).cloned() else {
         return Err(NotCalled {
             error: AttemptError::new(
                 "provider_misconfigured",
@@ -244,10 +246,11 @@ fn prepare<'a>(
             ),
             cause: None,
         });
-    }
+    };
     Ok(Prepared {
         kind,
         configured,
+        provider,
         input,
         attempt,
     })
@@ -284,13 +287,10 @@ fn run_claimed<'a>(
         };
         let Prepared {
             kind,
-            configured,
+            provider,
             input,
             ..
         } = &prepared;
-        let Some(provider) = providers::find(configured, &attempt.provider) else {
-            return Ok(()); // `prepare` checked it
-        };
         let api_key = providers::api_key(provider, env);
         let own = async {
             let outcome =

@@ -198,6 +198,23 @@ impl Api {
         }
     }
 
+    /// `POST /v1/jobs` of a `kind` job whose text carries `marker`, under a fresh key,
+    /// with the test-only `fault` armed if given. Returns the answer unchecked.
+    pub async fn create_marked(
+        &self,
+        token: &str,
+        kind: &str,
+        marker: &str,
+        fault: Option<&str>,
+    ) -> Reply {
+        let body = serde_json::json!({"kind": kind, "input": {"text": marked_text(marker)}});
+        let mut rb = self.create(token, Some(&unique("key")), &body.to_string());
+        if let Some(fault) = fault {
+            rb = rb.header(FAULT_HEADER, fault);
+        }
+        send(rb).await
+    }
+
     /// Creates a job of `kind` with `text` as its input under a fresh key, checking
     /// that it is new (201). Put a unique marker in `text` to script the mock for it.
     pub async fn create_job(
@@ -229,6 +246,9 @@ pub async fn send(rb: RequestBuilder) -> Reply {
         text,
     }
 }
+
+/// The header that arms test-only faults in the test Worker (see `edge/src/fault.rs`).
+pub const FAULT_HEADER: &str = "X-Onceclick-Fault";
 
 /// A job text that carries `marker`, so that mock scripts and call counts apply to the
 /// job alone.

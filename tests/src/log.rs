@@ -29,3 +29,16 @@ pub fn faults_fired(op: &str, scope: &str) -> usize {
         })
         .count()
 }
+
+/// Waits (at most 10 s) until [`fault_fired`] holds; false if it never does. The line is
+/// written before the effect a test observes, but may reach the file a little later.
+pub async fn wait_fault_fired(op: &str, when: &str, scope: &str) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !fault_fired(op, when, scope) {
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    true
+}

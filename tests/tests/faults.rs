@@ -10,19 +10,15 @@ use onceclick_tests::client::{id, send, status_is, unique, Api, Mock, Reply};
 use onceclick_tests::{db, log};
 use serde_json::{json, Value};
 
-const FAULT: &str = "X-Onceclick-Fault";
+use onceclick_tests::client::FAULT_HEADER as FAULT;
 
-/// Waits (at most 10 s) until the Worker has logged that the fault `op:when` fired on
-/// behalf of `scope`: proof that a test exercised the path it names.
+/// Waits until the Worker has logged that the fault `op:when` fired on behalf of
+/// `scope`: proof that a test exercised the path it names.
 async fn fired(op: &str, when: &str, scope: &str) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !log::fault_fired(op, when, scope) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the fault {op}:{when} never fired for {scope}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    assert!(
+        log::wait_fault_fired(op, when, scope).await,
+        "the fault {op}:{when} never fired for {scope}"
+    );
 }
 
 fn body(marker: &str) -> String {
@@ -43,11 +39,9 @@ async fn job(api: &Api, token: &str, job_id: &str) -> Reply {
 
 /// Creates a job whose text carries `marker`, with `fault` armed; checks the 201.
 async fn create_with_fault(api: &Api, token: &str, marker: &str, fault: &str) -> Value {
-    let reply = send(
-        api.create(token, Some(&unique("key")), &body(marker))
-            .header(FAULT, fault),
-    )
-    .await;
+    let reply = api
+        .create_marked(token, "summarize", marker, Some(fault))
+        .await;
     assert_eq!(reply.status, 201, "{}", reply.text);
     reply.json()
 }
@@ -55,15 +49,9 @@ async fn create_with_fault(api: &Api, token: &str, marker: &str, fault: &str) ->
 /// Creates a `summarize_hedged` job whose text carries `marker`, with `fault` armed if
 /// given; checks the 201 and returns the job's id.
 async fn create_hedged(api: &Api, token: &str, marker: &str, fault: Option<&str>) -> String {
-    let mut rb = api.create(
-        token,
-        Some(&unique("key")),
-        &json!({"kind": "summarize_hedged", "input": {"text": text(marker)}}).to_string(),
-    );
-    if let Some(fault) = fault {
-        rb = rb.header(FAULT, fault);
-    }
-    let reply = send(rb).await;
+    let reply = api
+        .create_marked(token, "summarize_hedged", marker, fault)
+        .await;
     assert_eq!(reply.status, 201, "{}", reply.text);
     id(&reply.json())
 }

@@ -13,7 +13,7 @@ use onceclick_tests::client::{id, send, status_is, unique, Api, Mock};
 use onceclick_tests::{db, log, report};
 use serde_json::{json, Value};
 
-const FAULT: &str = "X-Onceclick-Fault";
+use onceclick_tests::client::FAULT_HEADER as FAULT;
 const WHENS: [&str; 2] = ["before", "after"];
 
 type Verdict = Result<(), String>;
@@ -56,14 +56,10 @@ async fn none_in_doubt_without_a_call(mock: &Mock, marker: &str, job: &Value) ->
 
 /// Waits until the fault fired (the Worker logs it), at most 10 s.
 async fn fired(op: &str, when: &str, scope: &str) -> Verdict {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !log::fault_fired(op, when, scope) {
-        check!(
-            std::time::Instant::now() < deadline,
-            "the fault {op}:{when} never fired for {scope}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    check!(
+        log::wait_fault_fired(op, when, scope).await,
+        "the fault {op}:{when} never fired for {scope}"
+    );
     Ok(())
 }
 
@@ -183,11 +179,9 @@ async fn job(api: &Api, _mock: &Mock, when: &str) -> Verdict {
 async fn dispatched(api: &Api, mock: &Mock, op: &str, when: &str) -> Verdict {
     let token = api.token("matrix");
     let marker = unique(&format!("matrix-{op}"));
-    let reply = send(
-        api.create(&token, Some(&unique("key")), &body("summarize", &marker))
-            .header(FAULT, format!("{op}:{when}")),
-    )
-    .await;
+    let reply = api
+        .create_marked(&token, "summarize", &marker, Some(&format!("{op}:{when}")))
+        .await;
     check!(reply.status == 201, "create answered {}", reply.status);
     let job_id = id(&reply.json());
     let done = api.wait_job(&token, &job_id, status_is("succeeded")).await;
@@ -212,11 +206,14 @@ async fn move_attempt(api: &Api, mock: &Mock, when: &str) -> Verdict {
     let marker = unique("matrix-move");
     mock.script("primary", &marker, json!([{"status": 400}]))
         .await;
-    let reply = send(
-        api.create(&token, Some(&unique("key")), &body("summarize", &marker))
-            .header(FAULT, format!("move_attempt:{when}")),
-    )
-    .await;
+    let reply = api
+        .create_marked(
+            &token,
+            "summarize",
+            &marker,
+            Some(&format!("move_attempt:{when}")),
+        )
+        .await;
     check!(reply.status == 201, "create answered {}", reply.status);
     let job_id = id(&reply.json());
     let done = api.wait_job(&token, &job_id, status_is("failed")).await;
@@ -278,15 +275,14 @@ async fn insert_hedge(api: &Api, mock: &Mock, when: &str) -> Verdict {
     let gate = format!("{marker}-g");
     mock.script("primary", &marker, json!([{"gate": gate}]))
         .await;
-    let reply = send(
-        api.create(
+    let reply = api
+        .create_marked(
             &token,
-            Some(&unique("key")),
-            &body("summarize_hedged", &marker),
+            "summarize_hedged",
+            &marker,
+            Some(&format!("insert_hedge:{when}")),
         )
-        .header(FAULT, format!("insert_hedge:{when}")),
-    )
-    .await;
+        .await;
     check!(reply.status == 201, "create answered {}", reply.status);
     let job_id = id(&reply.json());
     let att = reply.json()["attempts"][0]["id"]
@@ -317,15 +313,14 @@ async fn insert_failover(api: &Api, mock: &Mock, when: &str) -> Verdict {
     let marker = unique("matrix-failover");
     mock.script("primary", &marker, json!([{"status": 500}]))
         .await;
-    let reply = send(
-        api.create(
+    let reply = api
+        .create_marked(
             &token,
-            Some(&unique("key")),
-            &body("summarize_hedged", &marker),
+            "summarize_hedged",
+            &marker,
+            Some(&format!("insert_failover:{when}")),
         )
-        .header(FAULT, format!("insert_failover:{when}")),
-    )
-    .await;
+        .await;
     check!(reply.status == 201, "create answered {}", reply.status);
     let job_id = id(&reply.json());
     let att = reply.json()["attempts"][0]["id"]
@@ -462,11 +457,9 @@ async fn reconciler(api: &Api, mock: &Mock, op: &str, when: &str) -> Verdict {
         }
         // A lost dispatch: the reconciler sends it again.
         _ => {
-            let reply = send(
-                api.create(&token, Some(&unique("key")), &body("summarize", &marker))
-                    .header(FAULT, "drop-enqueue"),
-            )
-            .await;
+            let reply = api
+                .create_marked(&token, "summarize", &marker, Some("drop-enqueue"))
+                .await;
             tokio::time::sleep(std::time::Duration::from_millis(1600)).await;
             (id(&reply.json()), |j: &Value| j["status"] == "succeeded")
         }

@@ -64,9 +64,7 @@ pub(crate) fn run(tools: &Tools, root: &Path, reports: &Path) -> Result<()> {
     let persist = root.join("target/xtask/crash-d1");
     let _ = std::fs::remove_dir_all(&persist);
     wrangler::migrate(tools, &persist, true)?;
-    let mut secret = [0u8; 32];
-    getrandom::fill(&mut secret).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
-    let secret = hex::encode(secret);
+    let secret = crate::tools::random_secret()?;
     let mock_port = wrangler::free_port()?;
     onceclick_tests::mock::spawn(mock_port)?;
     let mock = Mock {

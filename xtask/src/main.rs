@@ -115,9 +115,7 @@ impl Flags {
 fn dev_secret(root: &Path) -> Result<String> {
     let path = root.join(".dev.vars");
     if !path.exists() {
-        let mut bytes = [0u8; 32];
-        getrandom::fill(&mut bytes).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
-        std::fs::write(&path, format!("AUTH_SECRET={}\n", hex::encode(bytes)))?;
+        std::fs::write(&path, format!("AUTH_SECRET={}\n", tools::random_secret()?))?;
         eprintln!("xtask: wrote .dev.vars with a new random AUTH_SECRET");
     }
     let text = std::fs::read_to_string(&path)?;
@@ -289,9 +287,7 @@ impl TestWorker {
         let persist = scratch.join(format!("d1-{port}"));
         let _ = std::fs::remove_dir_all(&persist);
         wrangler::migrate(tools, &persist, true)?;
-        let mut secret = [0u8; 32];
-        getrandom::fill(&mut secret).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
-        let secret = hex::encode(secret);
+        let secret = tools::random_secret()?;
         let mock_port = wrangler::free_port()?;
         onceclick_tests::mock::spawn(mock_port)?;
         let log = scratch.join(format!("wrangler-{port}.log"));

@@ -184,3 +184,10 @@ pub(crate) fn schemathesis(root: &Path) -> Result<PathBuf> {
     std::fs::write(venv.join(".installed"), b"ok\n")?;
     Ok(st)
 }
+
+/// 32 random bytes as hex: an `AUTH_SECRET`.
+pub(crate) fn random_secret() -> Result<String> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
+    Ok(hex::encode(bytes))
+}
