@@ -18,8 +18,7 @@ use crate::kinds;
 use crate::openai::{self, CallOutcome};
 use crate::providers::{self, ProviderConfig};
 use crate::store::{Claim, ClaimedAttempt, Completion, NextAttempt, Offer, Store};
-use futures_util::future::{join, join_all, select, Either, LocalBoxFuture};
-use futures_util::FutureExt;
+use futures_util::future::{join, join_all, select, Either};
 use onceclick_protocol::contract::Kind;
 use onceclick_protocol::{AttemptError, AttemptState, EventType};
 use serde::{Deserialize, Serialize};
@@ -181,7 +180,7 @@ async fn run(env: &Env, store: &Store, attempt_id: &str) -> ApiResult<()> {
     // One token for every try of this claim: a try whose reply was lost is still ours.
     let token = clock::new_id("claim");
     match persist(|| store.claim(attempt_id, &token)).await? {
-        Claim::Claimed(attempt) => run_claimed(env, store, attempt, true).await,
+        Claim::Claimed(attempt) => run_claimed(env, store, attempt).await,
         Claim::Ignored { job_id, state } => {
             store
                 .log_event(
@@ -256,81 +255,96 @@ fn prepare<'a>(
     })
 }
 
-/// Calls the provider for a claimed attempt and records the outcome. With `may_hedge`
-/// and a kind that declares `hedge_after_ms`, a silent provider gets one hedge attempt
-/// on the next provider, run concurrently: whichever finishes first wins.
-fn run_claimed<'a>(
-    env: &'a Env,
-    store: &'a Store,
-    attempt: ClaimedAttempt,
-    may_hedge: bool,
-) -> LocalBoxFuture<'a, ApiResult<()>> {
-    async move {
-        let prepared = match prepare(env, store, &attempt) {
-            Ok(p) => p,
-            Err(NotCalled { error, cause }) => {
+/// Runs a claimed attempt. A kind that declares `hedge_after_ms` gives a silent
+/// provider one hedge attempt on the next provider, run concurrently: whichever
+/// finishes first wins. The hedge itself is never hedged.
+async fn run_claimed(env: &Env, store: &Store, attempt: ClaimedAttempt) -> ApiResult<()> {
+    let Some(prepared) = prepare_or_fail(env, store, &attempt).await? else {
+        return Ok(());
+    };
+    let own = call_and_record(env, store, &prepared);
+    let Some(ms) = prepared.kind.decl().hedge_after_ms else {
+        return own.await;
+    };
+    futures_util::pin_mut!(own);
+    match select(own, Delay::from(Duration::from_millis(ms))).await {
+        Either::Left((done, _)) => done,
+        // Whatever happens to the hedge, the primary's call in flight goes on and its
+        // answer is recorded.
+        Either::Right(((), own)) => match start_hedge(store, &prepared, ms).await {
+            Ok(Some(hedge)) => {
+                let (a, b) = join(own, run_hedge(env, store, hedge)).await;
+                a.and(b)
+            }
+            Ok(None) => own.await,
+            Err(e) => {
                 console_error!(
                     "{}",
-                    json!({"event": "dispatch_failed", "job_id": attempt.job_id,
-                           "attempt_id": attempt.id, "error": error, "cause": cause})
+                    json!({"event": "hedge_failed", "job_id": attempt.job_id,
+                           "attempt_id": attempt.id, "cause": e.cause_or_detail()})
                 );
-                record_move(
-                    store,
-                    &attempt,
-                    &[AttemptState::Running],
-                    AttemptState::Failed,
-                    &error,
-                )
-                .await?;
-                return Ok(());
+                // Best effort: the log may fail for the same reason.
+                let reason = format!("the hedge could not start: {}", e.detail);
+                let _ = log_skipped(store, &attempt, "hedge", &reason).await;
+                own.await
             }
-        };
-        let Prepared {
-            kind,
-            provider,
-            input,
-            ..
-        } = &prepared;
-        let api_key = providers::api_key(provider, env);
-        let own = async {
-            let outcome =
-                openai::call(provider, api_key.as_deref(), kind, input, &attempt.id).await;
-            let retryable = matches!(&outcome, CallOutcome::Failed(e) if e.retryable);
-            if record(env, store, &attempt, outcome).await? && retryable {
-                fail_over(env, store, &prepared).await?;
-            }
-            Ok(())
-        };
-        let hedge_after = kind.decl().hedge_after_ms.filter(|_| may_hedge);
-        let Some(ms) = hedge_after else {
-            return own.await;
-        };
-        futures_util::pin_mut!(own);
-        match select(own, Delay::from(Duration::from_millis(ms))).await {
-            Either::Left((done, _)) => done,
-            // Whatever happens to the hedge, the primary's call in flight goes on and
-            // its answer is recorded.
-            Either::Right(((), own)) => match start_hedge(store, &prepared, ms).await {
-                Ok(Some(hedge)) => {
-                    let (a, b) = join(own, run_claimed(env, store, hedge, false)).await;
-                    a.and(b)
-                }
-                Ok(None) => own.await,
-                Err(e) => {
-                    console_error!(
-                        "{}",
-                        json!({"event": "hedge_failed", "job_id": attempt.job_id,
-                               "attempt_id": attempt.id, "cause": e.cause_or_detail()})
-                    );
-                    // Best effort: the log may fail for the same reason.
-                    let reason = format!("the hedge could not start: {}", e.detail);
-                    let _ = log_skipped(store, &attempt, "hedge", &reason).await;
-                    own.await
-                }
-            },
+        },
+    }
+}
+
+/// Runs a claimed hedge attempt: its call and its outcome, with no hedge of its own.
+async fn run_hedge(env: &Env, store: &Store, hedge: ClaimedAttempt) -> ApiResult<()> {
+    match prepare_or_fail(env, store, &hedge).await? {
+        Some(prepared) => call_and_record(env, store, &prepared).await,
+        None => Ok(()),
+    }
+}
+
+/// [`prepare`]s a claimed attempt; if that fails, records the attempt `failed` (no
+/// provider was called) and returns `None`.
+async fn prepare_or_fail<'a>(
+    env: &Env,
+    store: &Store,
+    attempt: &'a ClaimedAttempt,
+) -> ApiResult<Option<Prepared<'a>>> {
+    match prepare(env, store, attempt) {
+        Ok(prepared) => Ok(Some(prepared)),
+        Err(NotCalled { error, cause }) => {
+            console_error!(
+                "{}",
+                json!({"event": "dispatch_failed", "job_id": attempt.job_id,
+                       "attempt_id": attempt.id, "error": error, "cause": cause})
+            );
+            record_move(
+                store,
+                attempt,
+                &[AttemptState::Running],
+                AttemptState::Failed,
+                &error,
+            )
+            .await?;
+            Ok(None)
         }
     }
-    .boxed_local()
+}
+
+/// Calls the attempt's provider and records the outcome; a retryable failure then
+/// fails over, if the kind allows.
+async fn call_and_record(env: &Env, store: &Store, p: &Prepared<'_>) -> ApiResult<()> {
+    let api_key = providers::api_key(&p.provider, env);
+    let outcome = openai::call(
+        &p.provider,
+        api_key.as_deref(),
+        p.kind,
+        &p.input,
+        &p.attempt.id,
+    )
+    .await;
+    let retryable = matches!(&outcome, CallOutcome::Failed(e) if e.retryable);
+    if record(env, store, p.attempt, outcome).await? && retryable {
+        fail_over(env, store, p).await?;
+    }
+    Ok(())
 }
 
 /// The next provider after the attempt's own in the kind's failover order that is

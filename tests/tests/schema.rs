@@ -265,3 +265,95 @@ fn the_rollup_reads_one_job_by_its_index() {
         "the rollup scans every attempt: {plan:?}"
     );
 }
+
+/// The store's statements, exactly as the Worker sends them.
+#[allow(dead_code, unused_macros)]
+#[path = "../../edge/src/store/sql.rs"]
+mod sql;
+
+/// The tables whose rows grow with traffic: no statement may read one of them whole.
+const GROWING: [&str; 3] = ["jobs", "attempts", "job_events"];
+
+/// The lines of `statement`'s query plan that read a growing table whole.
+fn full_scans(conn: &Connection, statement: &str) -> Vec<String> {
+    // Aliases used in the statements and the views they read, to the table they name.
+    let table_of = |name: &str| -> String {
+        match name {
+            "j" | "jobs" => "jobs",
+            "a" | "attempts" => "attempts",
+            "e" | "job_events" => "job_events",
+            other => other,
+        }
+        .to_owned()
+    };
+    let mut plan = conn
+        .prepare(&format!("EXPLAIN QUERY PLAN {statement}"))
+        .unwrap_or_else(|e| panic!("{statement}: {e}"));
+    // Unbound parameters are NULL: the plan does not depend on their values.
+    let mut rows = plan.raw_query();
+    let mut details = Vec::new();
+    while let Some(row) = rows.next().unwrap() {
+        details.push(row.get::<_, String>(3).unwrap());
+    }
+    // A subquery SQLite runs as a co-routine or materializes is scanned by its own name;
+    // that scan reads what the subquery found, not a table.
+    let subqueries: Vec<&str> = details
+        .iter()
+        .filter_map(|d| {
+            d.strip_prefix("CO-ROUTINE ")
+                .or_else(|| d.strip_prefix("MATERIALIZE "))
+        })
+        .collect();
+    details
+        .iter()
+        .filter(|detail| {
+            // `SCAN t` reads every row of t; `SEARCH t USING …` does not.
+            let Some(rest) = detail.strip_prefix("SCAN ") else {
+                return false;
+            };
+            let scanned = rest.split_whitespace().next().unwrap_or_default();
+            !subqueries.contains(&scanned) && GROWING.contains(&table_of(scanned).as_str())
+        })
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn no_store_statement_scans_a_table_that_grows() {
+    let conn = migrated();
+    // The check itself: a lookup by a column without an index is caught.
+    assert_eq!(
+        full_scans(&conn, "SELECT id FROM attempts AS a WHERE a.provider = ?1"),
+        ["SCAN a"]
+    );
+    let scans: Vec<String> = sql::ALL
+        .iter()
+        .flat_map(|(name, statement)| {
+            full_scans(&conn, statement)
+                .into_iter()
+                .map(move |scan| format!("{name}: {scan}"))
+        })
+        .collect();
+    assert!(scans.is_empty(), "full scans:\n{}", scans.join("\n"));
+}
+
+#[test]
+fn the_sql_state_lists_are_the_protocols() {
+    let listed = |sql: &str| -> Vec<AttemptState> {
+        let mut states: Vec<AttemptState> = sql
+            .trim_matches(|c| c == '(' || c == ')')
+            .split(',')
+            .map(|s| serde_json::from_value(s.trim().trim_matches('\'').into()).unwrap())
+            .collect();
+        states.sort_by_key(|s| s.as_str());
+        states
+    };
+    let by = |keep: fn(&AttemptState) -> bool| -> Vec<AttemptState> {
+        let mut states: Vec<AttemptState> =
+            AttemptState::ALL.iter().copied().filter(keep).collect();
+        states.sort_by_key(|s| s.as_str());
+        states
+    };
+    assert_eq!(listed(sql::LIVE_STATES), by(|s| !s.is_final()));
+    assert_eq!(listed(sql::IN_FLIGHT_STATES), by(|s| s.is_in_flight()));
+}

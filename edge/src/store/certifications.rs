@@ -1,0 +1,72 @@
+//! Certification reports: which provider passed which kind's contract, and as what.
+
+use super::{js, js_flag, json_text, sql, Store};
+use crate::error::{ApiResult, AppError};
+use serde::Deserialize;
+use serde_json::Value;
+
+/// One certification report: a provider against one contract version of a kind.
+#[derive(Debug, Clone, serde::Serialize)]
+pub(crate) struct Certification {
+    pub(crate) provider: String,
+    pub(crate) kind: String,
+    pub(crate) contract_version: String,
+    /// What was certified: the provider's model and base URL, as a digest.
+    pub(crate) provider_digest: String,
+    pub(crate) passed: bool,
+    /// `[{input, code, message}]`: which golden input failed, and how.
+    pub(crate) failures: Vec<Value>,
+    pub(crate) certified_at: String,
+}
+
+impl Store {
+    /// Stores a certification report, replacing an earlier one for the same provider,
+    /// kind and contract version.
+    pub(crate) async fn save_certification(&self, report: &Certification) -> ApiResult<()> {
+        let stmt = self.stmt(
+            sql::SAVE_CERTIFICATION,
+            &[
+                js(&report.provider),
+                js(&report.kind),
+                js(&report.contract_version),
+                js_flag(report.passed),
+                js(&json_text(&report.failures)?),
+                js(&report.certified_at),
+                js(&report.provider_digest),
+            ],
+        )?;
+        self.timed("save_certification", stmt.run()).await?;
+        Ok(())
+    }
+
+    /// Every stored certification report (for the current and older contract versions).
+    pub(crate) async fn certifications(&self) -> ApiResult<Vec<Certification>> {
+        #[derive(Deserialize)]
+        struct Row {
+            provider: String,
+            kind: String,
+            contract_version: String,
+            provider_digest: String,
+            passed: u32,
+            failures: String,
+            certified_at: String,
+        }
+        let stmt = self.stmt(sql::CERTIFICATIONS, &[])?;
+        self.timed("certifications", stmt.all())
+            .await?
+            .results::<Row>()?
+            .into_iter()
+            .map(|r| {
+                Ok(Certification {
+                    provider: r.provider,
+                    kind: r.kind,
+                    contract_version: r.contract_version,
+                    provider_digest: r.provider_digest,
+                    passed: r.passed != 0,
+                    failures: serde_json::from_str(&r.failures).map_err(AppError::internal)?,
+                    certified_at: r.certified_at,
+                })
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,137 @@
+//! Jobs: create-or-return, reads, the event log and cancel.
+
+use super::{first_row, js, js_opt, json_text, sql, DocRow, Store, StoredJob};
+use crate::error::{ApiResult, AppError};
+use onceclick_protocol::{Event, EventType};
+use serde::Deserialize;
+use serde_json::Value;
+
+/// What `create_or_get_job` needs to insert a new job with its first attempt.
+pub(crate) struct NewJob<'a> {
+    pub(crate) job_id: &'a str,
+    pub(crate) attempt_id: &'a str,
+    pub(crate) owner: &'a str,
+    pub(crate) key: &'a str,
+    pub(crate) fingerprint: &'a str,
+    pub(crate) kind: &'a str,
+    pub(crate) input: &'a str,
+    pub(crate) provider: &'a str,
+}
+
+#[derive(Deserialize)]
+struct EventRow {
+    seq: i64,
+    #[serde(rename = "type")]
+    type_: String,
+    at: String,
+    attempt_id: Option<String>,
+    details: String,
+}
+
+impl Store {
+    /// Inserts the job and its first attempt, or finds the job the (owner, key) pair is
+    /// already bound to. One batch, one round trip. The caller compares the returned
+    /// job's id with `new.job_id` to learn which happened, and its fingerprint to learn
+    /// whether a replay asked for the same thing. The `job_created` and
+    /// `attempt_started` events are written by triggers.
+    pub(crate) async fn create_or_get_job(&self, new: &NewJob<'_>) -> ApiResult<StoredJob> {
+        let insert_job = self.stmt(
+            sql::INSERT_JOB,
+            &[
+                js(new.job_id),
+                js(new.owner),
+                js(new.key),
+                js(new.fingerprint),
+                js(new.kind),
+                js(new.input),
+                js(new.provider),
+            ],
+        )?;
+        let insert_attempt = self.stmt(
+            sql::INSERT_FIRST_ATTEMPT,
+            &[js(new.attempt_id), js(new.job_id)],
+        )?;
+        let read = self.stmt(sql::JOB_BY_KEY, &[js(new.owner), js(new.key)])?;
+        let [_, _, read] = self
+            .batch("create_or_get_job", [insert_job, insert_attempt, read])
+            .await?;
+        first_row::<DocRow>(&read)?
+            .ok_or_else(|| AppError::internal("create_or_get_job: the batch returned no job"))
+            .and_then(DocRow::stored)
+    }
+
+    /// The job that (owner, key) is bound to, if any: how a request that no longer
+    /// validates (a kind or provider removed since) is still answered with its replay.
+    pub(crate) async fn job_by_key(&self, owner: &str, key: &str) -> ApiResult<Option<StoredJob>> {
+        self.read_job("job_by_key", sql::JOB_BY_KEY, &[js(owner), js(key)])
+            .await
+    }
+
+    /// The job `id` if `owner` owns it (any owner for `None`). One round trip.
+    pub(crate) async fn job(&self, owner: Option<&str>, id: &str) -> ApiResult<Option<StoredJob>> {
+        self.read_job("job", sql::JOB_BY_ID, &[js(id), js_opt(owner)])
+            .await
+    }
+
+    /// The event log of job `id` if `owner` owns it, oldest first. `None` when the job
+    /// does not exist for this owner (every job has at least its `job_created` event).
+    pub(crate) async fn events(&self, owner: &str, id: &str) -> ApiResult<Option<Vec<Event>>> {
+        let stmt = self.stmt(sql::EVENTS, &[js(id), js(owner)])?;
+        let rows = self
+            .timed("events", stmt.all())
+            .await?
+            .results::<EventRow>()?;
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        rows.into_iter()
+            .map(|r| {
+                let value = serde_json::json!({
+                    "seq": r.seq,
+                    "type": r.type_,
+                    "at": r.at,
+                    "attempt_id": r.attempt_id,
+                    "details": serde_json::from_str::<Value>(&r.details)
+                        .map_err(AppError::internal)?,
+                });
+                serde_json::from_value(value).map_err(AppError::internal)
+            })
+            .collect::<ApiResult<Vec<Event>>>()
+            .map(Some)
+    }
+
+    /// Appends one event that no state move writes (`dispatch_ignored`,
+    /// `failover_skipped`, `late_result_discarded` of a failure). None of them changes
+    /// the job's document, so none moves its ETag.
+    pub(crate) async fn log_event(
+        &self,
+        job_id: &str,
+        event: EventType,
+        attempt_id: Option<&str>,
+        details: &Value,
+    ) -> ApiResult<()> {
+        let stmt = self.stmt(
+            sql::LOG_EVENT,
+            &[
+                js(job_id),
+                js(event.as_str()),
+                js_opt(attempt_id),
+                js(&json_text(details)?),
+            ],
+        )?;
+        self.timed("log_event", stmt.run()).await?;
+        Ok(())
+    }
+
+    /// The owner gives up. One batch: the job becomes `cancelled` (unless it already
+    /// succeeded), `job_cancelled` is logged once, and every attempt still `starting`,
+    /// `running` or `unknown` becomes `cancelled`. Returns the job as it is after.
+    pub(crate) async fn cancel(&self, owner: &str, job_id: &str) -> ApiResult<Option<StoredJob>> {
+        let cancel = self.stmt(sql::CANCEL_JOB, &[js(job_id), js(owner)])?;
+        let log = self.stmt(sql::LOG_CANCELLED, &[js(job_id)])?;
+        let attempts = self.stmt(sql::CANCEL_ATTEMPTS, &[js(job_id)])?;
+        let read = self.stmt(sql::OWNED_JOB, &[js(job_id), js(owner)])?;
+        let [_, _, _, read] = self.batch("cancel", [cancel, log, attempts, read]).await?;
+        first_row::<DocRow>(&read)?.map(DocRow::stored).transpose()
+    }
+}

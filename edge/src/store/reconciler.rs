@@ -1,0 +1,90 @@
+//! The reconciler's sweeps: lost dispatches, dead dispatchers, abandonment and purge.
+
+use super::{changes, js, js_num, json_text, sql, Store};
+use crate::error::ApiResult;
+use onceclick_protocol::AttemptError;
+use serde::Deserialize;
+
+/// What the reconciler applies to one provider's attempts.
+pub(crate) struct ReconcileRule {
+    pub(crate) provider: String,
+    /// `unknown` attempts called before this are abandoned (if the provider promises).
+    pub(crate) abandon_before: Option<String>,
+    /// `running` attempts called before this have lost their dispatcher.
+    pub(crate) lost_before: String,
+}
+
+impl Store {
+    /// Attempts still `starting` that were inserted before `cutoff`: their dispatch
+    /// message may have been lost.
+    pub(crate) async fn stuck_starting(&self, cutoff: &str, limit: u32) -> ApiResult<Vec<String>> {
+        #[derive(Deserialize)]
+        struct Row {
+            id: String,
+        }
+        let stmt = self.stmt(sql::STUCK_STARTING, &[js(cutoff), js_num(limit)])?;
+        Ok(self
+            .timed("stuck_starting", stmt.all())
+            .await?
+            .results::<Row>()?
+            .into_iter()
+            .map(|r| r.id)
+            .collect())
+    }
+
+    /// The reconciler's moves, per provider, in one batch:
+    /// - `unknown → abandoned` once the provider's `abandon_after_ms` has passed since
+    ///   the call;
+    /// - `running → unknown` for an attempt whose dispatcher died mid-call (no answer
+    ///   recorded well after the provider's timeout).
+    ///
+    /// Returns how many attempts were abandoned and how many were found lost.
+    pub(crate) async fn reconcile(&self, rules: &[ReconcileRule]) -> ApiResult<(usize, usize)> {
+        let lost = AttemptError::new(
+            "dispatcher_lost",
+            "the dispatcher stopped before the provider answered; the provider may have done the work",
+            false,
+        );
+        let lost = json_text(&lost)?;
+        let mut abandon = Vec::new();
+        for rule in rules {
+            if let Some(cutoff) = &rule.abandon_before {
+                abandon.push(self.stmt(sql::ABANDON_UNKNOWN, &[js(&rule.provider), js(cutoff)])?);
+            }
+        }
+        let abandon_count = abandon.len();
+        let mut statements = abandon;
+        for rule in rules {
+            statements.push(self.stmt(
+                sql::LOSE_RUNNING,
+                &[js(&rule.provider), js(&rule.lost_before), js(&lost)],
+            )?);
+        }
+        if statements.is_empty() {
+            return Ok((0, 0));
+        }
+        let results = self.batch_of("reconcile", statements).await?;
+        let (abandoned, lost) = results.split_at(abandon_count.min(results.len()));
+        let count = |results: &[worker::D1Result]| -> ApiResult<usize> {
+            results.iter().map(changes).sum()
+        };
+        Ok((count(abandoned)?, count(lost)?))
+    }
+
+    /// Deletes at most `chunk` jobs that ended (`succeeded`, `cancelled`, or `failed`
+    /// with nothing in flight or unknown) and were last changed before `cutoff`, with
+    /// their attempts and events. Their keys become free again. A job with an attempt
+    /// `unknown` is never purged while it is unresolved. One batch; the reconciler calls
+    /// it again while chunks come back full, so a backlog never makes one huge
+    /// statement. Returns the number of jobs deleted.
+    pub(crate) async fn purge(&self, cutoff: &str, chunk: u32) -> ApiResult<usize> {
+        // The same ordered, bounded selection in all three statements: jobs are deleted
+        // last, so the first two see the same rows.
+        let params = [js(cutoff), js_num(chunk)];
+        let events = self.stmt(sql::PURGE_EVENTS, &params)?;
+        let attempts = self.stmt(sql::PURGE_ATTEMPTS, &params)?;
+        let jobs = self.stmt(sql::PURGE_JOBS, &params)?;
+        let [_, _, jobs] = self.batch("purge", [events, attempts, jobs]).await?;
+        changes(&jobs)
+    }
+}

@@ -1,0 +1,425 @@
+//! Every statement the store sends, as a constant: the SQL text stays in one place, and
+//! the schema test (`tests/tests/schema.rs`, which includes this file) runs
+//! `EXPLAIN QUERY PLAN` on each of [`ALL`] against the real migrations.
+//!
+//! Parameters are always bound (`?N`); nothing is ever formatted into a statement at run
+//! time. Shared pieces are macros so that each statement is still one `&'static str`.
+
+/// Every timestamp the store writes comes from the database's clock, so that an event's
+/// `at` never goes backwards against its `seq` (the Worker's clock differs between
+/// isolates and stands still between I/O).
+macro_rules! now {
+    () => {
+        "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
+    };
+}
+
+/// Attempt states that still hold a job open: a call may be made, is being made, or may
+/// have been made. No new attempt while one of these exists.
+macro_rules! live_states {
+    () => {
+        "('starting', 'running', 'unknown')"
+    };
+}
+
+/// Attempt states whose provider call has not ended.
+macro_rules! in_flight_states {
+    () => {
+        "('starting', 'running')"
+    };
+}
+
+/// Job statuses after which no attempt may start or be claimed.
+macro_rules! closed_statuses {
+    () => {
+        "('succeeded', 'cancelled')"
+    };
+}
+
+/// The certification gate: provider `?3` passed for the job's kind at contract version
+/// `?4` with its configuration digest `?5` (or it is the job's own first provider).
+macro_rules! provider_allowed {
+    ($provider:literal, $version:literal, $digest:literal) => {
+        concat!(
+            "(",
+            $provider,
+            " = j.provider
+              OR EXISTS (SELECT 1 FROM certifications AS c
+                          WHERE c.provider = ",
+            $provider,
+            " AND c.kind = j.kind
+                            AND c.contract_version = ",
+            $version,
+            "               AND c.provider_digest = ",
+            $digest,
+            " AND c.passed = 1))"
+        )
+    };
+}
+
+/// The one statement behind every attempt after a job's first: insert `?1` as the job
+/// `?2`'s next attempt, `starting` on provider `?3`, only while the job has not finished
+/// and the provider is allowed; `?6`/`?7` are the fallback button's request key and
+/// fingerprint. The guard that follows `AND` is the caller's, with parameters from `?8`.
+macro_rules! next_attempt {
+    ($($guard:tt)*) => {
+        concat!(
+            "INSERT INTO attempts (id, job_id, n, provider, state, started_at,
+                                   request_key, request_fingerprint)
+             SELECT ?1, j.id, (SELECT max(n) + 1 FROM attempts WHERE job_id = j.id), ?3,
+                    'starting', ", now!(), ", ?6, ?7
+               FROM job_documents AS j
+              WHERE j.id = ?2 AND j.status NOT IN ", closed_statuses!(), "
+                AND ", provider_allowed!("?3", "?4", "?5"), "
+                AND ", $($guard)*, "
+             ON CONFLICT DO NOTHING
+             RETURNING id"
+        )
+    };
+}
+
+/// Jobs past retention: ended (a `failed` job only with nothing live), last changed
+/// before `?1`, at most `?2` of them, in a fixed order so the three statements of a
+/// purge see the same rows.
+macro_rules! expired_jobs {
+    () => {
+        concat!(
+            "SELECT id FROM jobs
+              WHERE status IN ('succeeded', 'cancelled', 'failed') AND updated_at <= ?1
+                AND NOT EXISTS (SELECT 1 FROM attempts
+                                 WHERE job_id = jobs.id AND state IN ",
+            live_states!(),
+            ")
+              ORDER BY updated_at, id LIMIT ?2"
+        )
+    };
+}
+
+/// The states named by `live_states!`, for the test that compares them with the enum.
+#[allow(dead_code)] // read only by tests/tests/schema.rs
+pub(crate) const LIVE_STATES: &str = live_states!();
+/// The states named by `in_flight_states!`.
+#[allow(dead_code)] // read only by tests/tests/schema.rs
+pub(crate) const IN_FLIGHT_STATES: &str = in_flight_states!();
+
+pub(crate) const PING: &str = "SELECT 1 AS ok";
+
+// --- jobs -------------------------------------------------------------------------
+
+pub(crate) const INSERT_JOB: &str = concat!(
+    "INSERT INTO jobs (id, owner_id, idempotency_key, fingerprint, kind, input, provider,
+                       status, version, created_at, updated_at)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', 1, ",
+    now!(),
+    ", ",
+    now!(),
+    ")
+     ON CONFLICT (owner_id, idempotency_key) DO NOTHING"
+);
+
+/// Selecting from the job by its new id makes this a no-op on a conflict: a row with
+/// that id exists only if the insert before it happened.
+pub(crate) const INSERT_FIRST_ATTEMPT: &str =
+    "INSERT INTO attempts (id, job_id, n, provider, state, started_at)
+     SELECT ?1, id, 1, provider, 'starting', created_at FROM jobs WHERE id = ?2";
+
+pub(crate) const JOB_BY_KEY: &str = "SELECT fingerprint, doc, etag FROM job_documents
+                                      WHERE owner_id = ?1 AND idempotency_key = ?2";
+
+pub(crate) const JOB_BY_ID: &str = "SELECT fingerprint, doc, etag FROM job_documents
+                                     WHERE id = ?1 AND (?2 IS NULL OR owner_id = ?2)";
+
+pub(crate) const OWNED_JOB: &str =
+    "SELECT fingerprint, doc, etag FROM job_documents WHERE id = ?1 AND owner_id = ?2";
+
+pub(crate) const EVENTS: &str = "SELECT e.seq, e.type, e.at, e.attempt_id, e.details
+                                   FROM job_events AS e JOIN jobs AS j ON j.id = e.job_id
+                                  WHERE j.id = ?1 AND j.owner_id = ?2
+                                  ORDER BY e.seq";
+
+pub(crate) const LOG_EVENT: &str = concat!(
+    "INSERT INTO job_events (job_id, at, type, attempt_id, details)
+     SELECT id, ",
+    now!(),
+    ", ?2, ?3, ?4 FROM jobs WHERE id = ?1"
+);
+
+pub(crate) const CANCEL_JOB: &str = concat!(
+    "UPDATE jobs SET status = 'cancelled', version = version + 1, updated_at = ",
+    now!(),
+    "
+      WHERE id = ?1 AND owner_id = ?2 AND status NOT IN ",
+    closed_statuses!()
+);
+
+pub(crate) const LOG_CANCELLED: &str = concat!(
+    "INSERT INTO job_events (job_id, at, type, details)
+     SELECT id, ",
+    now!(),
+    ", 'job_cancelled',
+            json_object('attempts', (SELECT json_group_array(id) FROM attempts
+                WHERE job_id = jobs.id AND state IN ",
+    live_states!(),
+    "))
+       FROM jobs
+      WHERE id = ?1 AND status = 'cancelled'
+        AND NOT EXISTS (SELECT 1 FROM job_events
+                         WHERE job_id = ?1 AND type = 'job_cancelled')"
+);
+
+pub(crate) const CANCEL_ATTEMPTS: &str = concat!(
+    "UPDATE attempts SET state = 'cancelled', finished_at = ",
+    now!(),
+    "
+      WHERE job_id = ?1 AND state IN ",
+    live_states!(),
+    "
+        AND (SELECT status FROM jobs WHERE id = ?1) = 'cancelled'"
+);
+
+pub(crate) const PURGE_EVENTS: &str = concat!(
+    "DELETE FROM job_events WHERE job_id IN (",
+    expired_jobs!(),
+    ")"
+);
+pub(crate) const PURGE_ATTEMPTS: &str = concat!(
+    "DELETE FROM attempts WHERE job_id IN (",
+    expired_jobs!(),
+    ")"
+);
+pub(crate) const PURGE_JOBS: &str = concat!(
+    "DELETE FROM jobs WHERE id IN (",
+    expired_jobs!(),
+    ") RETURNING id"
+);
+
+// --- attempts ---------------------------------------------------------------------
+
+pub(crate) const ATTEMPT_BY_REQUEST: &str =
+    "SELECT j.fingerprint, j.doc, j.etag, a.id AS attempt_id, a.request_fingerprint
+       FROM job_documents AS j JOIN attempts AS a ON a.job_id = j.id
+      WHERE j.id = ?1 AND j.owner_id = ?2 AND a.request_key = ?3";
+
+pub(crate) const ATTEMPT_JOB: &str = "SELECT job_id, state FROM attempts WHERE id = ?1";
+
+pub(crate) const CLAIM: &str = concat!(
+    "UPDATE attempts SET state = 'running', dispatched_at = ",
+    now!(),
+    ", claim_token = ?2
+      WHERE id = ?1 AND state = 'starting'
+        AND (SELECT status FROM jobs WHERE id = attempts.job_id) NOT IN ",
+    closed_statuses!()
+);
+
+/// Also a claim of ours, sent again after a lost reply, that finds the job succeeded
+/// meanwhile: it must not call the provider now.
+pub(crate) const CLAIM_SUPERSEDE: &str = concat!(
+    "UPDATE attempts SET state = 'superseded', finished_at = ",
+    now!(),
+    "
+      WHERE id = ?1
+        AND (state = 'starting' OR (state = 'running' AND claim_token = ?2))
+        AND (SELECT status FROM jobs WHERE id = attempts.job_id) = 'succeeded'"
+);
+
+pub(crate) const CLAIMED: &str =
+    "SELECT a.id, a.job_id, a.provider, j.provider AS job_provider, a.state,
+            a.claim_token, j.kind, j.input
+       FROM attempts AS a JOIN jobs AS j ON j.id = a.job_id
+      WHERE a.id = ?1";
+
+/// From any state of the JSON array `?2` to `?3`, recording the error `?4` if given.
+pub(crate) const MOVE_ATTEMPT: &str = concat!(
+    "UPDATE attempts SET state = ?3, error = coalesce(?4, error), finished_at = ",
+    now!(),
+    "
+      WHERE id = ?1 AND state IN (SELECT value FROM json_each(?2))
+      RETURNING id"
+);
+
+/// The compare-and-swap: the job `?1` takes attempt `?2`'s result `?3` only while no
+/// attempt has won, the job is not cancelled, and the attempt is the job's and in one of
+/// the states of the JSON array `?4`.
+pub(crate) const COMPLETE_CAS: &str = concat!(
+    "UPDATE jobs
+        SET status = 'succeeded', result = ?3, completed_by = ?2,
+            version = version + 1, updated_at = ",
+    now!(),
+    "
+      WHERE id = ?1 AND completed_by IS NULL AND status <> 'cancelled'
+        AND EXISTS (SELECT 1 FROM attempts
+                     WHERE id = ?2 AND job_id = ?1
+                       AND state IN (SELECT value FROM json_each(?4)))"
+);
+
+/// A hedge still `starting` when its job succeeds is never called.
+pub(crate) const COMPLETE_SUPERSEDE_STARTING: &str = concat!(
+    "UPDATE attempts SET state = 'superseded', finished_at = ",
+    now!(),
+    "
+      WHERE job_id = ?1 AND state = 'starting'
+        AND (SELECT status FROM jobs WHERE id = ?1) = 'succeeded'"
+);
+
+/// The offering attempt becomes `succeeded` if it won, else `superseded`; with `?5 = 1`
+/// (an admin's resolution) only when its result equals the job's.
+pub(crate) const COMPLETE_SETTLE: &str = concat!(
+    "UPDATE attempts
+        SET state = CASE WHEN (SELECT completed_by FROM jobs WHERE id = ?1) = ?2
+                         THEN 'succeeded' ELSE 'superseded' END,
+            finished_at = ",
+    now!(),
+    "
+      WHERE id = ?2 AND job_id = ?1
+        AND state IN (SELECT value FROM json_each(?4))
+        AND (SELECT status FROM jobs WHERE id = ?1) = 'succeeded'
+        AND (?5 = 0
+             OR (SELECT completed_by FROM jobs WHERE id = ?1) = ?2
+             OR (SELECT result FROM jobs WHERE id = ?1) = ?3)
+     RETURNING id"
+);
+
+/// A provider's result (`?2 = 0`) for an attempt that had already ended is logged.
+pub(crate) const COMPLETE_DISCARD: &str = concat!(
+    "INSERT INTO job_events (job_id, at, type, attempt_id, details)
+     SELECT job_id, ",
+    now!(),
+    ", 'late_result_discarded', id,
+            json_object('state', state, 'provider', provider,
+                        'job_status', (SELECT status FROM jobs WHERE id = job_id))
+       FROM attempts
+      WHERE id = ?1 AND ?2 = 0 AND state NOT IN ('succeeded', 'superseded')"
+);
+
+pub(crate) const COMPLETED: &str =
+    "SELECT a.state, j.completed_by FROM attempts AS a JOIN jobs AS j ON j.id = a.job_id
+      WHERE a.id = ?1 AND a.job_id = ?2";
+
+/// The fallback button: the owner `?8`'s job, nothing live, unchanged if `?9` (a JSON
+/// array of strong ETags) is given, and no attempt made yet for the request key `?6`.
+pub(crate) const NEXT_ATTEMPT_BY_OWNER: &str = next_attempt!(concat!(
+    "j.owner_id = ?8
+     AND NOT EXISTS (SELECT 1 FROM attempts WHERE job_id = j.id AND state IN ",
+    live_states!(),
+    ")
+     AND (?9 IS NULL OR j.etag IN (SELECT value FROM json_each(?9)))
+     AND (?6 IS NULL OR NOT EXISTS (SELECT 1 FROM attempts
+                                     WHERE job_id = j.id AND request_key = ?6))"
+));
+
+/// A hedge next to `?8`: only while `?8` is still `running` and the only attempt in
+/// flight, and no attempt is `unknown`.
+pub(crate) const NEXT_ATTEMPT_HEDGE: &str = next_attempt!(concat!(
+    "(SELECT state FROM attempts WHERE id = ?8) = 'running'
+     AND NOT EXISTS (SELECT 1 FROM attempts WHERE job_id = j.id AND state = 'unknown')
+     AND (SELECT count(*) FROM attempts WHERE job_id = j.id AND state IN ",
+    in_flight_states!(),
+    ") = 1"
+));
+
+/// The automatic failover after `?8` failed: nothing live, fewer than `?9` attempts.
+pub(crate) const NEXT_ATTEMPT_FAILOVER: &str = next_attempt!(concat!(
+    "(SELECT state FROM attempts WHERE id = ?8) = 'failed'
+     AND NOT EXISTS (SELECT 1 FROM attempts WHERE job_id = j.id AND state IN ",
+    live_states!(),
+    ")
+     AND (SELECT count(*) FROM attempts WHERE job_id = j.id) < ?9"
+));
+
+/// Why the fallback button did or did not insert `?1`, read in the same batch.
+pub(crate) const NEXT_ATTEMPT_OUTCOME: &str = concat!(
+    "SELECT j.fingerprint, j.doc, j.etag, j.status,
+            (SELECT count(*) FROM attempts WHERE id = ?1) AS created,
+            (SELECT id FROM attempts WHERE job_id = j.id AND request_key = ?6) AS replay_id,
+            (SELECT request_fingerprint FROM attempts
+              WHERE job_id = j.id AND request_key = ?6) AS replay_fingerprint,
+            (SELECT count(*) FROM attempts
+              WHERE job_id = j.id AND state IN ",
+    in_flight_states!(),
+    ") AS in_flight,
+            (SELECT count(*) FROM attempts
+              WHERE job_id = j.id AND state = 'unknown') AS unresolved,
+            ",
+    provider_allowed!("?4", "?5", "?7"),
+    " AS certified
+       FROM job_documents AS j WHERE j.id = ?2 AND j.owner_id = ?3"
+);
+
+// --- certifications ---------------------------------------------------------------
+
+pub(crate) const SAVE_CERTIFICATION: &str =
+    "INSERT INTO certifications (provider, kind, contract_version, passed, failures,
+                                 certified_at, provider_digest)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+     ON CONFLICT (provider, kind, contract_version) DO UPDATE
+       SET passed = excluded.passed, failures = excluded.failures,
+           certified_at = excluded.certified_at,
+           provider_digest = excluded.provider_digest";
+
+pub(crate) const CERTIFICATIONS: &str =
+    "SELECT provider, kind, contract_version, provider_digest, passed, failures, certified_at
+       FROM certifications ORDER BY provider, kind, certified_at";
+
+// --- the reconciler ---------------------------------------------------------------
+
+pub(crate) const STUCK_STARTING: &str =
+    "SELECT id FROM attempts WHERE state = 'starting' AND started_at <= ?1
+      ORDER BY started_at LIMIT ?2";
+
+/// `unknown → abandoned` for provider `?1`'s attempts called before `?2`.
+pub(crate) const ABANDON_UNKNOWN: &str = concat!(
+    "UPDATE attempts SET state = 'abandoned', finished_at = ",
+    now!(),
+    "
+      WHERE state = 'unknown' AND provider = ?1 AND dispatched_at <= ?2
+     RETURNING id"
+);
+
+/// `running → unknown` (error `?3`) for provider `?1`'s attempts called before `?2`: their
+/// dispatcher died mid-call.
+pub(crate) const LOSE_RUNNING: &str = concat!(
+    "UPDATE attempts SET state = 'unknown', finished_at = ",
+    now!(),
+    ", error = ?3
+      WHERE state = 'running' AND provider = ?1 AND dispatched_at <= ?2
+     RETURNING id"
+);
+
+/// Every statement above, by name, for the schema test's `EXPLAIN QUERY PLAN`.
+#[allow(dead_code)] // read only by tests/tests/schema.rs
+pub(crate) const ALL: &[(&str, &str)] = &[
+    ("PING", PING),
+    ("INSERT_JOB", INSERT_JOB),
+    ("INSERT_FIRST_ATTEMPT", INSERT_FIRST_ATTEMPT),
+    ("JOB_BY_KEY", JOB_BY_KEY),
+    ("JOB_BY_ID", JOB_BY_ID),
+    ("OWNED_JOB", OWNED_JOB),
+    ("EVENTS", EVENTS),
+    ("LOG_EVENT", LOG_EVENT),
+    ("CANCEL_JOB", CANCEL_JOB),
+    ("LOG_CANCELLED", LOG_CANCELLED),
+    ("CANCEL_ATTEMPTS", CANCEL_ATTEMPTS),
+    ("PURGE_EVENTS", PURGE_EVENTS),
+    ("PURGE_ATTEMPTS", PURGE_ATTEMPTS),
+    ("PURGE_JOBS", PURGE_JOBS),
+    ("ATTEMPT_BY_REQUEST", ATTEMPT_BY_REQUEST),
+    ("ATTEMPT_JOB", ATTEMPT_JOB),
+    ("CLAIM", CLAIM),
+    ("CLAIM_SUPERSEDE", CLAIM_SUPERSEDE),
+    ("CLAIMED", CLAIMED),
+    ("MOVE_ATTEMPT", MOVE_ATTEMPT),
+    ("COMPLETE_CAS", COMPLETE_CAS),
+    ("COMPLETE_SUPERSEDE_STARTING", COMPLETE_SUPERSEDE_STARTING),
+    ("COMPLETE_SETTLE", COMPLETE_SETTLE),
+    ("COMPLETE_DISCARD", COMPLETE_DISCARD),
+    ("COMPLETED", COMPLETED),
+    ("NEXT_ATTEMPT_BY_OWNER", NEXT_ATTEMPT_BY_OWNER),
+    ("NEXT_ATTEMPT_HEDGE", NEXT_ATTEMPT_HEDGE),
+    ("NEXT_ATTEMPT_FAILOVER", NEXT_ATTEMPT_FAILOVER),
+    ("NEXT_ATTEMPT_OUTCOME", NEXT_ATTEMPT_OUTCOME),
+    ("SAVE_CERTIFICATION", SAVE_CERTIFICATION),
+    ("CERTIFICATIONS", CERTIFICATIONS),
+    ("STUCK_STARTING", STUCK_STARTING),
+    ("ABANDON_UNKNOWN", ABANDON_UNKNOWN),
+    ("LOSE_RUNNING", LOSE_RUNNING),
+];
