@@ -1,0 +1,78 @@
+//! `cargo xtask dev` and what it shares with `token` and `certify`: the local secret.
+
+use crate::tools::{self, project_root, Tools};
+use crate::wrangler::{self, DevOptions, Wrangler};
+use crate::{certify, sdk};
+use anyhow::{Context, Result};
+use std::path::Path;
+
+/// The mock provider's port under `cargo xtask dev`, as wrangler.toml's PROVIDERS names it.
+const DEV_MOCK_PORT: u16 = 8788;
+
+/// `.dev.vars` holds the local AUTH_SECRET. Created with a random one when missing;
+/// an existing file is never touched.
+pub(crate) fn secret(root: &Path) -> Result<String> {
+    let path = root.join(".dev.vars");
+    if !path.exists() {
+        std::fs::write(&path, format!("AUTH_SECRET={}\n", tools::random_secret()?))?;
+        eprintln!("xtask: wrote .dev.vars with a new random AUTH_SECRET");
+    }
+    let text = std::fs::read_to_string(&path)?;
+    text.lines()
+        .filter_map(|l| l.strip_prefix("AUTH_SECRET="))
+        .map(|v| v.trim().trim_matches('"').to_owned())
+        .next()
+        .context(".dev.vars has no AUTH_SECRET line")
+}
+
+pub(crate) fn run(flags: &crate::Dev) -> Result<()> {
+    let tools = Tools::bootstrap()?;
+    let root = project_root();
+    let secret = secret(&root)?;
+    wrangler::build_edge(&tools)?;
+    if let Err(e) = sdk::build_for_demo(&tools) {
+        eprintln!("xtask: the demo page will run without the SDK: {e:#}");
+    }
+    let persist = root.join(".wrangler/state");
+    wrangler::migrate(&tools, &persist, false)?;
+    let port = flags.port.unwrap_or(8787);
+    onceclick_tests::mock::spawn(DEV_MOCK_PORT).with_context(|| {
+        format!("starting the mock provider on 127.0.0.1:{DEV_MOCK_PORT} (is the port taken?)")
+    })?;
+    let server = Wrangler::start(
+        &tools,
+        DevOptions {
+            port,
+            persist,
+            vars: Vec::new(),
+            log: None,
+        },
+    )?;
+    // The fallback must be certified before failover may go to it; against the mock
+    // that takes a moment, so the demo starts with it done.
+    let admin = onceclick_tests::auth::mint(&secret, "xtask-dev", true, 600)?;
+    if let Err(e) = certify::run(&root, "fallback", &server.url, &admin) {
+        eprintln!("xtask: fallback is not certified yet: {e:#}");
+    }
+    let token = onceclick_tests::auth::mint(&secret, "dev-owner", false, 7 * 24 * 3600)?;
+    println!("\nonceclick is running at {}", server.url);
+    println!("demo page:   {}/", server.url);
+    println!("mock provider (primary, fallback): http://127.0.0.1:{DEV_MOCK_PORT}");
+    println!("token (owner dev-owner, 7 days):\n  export TOKEN={token}");
+    println!(
+        "try:\n  curl -i -X POST {}/v1/jobs -H \"Authorization: Bearer $TOKEN\" -H 'Idempotency-Key: demo-1' \\\n       -H 'Content-Type: application/json' -d '{{\"kind\":\"summarize\",\"input\":{{\"text\":\"A long day at the office ended well.\"}}}}'",
+        server.url
+    );
+    server.wait()
+}
+
+/// `cargo xtask token`: a bearer token signed with the local secret.
+pub(crate) fn token(flags: &crate::Token) -> Result<()> {
+    let secret = secret(&project_root())?;
+    let ttl = flags.ttl.unwrap_or(24 * 3600);
+    println!(
+        "{}",
+        onceclick_tests::auth::mint(&secret, &flags.owner, flags.admin, ttl)?
+    );
+    Ok(())
+}

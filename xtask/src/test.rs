@@ -1,0 +1,248 @@
+//! `cargo xtask test` (and `lint`, its first stage): unit tests, the deploy dry-run, the
+//! SDK's browser tests, the integration tests against a fresh test Worker, schemathesis
+//! and the crash suite, then one line per reliability suite.
+
+use crate::test_worker::TestWorker;
+use crate::tools::{self, project_root, run, Tools};
+use crate::{crashes, sdk, wrangler};
+use anyhow::{bail, Context, Result};
+use std::path::Path;
+use std::process::Command;
+
+/// `test --browser` runs only the SDK's browser tests (against a fresh test Worker):
+/// no lint, unit tests, dry-run or integration tests; `--only` wins over `--browser`.
+pub(crate) fn suites(flags: &crate::Test) -> Result<()> {
+    let tools = Tools::bootstrap()?;
+    let root = project_root();
+    // `--only NAME`: just the integration test binary `tests/tests/NAME.rs`.
+    let only = flags.only.clone();
+    let browser_only = flags.browser && only.is_none();
+    // The heavy reliability variants: 50,000 model operations instead of 2,000.
+    let soak = flags.soak;
+
+    if !browser_only && only.is_none() {
+        lint(&root)?;
+        eprintln!("xtask: unit tests");
+        run(Command::new("cargo")
+            .args([
+                "test",
+                "--workspace",
+                "--exclude",
+                "onceclick-tests",
+                "--all-features",
+            ])
+            .current_dir(&root))?;
+    }
+
+    wrangler::build_edge(&tools)?;
+    if !browser_only && only.is_none() {
+        eprintln!("xtask: wrangler deploy --dry-run");
+        let outdir = root.join("target/xtask/deploy-dry-run");
+        run(tools
+            .command("wrangler")
+            .args(["deploy", "--dry-run", "--outdir"])
+            .arg(&outdir))?;
+    }
+
+    let TestWorker {
+        server,
+        secret,
+        persist,
+        mock_port,
+        log,
+    } = TestWorker::start(&tools, &root)?;
+    let mock_url = format!("http://127.0.0.1:{mock_port}");
+
+    if only.is_none() {
+        // Known flake, being chased: about one run in ten, one browser test never
+        // reports back to wasm-bindgen-test-runner ("might have timed out"). A second
+        // run tells a flake from a failure; a real failure fails both.
+        if let Err(first) = sdk::browser_tests(&tools, &server.url, &secret, &mock_url) {
+            eprintln!(
+                "xtask: WARNING: the browser tests failed ({first:#}); running them once more"
+            );
+            sdk::browser_tests(&tools, &server.url, &secret, &mock_url)?;
+            eprintln!("xtask: WARNING: the browser tests passed only on their second run");
+        }
+    }
+    if browser_only {
+        return Ok(());
+    }
+
+    eprintln!("xtask: integration tests against {}", server.url);
+    let reports = root.join("target/reliability");
+    let _ = std::fs::remove_dir_all(&reports);
+    let mut cargo = Command::new("cargo");
+    cargo.args(["test", "-p", "onceclick-tests"]);
+    match &only {
+        Some(name) => cargo.args(["--test", name]),
+        None => cargo.arg("--tests"),
+    };
+    let status = cargo
+        .env("ONCECLICK_URL", &server.url)
+        .env("ONCECLICK_AUTH_SECRET", &secret)
+        .env("ONCECLICK_D1_DIR", &persist)
+        .env("ONCECLICK_MOCK_URL", &mock_url)
+        .env("ONCECLICK_WRANGLER_LOG", &log)
+        .env("ONCECLICK_REPORT_DIR", &reports)
+        .env("ONCECLICK_SOAK", if soak { "1" } else { "0" })
+        .current_dir(&root)
+        .status()?;
+    let conformance = match &only {
+        Some(_) => Ok(()),
+        None => conformance(&root, &server.url, &secret, &reports),
+    };
+    drop(server);
+    if !status.success() {
+        print_reliability(&reports);
+        bail!("integration tests failed");
+    }
+    let crashed = match &only {
+        Some(_) => Ok(()),
+        None => crashes::run(&tools, &root, &reports),
+    };
+    print_reliability(&reports);
+    conformance.and(crashed)
+}
+
+/// `cargo fmt --check` and clippy with warnings denied, on the host crates and on the
+/// Worker for its real target.
+pub(crate) fn lint(root: &Path) -> Result<()> {
+    eprintln!("xtask: cargo fmt --check and clippy");
+    run(Command::new("cargo")
+        .args(["fmt", "--all", "--", "--check"])
+        .current_dir(root))?;
+    run(Command::new("cargo")
+        .args([
+            "clippy",
+            "--workspace",
+            "--exclude",
+            "onceclick-edge",
+            "--all-targets",
+            "--all-features",
+            "--",
+            "-D",
+            "warnings",
+        ])
+        .current_dir(root))?;
+    run(Command::new("cargo")
+        .args([
+            "clippy",
+            "-p",
+            "onceclick-edge",
+            "-p",
+            "onceclick",
+            "--target",
+            "wasm32-unknown-unknown",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ])
+        .current_dir(root))
+}
+
+/// schemathesis against `edge/openapi.yaml` on the Worker under test, as an admin (so
+/// that every route is reachable): every answer must conform to the spec, none a 5xx.
+fn conformance(root: &Path, url: &str, secret: &str, reports: &Path) -> Result<()> {
+    let st = tools::schemathesis(root)?;
+    let admin = onceclick_tests::auth::mint(secret, "schemathesis", true, 3600)?;
+    eprintln!("xtask: schemathesis against edge/openapi.yaml");
+    let started = std::time::Instant::now();
+    let out = Command::new(&st)
+        .arg("run")
+        .arg(root.join("edge/openapi.yaml"))
+        .args(["--url", url, "-H"])
+        .arg(format!("Authorization: Bearer {admin}"))
+        .args([
+            "--checks",
+            "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance,response_headers_conformance",
+            "--max-examples",
+            "50",
+            // One worker: hypothesis's lambda descriptions call `ast.parse`, which
+            // CPython 3.11 can crash in when threads race ("AST constructor recursion
+            // depth mismatch").
+            "--workers",
+            "1",
+            "--no-color",
+        ])
+        .env("SCHEMATHESIS_TELEMETRY", "false")
+        .current_dir(root)
+        .output()
+        .context("running schemathesis")?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    // "N generated, N passed" (and ", K failed" when any did).
+    let cases = text
+        .lines()
+        .rev()
+        .find(|l| l.contains(" generated"))
+        .unwrap_or_default()
+        .trim()
+        .to_owned();
+    let number = |word: &str| -> u64 {
+        cases
+            .split(',')
+            .find(|p| p.trim().ends_with(word))
+            .and_then(|p| p.trim().split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    let figures = serde_json::json!({
+        "generated": number("generated"), "passed": number("passed"), "failed": number("failed"),
+        "seconds": started.elapsed().as_secs_f64(),
+    });
+    std::fs::create_dir_all(reports)?;
+    std::fs::write(
+        reports.join("schemathesis.json"),
+        serde_json::to_string_pretty(&figures)?,
+    )?;
+    if out.status.success() {
+        return Ok(());
+    }
+    // Its own traceback can run to megabytes: the end says what happened.
+    let lines: Vec<&str> = text.lines().collect();
+    eprintln!("{}", lines[lines.len().saturating_sub(80)..].join("\n"));
+    // A crash inside schemathesis itself ("Runtime Error", no failed case) is the tool's,
+    // not the API's: said loudly, not counted as a nonconforming answer.
+    let tool_only = number("failed") == 0
+        && number("generated") > 0
+        && text.contains("Runtime Error")
+        && !text.contains("Failures:");
+    if tool_only {
+        eprintln!(
+            "xtask: WARNING: schemathesis crashed inside itself (above); no answer failed a check"
+        );
+        return Ok(());
+    }
+    bail!("schemathesis found responses that do not conform to edge/openapi.yaml")
+}
+
+/// One line per reliability suite, from the figures each wrote (see RELIABILITY.md).
+fn print_reliability(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut paths: Vec<_> = entries.flatten().map(|e| e.path()).collect();
+    paths.sort();
+    for path in paths {
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        let Ok(serde_json::Value::Object(figures)) = serde_json::from_str(&text) else {
+            continue;
+        };
+        let line: Vec<String> = figures
+            .iter()
+            .filter(|(_, v)| v.is_number() || v.is_string() || v.is_boolean())
+            .map(|(k, v)| match v.as_f64() {
+                Some(x) if x.fract() != 0.0 => format!("{k}={x:.1}"),
+                _ => format!("{k}={v}"),
+            })
+            .collect();
+        let suite = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        println!("reliability {suite}: {}", line.join(" "));
+    }
+}

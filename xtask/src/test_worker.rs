@@ -1,0 +1,68 @@
+//! The Worker as the tests and the bench run it.
+
+use crate::tools::{self, Tools};
+use crate::wrangler::{self, DevOptions, Wrangler};
+use anyhow::Result;
+use std::path::{Path, PathBuf};
+
+/// Provider timeout in the test Worker: long enough for a gated race to finish on a busy
+/// two-core machine, short enough that timeout tests stay quick.
+const TEST_TIMEOUT_MS: u64 = 4000;
+
+/// `wrangler dev` on a free port with a fresh local D1, a random secret, and the mock
+/// provider on another free port.
+pub(crate) struct TestWorker {
+    pub(crate) server: Wrangler,
+    pub(crate) secret: String,
+    pub(crate) persist: PathBuf,
+    pub(crate) mock_port: u16,
+    /// What the Worker printed: tests read its structured lines (`fault_fired`).
+    pub(crate) log: PathBuf,
+}
+
+impl TestWorker {
+    pub(crate) fn start(tools: &Tools, root: &Path) -> Result<Self> {
+        let scratch = root.join("target/xtask");
+        std::fs::create_dir_all(&scratch)?;
+        let port = wrangler::free_port()?;
+        let persist = scratch.join(format!("d1-{port}"));
+        let _ = std::fs::remove_dir_all(&persist);
+        wrangler::migrate(tools, &persist, true)?;
+        let secret = tools::random_secret()?;
+        let mock_port = wrangler::free_port()?;
+        onceclick_tests::mock::spawn(mock_port)?;
+        let log = scratch.join(format!("wrangler-{port}.log"));
+        eprintln!(
+            "xtask: starting wrangler dev on 127.0.0.1:{port} (log: {})",
+            log.display()
+        );
+        let server = Wrangler::start(
+            tools,
+            DevOptions {
+                port,
+                persist: persist.clone(),
+                vars: vec![
+                    ("AUTH_SECRET".into(), secret.clone()),
+                    (
+                        "PROVIDERS".into(),
+                        onceclick_tests::mock::providers_var(mock_port, TEST_TIMEOUT_MS, Some(200)),
+                    ),
+                    ("FALLBACK_API_KEY".into(), "test-key".into()),
+                    ("ALLOW_FAULT_INJECTION".into(), "true".into()),
+                    ("RECONCILE_STARTING_AFTER_MS".into(), "1500".into()),
+                    // Small purge chunks, so that the retention test crosses several.
+                    ("PURGE_CHUNK".into(), "2".into()),
+                ],
+                log: Some(log.clone()),
+            },
+        )?;
+
+        Ok(Self {
+            server,
+            secret,
+            persist,
+            mock_port,
+            log,
+        })
+    }
+}
