@@ -4,13 +4,64 @@
 
 use crate::js;
 use crate::json;
+use onceclick_protocol::fingerprint;
 use std::cell::RefCell;
 
 use std::rc::Rc;
 use wasm_bindgen::JsValue;
 
 /// Every entry's name starts with this (and the format's version).
-pub(crate) const PREFIX: &str = "onceclick:v1:";
+const PREFIX: &str = "onceclick:v1:";
+
+/// A user intent, as far as its key goes.
+pub(crate) enum Intent<'a> {
+    /// A `Client` submit. The provider is `None` when it is the kind's primary (see
+    /// `Client::as_named`), so both spellings find one key.
+    Job {
+        /// The bearer token, whose `sub` scopes the key to its owner.
+        token: &'a str,
+        kind: &'a str,
+        /// The input as sent (see `json::to_value`).
+        input: &'a serde_json::Value,
+        provider: Option<&'a str>,
+    },
+    /// An `idempotentFetch`, named by its caller's `intent`.
+    Fetch(&'a str),
+}
+
+impl Intent<'_> {
+    /// The name its key is stored under. Built only here, so that a submit, a forget, a
+    /// reload and another tab all find the same entry.
+    pub(crate) fn name(&self) -> String {
+        match self {
+            Intent::Job {
+                token,
+                kind,
+                input,
+                provider,
+            } => {
+                let print = fingerprint(kind, input, provider.unwrap_or(""));
+                format!("{PREFIX}intent:{}:{kind}:{print}", owner_of(token))
+            }
+            Intent::Fetch(intent) => format!("{PREFIX}fetch:{intent}"),
+        }
+    }
+}
+
+/// The owner a token names (its `sub`), read without verifying: it only scopes keys.
+fn owner_of(token: &str) -> String {
+    let payload = token.split('.').nth(1).unwrap_or_default();
+    let mut b64: String = payload.replace('-', "+").replace('_', "/");
+    while b64.len() % 4 != 0 {
+        b64.push('=');
+    }
+    js::call(&js::global(), "atob", &[b64.into()])
+        .ok()
+        .and_then(|s| s.as_string())
+        .and_then(|text| json::parse(&text))
+        .and_then(|claims| js::get_string(&claims, "sub"))
+        .unwrap_or_else(|| "anonymous".to_owned())
+}
 
 /// One stored intent key: `{"key", "created_at", "job_id"}` as JSON.
 #[derive(Debug, Clone)]

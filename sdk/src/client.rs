@@ -1,0 +1,458 @@
+//! `Client`: submit, wait, retry, cancel and forget against one onceclick API.
+
+use crate::call::Call;
+use crate::error::OnceclickError;
+use crate::flight;
+use crate::http::{Answer, Policy};
+use crate::js;
+use crate::json;
+use crate::keys::{self, Intent, Keys};
+use crate::types::{
+    option_function, option_signal, option_string, policy, ClientOptions, ForgetOptions,
+    RetryOptions, SubmitOptions, WaitOptions,
+};
+use js_sys::Promise;
+use onceclick_protocol::JobStatus;
+use std::cell::RefCell;
+use std::rc::Rc;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+use wasm_bindgen_futures::future_to_promise;
+use web_sys::AbortSignal;
+
+/// The name of `kind`'s primary provider, read off `GET /v1/providers`.
+fn primary_of(list: &JsValue, kind: &str) -> Option<String> {
+    let providers: js_sys::Array = js::get(list, "providers").dyn_into().ok()?;
+    providers
+        .iter()
+        .find(|p| js::get(&js::get(&js::get(p, "kinds"), kind), "primary").as_bool() == Some(true))
+        .and_then(|p| js::get_string(&p, "name"))
+}
+
+/// The job's `status`, read off the server's JSON.
+fn status_of(job: &JsValue) -> Option<JobStatus> {
+    let status = js::get_string(job, "status")?;
+    JobStatus::ALL
+        .iter()
+        .copied()
+        .find(|s| s.as_str() == status)
+}
+
+/// The input as the server will read it: through `JSON.stringify`, then parsed as
+/// I-JSON, so that what is fingerprinted here is exactly what is sent.
+fn input_json(input: &JsValue) -> Result<serde_json::Value, OnceclickError> {
+    json::to_value(input).map_err(|e| OnceclickError::invalid(format!("input: {e}")))
+}
+
+struct Inner {
+    base_url: String,
+    token: Option<String>,
+    get_token: Option<js_sys::Function>,
+    keys: Keys,
+    /// `GET /v1/providers`, asked once (again only after a failure).
+    providers: RefCell<Option<Promise>>,
+}
+
+/// A client of one onceclick API.
+#[wasm_bindgen]
+#[derive(Clone)]
+pub struct Client {
+    inner: Rc<Inner>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("base_url", &self.inner.base_url)
+            .finish_non_exhaustive()
+    }
+}
+
+#[wasm_bindgen]
+impl Client {
+    /// `new Client({ baseUrl, token | getToken, storage? })`.
+    #[wasm_bindgen(constructor)]
+    pub fn new(options: ClientOptions) -> Result<Client, OnceclickError> {
+        let options: JsValue = options.into();
+        let base_url = option_string(&options, "baseUrl")
+            .ok_or_else(|| OnceclickError::invalid("baseUrl is required"))?
+            .trim_end_matches('/')
+            .to_owned();
+        let token = option_string(&options, "token");
+        let get_token = option_function(&options, "getToken");
+        if token.is_none() && get_token.is_none() {
+            return Err(OnceclickError::invalid("give token or getToken"));
+        }
+        Ok(Client {
+            inner: Rc::new(Inner {
+                base_url,
+                token,
+                get_token,
+                // A key lives as long as its job, not a fixed time: the server keeps a
+                // `failed` or `unknown` job, and its key, for as long as it is not final.
+                keys: Keys::new(js::get(&options, "storage"), None),
+                providers: RefCell::new(None),
+            }),
+        })
+    }
+
+    /// Submits the intent `(kind, input)`: creates its job, or returns the one it
+    /// already has. Concurrent submits of one intent share one request; each keeps its
+    /// own `signal` (aborting one rejects only that one) and its own `onRetry`.
+    #[wasm_bindgen(unchecked_return_type = "Promise<Job>")]
+    pub fn submit(
+        &self,
+        kind: String,
+        #[wasm_bindgen(unchecked_param_type = "unknown")] input: JsValue,
+        options: Option<SubmitOptions>,
+    ) -> Promise {
+        let options: JsValue = options.map(Into::into).unwrap_or(JsValue::UNDEFINED);
+        let client = self.clone();
+        let provider = option_string(&options, "provider");
+        let value = match input_json(&input) {
+            Ok(v) => v,
+            Err(e) => return Promise::reject(&e.into()),
+        };
+        // Both bodies now, while the input is as the caller gave it: the one naming the
+        // provider, and the one without it, sent if the provider is the kind's primary.
+        let body = |provider: Option<&str>| {
+            json::stringify(&object(&[
+                ("kind", JsValue::from_str(&kind)),
+                ("input", input.clone()),
+                (
+                    "provider",
+                    provider.map_or(JsValue::UNDEFINED, JsValue::from_str),
+                ),
+            ]))
+        };
+        let (Some(named), Some(plain)) = (body(provider.as_deref()), body(None)) else {
+            return Promise::reject(
+                &OnceclickError::invalid("input is not JSON-serializable").into(),
+            );
+        };
+        let signal = option_signal(&options);
+        let on_retry = option_function(&options, "onRetry");
+        // The intent needs the owner, which may need an async token: the flight is
+        // keyed once the token is known, inside the future.
+        future_to_promise(async move {
+            let token = client.token().await?;
+            let provider = client.as_named(&kind, provider, signal.as_ref()).await?;
+            let body = if provider.is_some() { named } else { plain };
+            let intent = Intent::Job {
+                token: &token,
+                kind: &kind,
+                input: &value,
+                provider: provider.as_deref(),
+            }
+            .name();
+            let flight = match flight::flight_of(&intent) {
+                Some(flight) => flight,
+                None => {
+                    let name = intent.clone();
+                    flight::take_off(&intent, move |policy: Policy| {
+                        future_to_promise(
+                            async move { client.submit_once(&name, &body, &policy).await },
+                        )
+                    })?
+                }
+            };
+            flight.join(on_retry.as_ref());
+            let shared = wasm_bindgen_futures::JsFuture::from(flight.promise.clone());
+            match js::abortable(signal.as_ref(), shared).await {
+                Ok(outcome) => {
+                    flight::land(&flight);
+                    outcome
+                }
+                Err(aborted) => {
+                    flight::Flight::leave(&flight, on_retry.as_ref());
+                    Err(aborted.into())
+                }
+            }
+        })
+    }
+
+    /// Resolves to the job once it has finished (`succeeded`, `cancelled`) or needs a
+    /// decision (`failed`: ask for a new attempt; `unknown`: resolve or cancel). Polls
+    /// with backoff and `ETag`, calling `onUpdate` on every change.
+    #[wasm_bindgen(unchecked_return_type = "Promise<Job>")]
+    pub fn wait(&self, job_id: String, options: Option<WaitOptions>) -> Promise {
+        let options: JsValue = options.map(Into::into).unwrap_or(JsValue::UNDEFINED);
+        let client = self.clone();
+        future_to_promise(async move {
+            let policy = policy(&options);
+            let on_update = option_function(&options, "onUpdate");
+            let timeout = js::get(&options, "timeoutMs").as_f64();
+            let work = client.poll(&job_id, &policy, on_update.as_ref());
+            let job = match timeout {
+                None => js::abortable(policy.signal.as_ref(), work).await??,
+                Some(ms) => {
+                    let limit = async {
+                        js::sleep(ms).await;
+                        Err(OnceclickError::new(
+                            "timeout",
+                            format!("job {job_id} did not finish within {} ms", ms as u64),
+                        ))
+                    };
+                    let (work, limit) = (std::pin::pin!(work), std::pin::pin!(limit));
+                    let raced = futures_util::future::select(work, limit);
+                    match js::abortable(policy.signal.as_ref(), raced).await? {
+                        futures_util::future::Either::Left((out, _))
+                        | futures_util::future::Either::Right((out, _)) => out?,
+                    }
+                }
+            };
+            Ok(job)
+        })
+    }
+
+    /// Asks for a new attempt on the same job (the fallback button). Safe to retry: each
+    /// call sends its own `Idempotency-Key`, unchanged on every resend, so a resend after
+    /// a lost answer gets the attempt the first send made (200, replayed), never a
+    /// second one. It also sends `If-Match` with the job's ETag, so a click on a job
+    /// that changed since it was read is refused (412).
+    #[wasm_bindgen(unchecked_return_type = "Promise<Attempt>")]
+    pub fn retry(&self, job_id: String, options: Option<RetryOptions>) -> Promise {
+        let options: JsValue = options.map(Into::into).unwrap_or(JsValue::UNDEFINED);
+        let client = self.clone();
+        future_to_promise(async move { Ok(client.new_attempt(&job_id, &options).await?) })
+    }
+
+    /// The owner gives up: the job becomes `cancelled` and its key is freed.
+    #[wasm_bindgen(unchecked_return_type = "Promise<Job>")]
+    pub fn cancel(&self, job_id: String) -> Promise {
+        let client = self.clone();
+        future_to_promise(async move {
+            let path = format!("/v1/jobs/{job_id}/cancel");
+            let answer = Call::post(&path).send(&client).await?;
+            let job = client.job_answer(answer).await?;
+            Ok(job)
+        })
+    }
+
+    /// Forgets the key of the intent `(kind, input)`: the next submit is a new intent.
+    #[wasm_bindgen(unchecked_return_type = "Promise<void>")]
+    pub fn forget(
+        &self,
+        kind: String,
+        #[wasm_bindgen(unchecked_param_type = "unknown")] input: JsValue,
+        options: Option<ForgetOptions>,
+    ) -> Promise {
+        let options: JsValue = options.map(Into::into).unwrap_or(JsValue::UNDEFINED);
+        let client = self.clone();
+        future_to_promise(async move {
+            let input = input_json(&input)?;
+            let token = client.token().await?;
+            let provider = option_string(&options, "provider");
+            let provider = client.as_named(&kind, provider, None).await?;
+            let intent = Intent::Job {
+                token: &token,
+                kind: &kind,
+                input: &input,
+                provider: provider.as_deref(),
+            };
+            client.inner.keys.remove(&intent.name());
+            Ok(JsValue::UNDEFINED)
+        })
+    }
+}
+
+impl Client {
+    /// `provider`, or `None` when it names `kind`'s primary: naming the primary is the
+    /// same intent as naming no provider. Reads `GET /v1/providers` (once per client);
+    /// if that fails, the provider stays as named.
+    async fn as_named(
+        &self,
+        kind: &str,
+        provider: Option<String>,
+        signal: Option<&AbortSignal>,
+    ) -> Result<Option<String>, OnceclickError> {
+        let Some(provider) = provider else {
+            return Ok(None);
+        };
+        let listed = wasm_bindgen_futures::JsFuture::from(self.providers());
+        let primary = js::abortable(signal, listed)
+            .await?
+            .ok()
+            .and_then(|list| primary_of(&list, kind));
+        Ok((primary.as_deref() != Some(provider.as_str())).then_some(provider))
+    }
+
+    /// The promise of `GET /v1/providers`'s JSON, shared by every submit of this client.
+    fn providers(&self) -> Promise {
+        if let Some(asked) = self.inner.providers.borrow().clone() {
+            return asked;
+        }
+        let client = self.clone();
+        let asked = future_to_promise(async move {
+            let answer = Call::get("/v1/providers").send(&client).await;
+            let list = match answer {
+                Ok(answer) if answer.status == 200 => answer.js_json().await.ok(),
+                _ => None,
+            };
+            // A failure is not kept: the next submit asks again.
+            list.ok_or_else(|| {
+                client.inner.providers.replace(None);
+                JsValue::NULL
+            })
+        });
+        self.inner.providers.replace(Some(asked.clone()));
+        asked
+    }
+
+    /// The API's origin, without a trailing slash.
+    pub(crate) fn base_url(&self) -> &str {
+        &self.inner.base_url
+    }
+
+    /// The bearer token: the one given, or what `getToken` gives now.
+    pub(crate) async fn token(&self) -> Result<String, OnceclickError> {
+        if let Some(token) = &self.inner.token {
+            return Ok(token.clone());
+        }
+        let get = self
+            .inner
+            .get_token
+            .as_ref()
+            .ok_or_else(|| OnceclickError::invalid("no token"))?;
+        let value = get.call0(&JsValue::NULL).map_err(|e| {
+            OnceclickError::new(
+                "unauthorized",
+                format!("getToken threw: {}", js::describe(e)),
+            )
+        })?;
+        js::resolve(value)
+            .await
+            .ok()
+            .and_then(|v| v.as_string())
+            .ok_or_else(|| OnceclickError::new("unauthorized", "getToken gave no string"))
+    }
+
+    /// A 2xx job answer as a `Job`, else its problem as an error. Frees the key of a
+    /// job that has ended.
+    async fn job_answer(&self, answer: Answer) -> Result<JsValue, OnceclickError> {
+        if !(200..300).contains(&answer.status) {
+            return Err(answer.error().await);
+        }
+        let job = answer.js_json().await?;
+        if status_of(&job).is_some_and(JobStatus::is_final) {
+            if let Some(id) = js::get_string(&job, "id") {
+                self.inner.keys.free_job(&id);
+            }
+        }
+        Ok(job)
+    }
+
+    async fn submit_once(
+        &self,
+        intent: &str,
+        body: &str,
+        policy: &Policy,
+    ) -> Result<JsValue, JsValue> {
+        // Stored before the first byte is sent: a reload mid-request reuses it.
+        let mut entry = self.inner.keys.get_or_create(intent);
+        let answer = Call::post("/v1/jobs")
+            .json(body)
+            .header("Idempotency-Key", &entry.key)
+            .policy(policy)
+            .send(self)
+            .await?;
+        let job = self.job_answer(answer).await?;
+        if status_of(&job).is_some_and(JobStatus::is_final) {
+            // The job has ended: free the key, even when this is the first answer seen
+            // for it (a replay after a lost 201, a reload mid-request), whose entry has
+            // no job id for `free_job` to find.
+            self.inner.keys.remove(intent);
+        } else {
+            entry.job_id = js::get_string(&job, "id");
+            self.inner.keys.put(intent, &entry);
+        }
+        Ok(job)
+    }
+
+    async fn poll(
+        &self,
+        job_id: &str,
+        policy: &Policy,
+        on_update: Option<&js_sys::Function>,
+    ) -> Result<JsValue, OnceclickError> {
+        let path = format!("/v1/jobs/{job_id}");
+        let mut etag: Option<String> = None;
+        let mut pause = 250.0;
+        loop {
+            let mut call = Call::get(&path).policy(policy);
+            if let Some(etag) = &etag {
+                call = call.header("If-None-Match", etag);
+            }
+            let answer = call.send(self).await?;
+            if answer.status == 304 {
+                pause = (pause * 1.5_f64).min(4000.0);
+            } else {
+                etag = answer.header("ETag");
+                let job = self.job_answer(answer).await?;
+                if let Some(callback) = on_update {
+                    let _ = callback.call1(&JsValue::NULL, &job);
+                }
+                if matches!(
+                    status_of(&job),
+                    Some(
+                        JobStatus::Succeeded
+                            | JobStatus::Cancelled
+                            | JobStatus::Failed
+                            | JobStatus::Unknown
+                    )
+                ) {
+                    return Ok(job);
+                }
+                pause = 250.0;
+            }
+            js::sleep(pause).await;
+        }
+    }
+
+    async fn new_attempt(
+        &self,
+        job_id: &str,
+        options: &JsValue,
+    ) -> Result<JsValue, OnceclickError> {
+        let policy = policy(options);
+        // This request's identity, the same on every resend: a resend after a lost
+        // answer gets the attempt the first send made.
+        let request = keys::new_key();
+        let path = format!("/v1/jobs/{job_id}");
+        let current = Call::get(&path).policy(&policy).send(self).await?;
+        let etag = current.header("ETag").unwrap_or_default();
+        self.job_answer(current).await?;
+        let provider = option_string(options, "provider");
+        let body = object(&[(
+            "provider",
+            provider
+                .as_deref()
+                .map_or(JsValue::UNDEFINED, JsValue::from_str),
+        )]);
+        let body = json::stringify(&body).unwrap_or_else(|| "{}".to_owned());
+        // No retry of a retryable 409 here: `attempt_in_flight` is another click's
+        // attempt (a resend of ours is answered with ours, by its Idempotency-Key).
+        let answer = Call::post(&format!("{path}/attempts"))
+            .json(&body)
+            .header("If-Match", &etag)
+            .header("Idempotency-Key", &request)
+            .policy(&policy)
+            .retry_conflict(false)
+            .send(self)
+            .await?;
+        match answer.status {
+            // 201: made now; 200: made by an earlier send of this same request.
+            200 | 201 => answer.js_json().await,
+            _ => Err(answer.error().await),
+        }
+    }
+}
+
+/// A plain JS object; `undefined` members are left out by `JSON.stringify`.
+fn object(members: &[(&str, JsValue)]) -> JsValue {
+    let o = js_sys::Object::new();
+    for (name, value) in members {
+        let _ = js_sys::Reflect::set(&o, &JsValue::from_str(name), value);
+    }
+    o.into()
+}
