@@ -232,6 +232,59 @@ impl Api {
         assert_eq!(reply.status, 201, "{}", reply.text);
         reply.json()
     }
+
+    /// Sends one request written by hand, over a new TCP connection to the Worker, for
+    /// what reqwest refuses to send (a header value with a control character): the
+    /// request line, `Host`, then `headers` byte for byte and in order, then
+    /// `Content-Length`, `Connection: close` and `body`. Reads until the server closes
+    /// the connection (at most 10 s). Returns the answer's status and body, or `None` if
+    /// the server closed the connection (or stayed silent for 10 s) without answering.
+    pub async fn send_raw(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &[u8])],
+        body: &[u8],
+    ) -> Option<(u16, String)> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let authority = self
+            .base
+            .split_once("://")
+            .map_or(self.base.as_str(), |(_, rest)| rest);
+        let authority = authority.split('/').next().unwrap_or(authority);
+        let mut request = format!("{method} {path} HTTP/1.1\r\nHost: {authority}\r\n").into_bytes();
+        for (name, value) in headers {
+            request.extend_from_slice(name.as_bytes());
+            request.extend_from_slice(b": ");
+            request.extend_from_slice(value);
+            request.extend_from_slice(b"\r\n");
+        }
+        request.extend_from_slice(
+            format!(
+                "Content-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            )
+            .as_bytes(),
+        );
+        request.extend_from_slice(body);
+        let mut stream = tokio::net::TcpStream::connect(authority)
+            .await
+            .expect("the Worker accepts a connection");
+        // A server may answer and close before it has read the whole request: a write
+        // that fails is no error here; the answer, or its absence, is what counts.
+        let _ = stream.write_all(&request).await;
+        let mut answer = Vec::new();
+        // A reset after the answer is no error either: what was read is kept.
+        let _ = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            stream.read_to_end(&mut answer),
+        )
+        .await;
+        let text = String::from_utf8_lossy(&answer);
+        let status = text.strip_prefix("HTTP/1.")?.get(2..5)?.parse().ok()?;
+        let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+        Some((status, body.to_owned()))
+    }
 }
 
 /// Sends and collects the whole answer.

@@ -87,3 +87,41 @@ pub fn attempts_of(job_id: &str) -> i64 {
 pub fn jobs_with_key(key: &str) -> i64 {
     count("SELECT count(*) FROM jobs WHERE idempotency_key = ?1", key)
 }
+
+/// The tables the Worker writes, each with its primary key.
+const TABLES: [(&str, &str); 4] = [
+    ("jobs", "id"),
+    ("attempts", "id"),
+    ("job_events", "seq"),
+    ("certifications", "provider, kind, contract_version"),
+];
+
+/// A logical snapshot of the whole database: every row of every table the Worker writes
+/// (`jobs`, `attempts`, `job_events` — log-only events included — and
+/// `certifications`), in primary-key order, one line of text per row, all read in one
+/// read transaction. Two snapshots are equal exactly when nothing was written between
+/// them.
+pub fn snapshot() -> Vec<String> {
+    let conn = open();
+    let tx = conn
+        .unchecked_transaction()
+        .expect("a read transaction on the local D1");
+    let mut lines = Vec::new();
+    for (table, key) in TABLES {
+        let sql = format!("SELECT * FROM {table} ORDER BY {key}");
+        let mut stmt = tx.prepare(&sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+        let columns = stmt.column_count();
+        let rows = stmt
+            .query_map([], |row| {
+                (0..columns)
+                    .map(|i| row.get::<_, rusqlite::types::Value>(i))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        for row in rows {
+            let row = row.unwrap_or_else(|e| panic!("{sql}: {e}"));
+            lines.push(format!("{table} {row:?}"));
+        }
+    }
+    lines
+}
