@@ -213,16 +213,33 @@ fn attempt_answer(
 #[serde(deny_unknown_fields)]
 struct Resolve {
     outcome: Outcome,
+    /// An object, as the contract says; checked against the kind's output schema.
     #[serde(default)]
-    result: Option<Value>,
+    result: Option<serde_json::Map<String, Value>>,
 }
 
+/// Read from its name only: serde would also take `{"failed": null}` for a unit variant.
 #[derive(Debug, Clone, Copy, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(try_from = "String")]
 enum Outcome {
     Failed,
     Cancelled,
     Succeeded,
+}
+
+impl TryFrom<String> for Outcome {
+    type Error = String;
+
+    fn try_from(name: String) -> Result<Self, Self::Error> {
+        match name.as_str() {
+            "failed" => Ok(Self::Failed),
+            "cancelled" => Ok(Self::Cancelled),
+            "succeeded" => Ok(Self::Succeeded),
+            other => Err(format!(
+                "unknown outcome {other:?}: expected failed, cancelled or succeeded"
+            )),
+        }
+    }
 }
 
 /// `POST /v1/attempts/{id}/resolve` (admin): the out-of-band way out of `unknown`.
@@ -263,6 +280,7 @@ pub(crate) async fn resolve(
             ))
         }
         (Outcome::Succeeded, Some(result)) => {
+            let result = Value::Object(result);
             let stored = ctx.store.job(None, &job_id).await?.ok_or_else(not_found)?;
             let kind = kinds::declared(&stored.job.kind)?;
             kind.check_output(&stored.job.input, &result)

@@ -29,6 +29,14 @@ pub(crate) async fn read_json<T: DeserializeOwned>(req: &mut Request, what: &str
     };
     let value =
         ijson::parse(&body).map_err(|e| AppError::new(ErrorCode::InvalidJson, e.to_string()))?;
+    // serde reads a struct from a JSON array too (its fields in order): every body of
+    // the API is an object, so anything else is refused before it can mean something.
+    if !value.is_object() {
+        return Err(AppError::new(
+            ErrorCode::InvalidJson,
+            format!("the body is not {what}: it must be a JSON object"),
+        ));
+    }
     serde_json::from_value(value).map_err(|e| {
         AppError::new(
             ErrorCode::InvalidJson,

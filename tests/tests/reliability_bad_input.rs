@@ -24,10 +24,10 @@ const REQUESTS: usize = 5_000;
 const AT_ONCE: usize = 16;
 
 /// Classes per route group, in the order [`generate`] numbers them.
-const CREATE_AND_READ: usize = 24;
-const FALLBACK: usize = 6;
+const CREATE_AND_READ: usize = 25;
+const FALLBACK: usize = 7;
 const CANCEL: usize = 2;
-const RESOLVE: usize = 9;
+const RESOLVE: usize = 12;
 const GENERATED: usize = CREATE_AND_READ + FALLBACK + CANCEL + RESOLVE;
 /// The hand-written class, outside the random draw.
 const RAW_CLASS: &str = "key: a control byte, written by hand";
@@ -430,6 +430,16 @@ fn create_and_read_case(class: usize, rng: &mut Rng, w: &World) -> Case {
                 "not_found",
             )
         }
+        23 => {
+            // serde reads a struct from an array of its fields: this once made a job.
+            let body = json!(["summarize", {"text": format!("array {}", rng.text(8))}]);
+            case(
+                "body: a JSON array",
+                post(w, Some(&key), body.to_string()),
+                400,
+                "invalid_json",
+            )
+        }
         _ => {
             let raw = rng.text(10).replace(['/', '?', '#', '%'], "x");
             case(
@@ -510,7 +520,6 @@ fn fallback_case(class: usize, rng: &mut Rng, w: &World) -> Case {
             )
         }
         4 => {
-            // Not `null`, `[]` or `["fallback"]`: serde reads those as a valid click.
             let body = rng.pick(&[
                 r#"{"provider":1}"#,
                 r#"{"provider":true}"#,
@@ -524,6 +533,17 @@ fn fallback_case(class: usize, rng: &mut Rng, w: &World) -> Case {
             ]);
             case(
                 "fallback: wrong types",
+                click(key, body.into()),
+                400,
+                "invalid_json",
+            )
+        }
+        5 => {
+            // serde reads a struct from an array of its fields: `["fallback"]` once made
+            // an attempt.
+            let body = rng.pick(&["[]", r#"["fallback"]"#, "[null]"]);
+            case(
+                "fallback: body a JSON array",
                 click(key, body.into()),
                 400,
                 "invalid_json",
@@ -683,9 +703,6 @@ fn resolve_case(class: usize, rng: &mut Rng, w: &World) -> Case {
                 json!({"summary": long, "sentiment": "neutral"}),
                 json!({"summary": 5, "sentiment": "neutral"}),
                 json!({}),
-                json!("done"),
-                json!(5),
-                json!([]),
             ];
             let result = rng.pick(&results);
             case(
@@ -697,6 +714,50 @@ fn resolve_case(class: usize, rng: &mut Rng, w: &World) -> Case {
                 ),
                 422,
                 "contract_violation",
+            )
+        }
+        9 => {
+            // serde reads a struct from an array of its fields: `["failed"]` once
+            // resolved the attempt.
+            let body = rng.pick(&[
+                r#"["failed"]"#,
+                r#"["cancelled"]"#,
+                r#"["succeeded",{"summary":"x","sentiment":"neutral"}]"#,
+                "[]",
+            ]);
+            case(
+                "resolve: body a JSON array",
+                on_unknown(body.into()),
+                400,
+                "invalid_json",
+            )
+        }
+        10 => {
+            // A unit variant read from a map: `{"failed": null}` once meant `failed`.
+            let body = rng.pick(&[
+                r#"{"outcome":{"failed":null}}"#,
+                r#"{"outcome":{"cancelled":[]}}"#,
+                r#"{"outcome":["failed"]}"#,
+            ]);
+            case(
+                "resolve: outcome not a string",
+                on_unknown(body.into()),
+                400,
+                "invalid_json",
+            )
+        }
+        11 => {
+            let outcome = rng.pick(&["failed", "cancelled", "succeeded"]);
+            let result = rng.pick(&[json!("done"), json!(5), json!([]), json!(true)]);
+            case(
+                "resolve: result not an object",
+                on_unknown(
+                    json!({"outcome": outcome, "result": result})
+                        .to_string()
+                        .into(),
+                ),
+                400,
+                "invalid_json",
             )
         }
         7 => case(

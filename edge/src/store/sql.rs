@@ -195,10 +195,13 @@ pub(crate) const PURGE_JOBS: &str = concat!(
 
 // --- attempts ---------------------------------------------------------------------
 
+/// Not `attempts AS a`: the view's own subquery of attempts is named `a`, and the query
+/// plan would not tell the two apart.
 pub(crate) const ATTEMPT_BY_REQUEST: &str =
-    "SELECT j.fingerprint, j.doc, j.etag, a.id AS attempt_id, a.request_fingerprint
-       FROM job_documents AS j JOIN attempts AS a ON a.job_id = j.id
-      WHERE j.id = ?1 AND j.owner_id = ?2 AND a.request_key = ?3";
+    "SELECT j.fingerprint, j.doc, j.etag, clicked.id AS attempt_id,
+            clicked.request_fingerprint
+       FROM job_documents AS j JOIN attempts AS clicked ON clicked.job_id = j.id
+      WHERE j.id = ?1 AND j.owner_id = ?2 AND clicked.request_key = ?3";
 
 pub(crate) const ATTEMPT_JOB: &str = "SELECT job_id, state FROM attempts WHERE id = ?1";
 
