@@ -520,6 +520,143 @@ async fn reconciler(api: &Api, mock: &Mock, op: &str, when: &str) -> Verdict {
     }
 }
 
+/// The ETag of `(api, token, job_id)`'s job, if one is named.
+async fn etag(job: Option<(&Api, &str, &str)>) -> Option<String> {
+    let (api, token, job_id) = job?;
+    send(api.get(token, &format!("/v1/jobs/{job_id}")))
+        .await
+        .header("etag")
+        .map(str::to_owned)
+}
+
+/// A call that writes nothing (or only what a resend writes again, `save_certification`):
+/// with the fault, a retryable 503 and nothing else changes in the job; the resend gets
+/// the answer the request gets without a fault. `scope` is what the Worker's log names.
+async fn answered_again(
+    op: &str,
+    when: &str,
+    scope: &str,
+    make: impl Fn() -> reqwest::RequestBuilder,
+    expect: u16,
+    unchanged: Option<(&Api, &str, &str)>,
+) -> Verdict {
+    let before = etag(unchanged).await;
+    let first = send(make().header(FAULT, format!("{op}:{when}"))).await;
+    check!(
+        first.status == 503 && first.header("retry-after").is_some(),
+        "first answer {} {}",
+        first.status,
+        first.text
+    );
+    fired(op, when, scope).await?;
+    check!(etag(unchanged).await == before, "the job changed");
+    let again = resend(make).await;
+    check!(
+        again.status == expect,
+        "the resend answered {} {}, not {expect}",
+        again.status,
+        again.text
+    );
+    check!(etag(unchanged).await == before, "the job changed");
+    Ok(())
+}
+
+/// The reads, and the writes whose only effect a resend repeats.
+async fn read(api: &Api, mock: &Mock, op: &str, when: &str) -> Verdict {
+    let token = api.token("matrix");
+    let admin = api.admin_token("matrix-ops");
+    let marker = unique(&format!("matrix-{op}"));
+    let job = api
+        .create_job(&token, "summarize", &text(&marker), None)
+        .await;
+    let job_id = id(&job);
+    let done = api.wait_job(&token, &job_id, status_is("succeeded")).await;
+    let att = done["attempts"][0]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let unchanged = Some((api, token.as_str(), job_id.as_str()));
+    match op {
+        "ping" => {
+            let health = || api.request(reqwest::Method::GET, "/v1/health", None);
+            answered_again(op, when, "/v1/health", health, 200, None).await
+        }
+        "events" => {
+            let path = format!("/v1/jobs/{job_id}/events");
+            answered_again(op, when, &path, || api.get(&token, &path), 200, unchanged).await
+        }
+        // A request that no longer validates looks for the job its key names.
+        "job_by_key" => {
+            let key = unique("matrix-key");
+            let retired = json!({"kind": "retired_kind", "input": {"text": "x"}}).to_string();
+            let create = || api.create(&token, Some(&key), &retired);
+            answered_again(op, when, "/v1/jobs", create, 422, None).await?;
+            check!(db::jobs_with_key(&key) == 0, "a job was made");
+            Ok(())
+        }
+        // A fallback click that no longer validates looks for the attempt its key made.
+        "attempt_by_request" => {
+            let path = format!("/v1/jobs/{job_id}/attempts");
+            let click_key = unique("matrix-click");
+            let click = || {
+                api.post_json(&token, &path, &json!({"provider": "retired"}))
+                    .header("Idempotency-Key", &click_key)
+            };
+            answered_again(op, when, &path, click, 422, unchanged).await
+        }
+        "attempt_job" => {
+            let path = format!("/v1/attempts/{att}/resolve");
+            let resolve = || api.post_json(&admin, &path, &json!({"outcome": "failed"}));
+            answered_again(op, when, &path, resolve, 409, unchanged).await
+        }
+        "certifications" => {
+            let providers = || api.get(&token, "/v1/providers");
+            answered_again(op, when, "/v1/providers", providers, 200, None).await
+        }
+        "save_certification" => {
+            let path = "/v1/providers/fallback/certify";
+            let certify = || api.post_json(&admin, path, &json!({}));
+            answered_again(op, when, path, certify, 200, None).await?;
+            let reports = send(api.get(&token, "/v1/providers")).await.json();
+            check!(
+                reports.to_string().contains("fallback"),
+                "no certification of fallback: {reports}"
+            );
+            Ok(())
+        }
+        // The log of a redelivered dispatch (`dispatch_ignored`): log-only, so the job's
+        // document, its attempt and its one provider call stay as they were.
+        _ => {
+            let path = format!("/v1/attempts/{att}/dispatch");
+            let etag = send(api.get(&token, &format!("/v1/jobs/{job_id}")))
+                .await
+                .header("etag")
+                .map(str::to_owned);
+            let reply = send(
+                api.post_json(&admin, &path, &json!({}))
+                    .header(FAULT, format!("{op}:{when}")),
+            )
+            .await;
+            check!(reply.status == 202, "redispatch answered {}", reply.status);
+            fired(op, when, &att).await?;
+            let after = send(api.get(&token, &format!("/v1/jobs/{job_id}"))).await;
+            check!(
+                after.header("etag").map(str::to_owned) == etag,
+                "the job changed"
+            );
+            check!(
+                after.json()["attempts"][0]["state"] == "succeeded",
+                "the attempt moved"
+            );
+            check!(
+                mock.calls(&marker).await.len() == 1,
+                "a redelivery called the provider"
+            );
+            none_in_doubt_without_a_call(mock, &marker, &after.json()).await
+        }
+    }
+}
+
 async fn cell(api: &Api, mock: &Mock, op: &'static str, when: &'static str) -> Verdict {
     match op {
         "create_or_get_job" => create_or_get_job(api, mock, when).await,
@@ -531,11 +668,12 @@ async fn cell(api: &Api, mock: &Mock, op: &'static str, when: &'static str) -> V
         "insert_failover" => insert_failover(api, mock, when).await,
         "cancel" => cancel(api, mock, when).await,
         "resolve" => resolve(api, mock, when).await,
-        _ => reconciler(api, mock, op, when).await,
+        "reconcile" | "purge" | "stuck_starting" => reconciler(api, mock, op, when).await,
+        _ => read(api, mock, op, when).await,
     }
 }
 
-const OPS: [&str; 13] = [
+const OPS: [&str; 21] = [
     "create_or_get_job",
     "job",
     "claim",
@@ -549,6 +687,14 @@ const OPS: [&str; 13] = [
     "reconcile",
     "purge",
     "stuck_starting",
+    "ping",
+    "events",
+    "job_by_key",
+    "attempt_by_request",
+    "attempt_job",
+    "certifications",
+    "save_certification",
+    "log_event",
 ];
 
 #[tokio::test]
