@@ -1356,4 +1356,15 @@ fn random_operation_sequences_keep_every_promise() {
     );
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
     assert!(operations >= least, "only {operations} operations ran");
+    // The rarer paths must have been reached (each came up dozens of times a run): a
+    // change that stops reaching one would otherwise pass unnoticed.
+    for (path, count) in [
+        ("fallback attempts", &ON_FALLBACK),
+        ("abandonments", &ABANDONED),
+        ("dispatchers found lost", &FOUND_LOST),
+        ("late answers resolving an unknown", &LATE_RESOLVED),
+        ("purges", &PURGED),
+    ] {
+        assert!(count.load(Ordering::Relaxed) > 0, "no {path} in the run");
+    }
 }
