@@ -185,10 +185,7 @@ async fn dispatched(api: &Api, mock: &Mock, op: &str, when: &str) -> Verdict {
     check!(reply.status == 201, "create answered {}", reply.status);
     let job_id = id(&reply.json());
     let done = api.wait_job(&token, &job_id, status_is("succeeded")).await;
-    let att = done["attempts"][0]["id"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
+    let att = id(&done["attempts"][0]);
     fired(op, when, &att).await?;
     check!(
         done["completed_by"] == att.as_str(),
@@ -217,10 +214,7 @@ async fn move_attempt(api: &Api, mock: &Mock, when: &str) -> Verdict {
     check!(reply.status == 201, "create answered {}", reply.status);
     let job_id = id(&reply.json());
     let done = api.wait_job(&token, &job_id, status_is("failed")).await;
-    let att = done["attempts"][0]["id"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
+    let att = id(&done["attempts"][0]);
     fired("move_attempt", when, &att).await?;
     check!(
         done["attempts"][0]["error"]["code"] == "provider_rejected",
@@ -285,10 +279,7 @@ async fn insert_hedge(api: &Api, mock: &Mock, when: &str) -> Verdict {
         .await;
     check!(reply.status == 201, "create answered {}", reply.status);
     let job_id = id(&reply.json());
-    let att = reply.json()["attempts"][0]["id"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
+    let att = id(&reply.json()["attempts"][0]);
     fired("insert_hedge", when, &att).await?;
     mock.release(&gate).await;
     let done = api.wait_job(&token, &job_id, status_is("succeeded")).await;
@@ -323,10 +314,7 @@ async fn insert_failover(api: &Api, mock: &Mock, when: &str) -> Verdict {
         .await;
     check!(reply.status == 201, "create answered {}", reply.status);
     let job_id = id(&reply.json());
-    let att = reply.json()["attempts"][0]["id"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
+    let att = id(&reply.json()["attempts"][0]);
     fired("insert_failover", when, &att).await?;
     // Before: no failover was made, and the job says so (failed, retryable). After: the
     // failover attempt exists; its lost dispatch is sent by the reconciler.
@@ -386,10 +374,7 @@ async fn resolve(api: &Api, mock: &Mock, when: &str) -> Verdict {
         .await;
     let job_id = id(&job);
     let unknown = api.wait_job(&token, &job_id, status_is("unknown")).await;
-    let att = unknown["attempts"][0]["id"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
+    let att = id(&unknown["attempts"][0]);
     let path = format!("/v1/attempts/{att}/resolve");
     let outcome = json!({"outcome": "failed"});
     let first = send(
@@ -436,10 +421,7 @@ async fn reconciler(api: &Api, mock: &Mock, op: &str, when: &str) -> Verdict {
                 .create_job(&token, "summarize", &text(&marker), None)
                 .await;
             mock.wait_calls(&marker, 1).await;
-            let att = job["attempts"][0]["id"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned();
+            let att = id(&job["attempts"][0]);
             db::execute_with(
                 "UPDATE attempts SET dispatched_at = '2000-01-01T00:00:00.000Z' WHERE id = ?1",
                 &[&att],
@@ -571,10 +553,7 @@ async fn read(api: &Api, mock: &Mock, op: &str, when: &str) -> Verdict {
         .await;
     let job_id = id(&job);
     let done = api.wait_job(&token, &job_id, status_is("succeeded")).await;
-    let att = done["attempts"][0]["id"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
+    let att = id(&done["attempts"][0]);
     let unchanged = Some((api, token.as_str(), job_id.as_str()));
     match op {
         "ping" => {
