@@ -106,7 +106,7 @@ pub(crate) fn suites(flags: &crate::Test) -> Result<()> {
 }
 
 /// `cargo fmt --check` and clippy with warnings denied, on the host crates and on the
-/// Worker for its real target.
+/// Workers (onceclick's and the bench's baseline) and the SDK for their real target.
 pub(crate) fn lint(root: &Path) -> Result<()> {
     eprintln!("xtask: cargo fmt --check and clippy");
     run(Command::new("cargo")
@@ -118,6 +118,8 @@ pub(crate) fn lint(root: &Path) -> Result<()> {
             "--workspace",
             "--exclude",
             "onceclick-edge",
+            "--exclude",
+            "onceclick-bench-baseline",
             "--all-targets",
             "--all-features",
             "--",
@@ -130,6 +132,8 @@ pub(crate) fn lint(root: &Path) -> Result<()> {
             "clippy",
             "-p",
             "onceclick-edge",
+            "-p",
+            "onceclick-bench-baseline",
             "-p",
             "onceclick",
             "--target",
