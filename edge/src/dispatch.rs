@@ -180,7 +180,20 @@ async fn run(env: &Env, store: &Store, attempt_id: &str) -> ApiResult<()> {
     // One token for every try of this claim: a try whose reply was lost is still ours.
     let token = clock::new_id("claim");
     match persist(|| store.claim(attempt_id, &token)).await? {
-        Claim::Claimed(attempt) => run_claimed(env, store, attempt).await,
+        Claim::Claimed(attempt) => {
+            let claim = store.round_trips();
+            let job_id = attempt.job_id.clone();
+            let ran = run_claimed(env, store, attempt).await;
+            // What a dispatch costs in D1 (the bench and `tests/budgets.rs` read it).
+            console_log!(
+                "{}",
+                json!({"event": "dispatched", "job_id": job_id, "attempt_id": attempt_id,
+                       "ok": ran.is_ok(),
+                       "round_trips": {"claim": claim,
+                                       "after_claim": store.round_trips() - claim}})
+            );
+            ran
+        }
         Claim::Ignored { job_id, state } => {
             store
                 .log_event(

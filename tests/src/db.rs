@@ -24,8 +24,8 @@ pub fn open() -> Connection {
     open_in(Path::new(&dir))
 }
 
-/// Opens the D1 database that `wrangler dev --persist-to dir` keeps, read-only.
-pub fn open_in(dir: &Path) -> Connection {
+/// The one D1 database file that `wrangler dev --persist-to dir` keeps.
+fn sqlite_in(dir: &Path) -> PathBuf {
     let mut found = Vec::new();
     find_sqlite(&dir.join("v3/d1"), &mut found);
     assert_eq!(
@@ -34,8 +34,24 @@ pub fn open_in(dir: &Path) -> Connection {
         "expected one D1 database under {}: {found:?}",
         dir.display()
     );
-    let conn = Connection::open_with_flags(&found[0], OpenFlags::SQLITE_OPEN_READ_ONLY)
-        .expect("open local D1");
+    found.remove(0)
+}
+
+/// Opens the D1 database that `wrangler dev --persist-to dir` keeps, read-only.
+pub fn open_in(dir: &Path) -> Connection {
+    opened(Connection::open_with_flags(
+        sqlite_in(dir),
+        OpenFlags::SQLITE_OPEN_READ_ONLY,
+    ))
+}
+
+/// Opens it for writing: for state the API cannot reach, and for the bench's seed.
+pub fn open_writable_in(dir: &Path) -> Connection {
+    opened(Connection::open(sqlite_in(dir)))
+}
+
+fn opened(conn: rusqlite::Result<Connection>) -> Connection {
+    let conn = conn.expect("open local D1");
     conn.busy_timeout(std::time::Duration::from_secs(5))
         .expect("busy timeout");
     conn
@@ -57,12 +73,8 @@ pub fn execute(sql: &str, param: &str) -> usize {
 /// Like [`execute`], with any number of text parameters.
 pub fn execute_with(sql: &str, params: &[&str]) -> usize {
     let dir = std::env::var("ONCECLICK_D1_DIR").expect("ONCECLICK_D1_DIR is not set");
-    let mut found = Vec::new();
-    find_sqlite(&Path::new(&dir).join("v3/d1"), &mut found);
-    let conn = Connection::open(&found[0]).expect("open local D1 for writing");
-    conn.busy_timeout(std::time::Duration::from_secs(5))
-        .expect("busy timeout");
-    conn.execute(sql, rusqlite::params_from_iter(params.iter()))
+    open_writable_in(Path::new(&dir))
+        .execute(sql, rusqlite::params_from_iter(params.iter()))
         .unwrap_or_else(|e| panic!("{sql}: {e}"))
 }
 

@@ -8,5 +8,6 @@ pub mod client;
 pub mod db;
 pub mod log;
 pub mod mock;
+pub mod probe;
 pub mod proxy;
 pub mod report;

@@ -1,176 +1,759 @@
-//! `cargo xtask bench`: how fast the three hot paths are, measured side by side in one
-//! run against a fresh `wrangler dev` on loopback, so the numbers that matter are the
-//! ratios (the machine is shared and noisy; absolute rates move run to run).
+//! `cargo xtask bench`: onceclick against a baseline Worker, side by side in one run.
 //!
-//! Each round runs the three workloads one after another, each a fixed number of
-//! requests at a fixed concurrency: creating new jobs, replaying one job's key, and
-//! reading one job with `If-None-Match` (a 304). Bounded in count and time; loopback
-//! only.
+//! Both Workers are built with worker-build on the same profile and pins, and served by
+//! `wrangler dev --log-level error` on loopback: the baseline (`bench/baseline`: "ok"
+//! with no D1, and one bare `INSERT` into a table shaped like `jobs`), onceclick on an
+//! empty D1, and onceclick on a D1 seeded with 1,000,000 jobs. The load comes from
+//! `cargo xtask load` (`load.rs`), a separate process with 16 kept-alive connections.
+//! Every workload runs once per round; the second round runs them in reverse order, and
+//! each ratio is taken inside one round, since the machine is shared and noisy.
+//!
+//! The figures, each beside its target, go to `BENCHMARKS.md` and `bench/results.json`.
+//! `cargo xtask test` runs [`SHORT`] (no 1M seed, no report) and prints its ratios.
 
-use anyhow::{bail, Result};
+use crate::load::{self, Outcome, Spec};
+use crate::test_worker::{Launch, TestWorker};
+use crate::tools::{self, Tools};
+use crate::wrangler::{self, DevOptions, Wrangler, BASELINE, EDGE};
+use anyhow::{bail, Context, Result};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-const ROUNDS: usize = 3;
-const REQUESTS: usize = 150;
-const CONCURRENCY: usize = 8;
-const LIMIT: Duration = Duration::from_secs(120);
+/// Open connections of every workload.
+const CONNECTIONS: usize = 16;
 
-#[derive(Default, Clone)]
-struct Stats {
-    latencies: Vec<Duration>,
-    wall: Duration,
+/// How much of the bench to run.
+pub(crate) struct Plan {
+    rounds: usize,
+    warmup_ms: u64,
+    measured_ms: u64,
+    /// Jobs created for the end-to-end figure.
+    e2e_jobs: usize,
+    /// Seed a second D1 with this many jobs and measure create on it (0: skip).
+    seeded_jobs: usize,
+    /// Write BENCHMARKS.md and bench/results.json.
+    report: bool,
 }
 
-impl Stats {
-    fn rate(&self) -> f64 {
-        self.latencies.len() as f64 / self.wall.as_secs_f64()
-    }
-    fn percentile(&self, p: f64) -> Duration {
-        let mut sorted = self.latencies.clone();
-        sorted.sort();
-        sorted
-            .get(((sorted.len() as f64 - 1.0) * p) as usize)
-            .copied()
-            .unwrap_or_default()
-    }
+/// `cargo xtask bench`.
+pub(crate) const FULL: Plan = Plan {
+    rounds: 2,
+    warmup_ms: 1000,
+    measured_ms: 4000,
+    e2e_jobs: 1000,
+    seeded_jobs: 1_000_000,
+    report: true,
+};
+
+/// The short run in `cargo xtask test`: about 20 seconds of load; ratios printed only.
+pub(crate) const SHORT: Plan = Plan {
+    rounds: 1,
+    warmup_ms: 400,
+    measured_ms: 2000,
+    e2e_jobs: 200,
+    seeded_jobs: 0,
+    report: false,
+};
+
+/// The request body of every create (and of the baseline's insert).
+const BODY: &str = r#"{"kind":"summarize","input":{"text":"A benchmark sentence that is long enough to summarize."}}"#;
+
+/// The workloads, in the order of the first round.
+const WORKLOADS: [&str; 6] = ["ok", "insert", "create", "replay", "read_304", "create_1m"];
+
+/// Targets: (figure, comparison, bound). Ratios are per round; sizes are bytes.
+const TARGETS: [(&str, &str, f64); 7] = [
+    ("create / insert", ">=", 0.8),
+    ("replay / create", ">=", 1.2),
+    ("read_304 / ok", ">=", 0.6),
+    ("create_1m p50 / create p50", "<=", 1.2),
+    (
+        "round trips (create, replay, read_304, completion)",
+        "==",
+        1.0,
+    ),
+    ("worker gzip bytes", "<=", 400.0 * 1024.0),
+    ("sdk gzip bytes", "<=", 40.0 * 1024.0),
+];
+
+/// The servers of one bench run; stopped when dropped.
+struct Servers {
+    baseline: Wrangler,
+    onceclick: TestWorker,
+    seeded: Option<TestWorker>,
+    token: String,
+    /// The seeded Worker has its own secret.
+    seeded_token: String,
+    job_path: String,
+    etag: String,
 }
 
-pub(crate) fn run(url: &str, secret: &str) -> Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    runtime.block_on(bench(url, secret))
-}
+pub(crate) fn run(tools: &Tools, plan: &Plan) -> Result<Value> {
+    let root = tools.root.clone();
+    let started = Instant::now();
+    wrangler::build(tools, &EDGE)?;
+    wrangler::build(tools, &BASELINE)?;
+    let built = started.elapsed();
+    let started = Instant::now();
 
-async fn bench(url: &str, secret: &str) -> Result<()> {
-    let token = onceclick_tests::auth::mint(secret, "bench", false, 3600)?;
-    let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(CONCURRENCY)
-        .build()?;
-    let body =
-        r#"{"kind":"summarize","input":{"text":"A benchmark sentence that is long enough."}}"#;
-
-    // One job to replay and to read.
-    let seed = http
-        .post(format!("{url}/v1/jobs"))
-        .bearer_auth(&token)
-        .header("Idempotency-Key", "bench-seed")
-        .body(body)
-        .send()
-        .await?;
-    let job: serde_json::Value = seed.json().await?;
-    let job_id = job["id"].as_str().unwrap_or_default().to_owned();
-    // Read it once it has settled, so its ETag stays current through the bench.
-    let settle_by = Instant::now() + Duration::from_secs(30);
-    let etag = loop {
-        let get = http
-            .get(format!("{url}/v1/jobs/{job_id}"))
-            .bearer_auth(&token)
-            .send()
-            .await?;
-        let etag = get
-            .headers()
-            .get("etag")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_owned();
-        let job: serde_json::Value = get.json().await?;
-        if job["status"] == "succeeded" {
-            break etag;
-        }
-        if Instant::now() > settle_by {
-            bail!("the seed job did not succeed in 30 s: {job}");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    let sizes = sizes(tools)?;
+    let seed = match plan.seeded_jobs {
+        0 => None,
+        n => Some(seed_template(tools, &root, n)?),
     };
+    let servers = start(tools, &root, seed.as_deref())?;
 
-    let deadline = Instant::now() + LIMIT;
-    let names = ["create (201)", "replay (200)", "read (304)"];
-    let mut totals = vec![Stats::default(); 3];
-    for round in 0..ROUNDS {
-        for (w, total) in totals.iter_mut().enumerate() {
-            if Instant::now() > deadline {
-                bail!("the bench ran past its {LIMIT:?} bound");
-            }
-            let stats = workload(&http, url, &token, body, &job_id, &etag, w, round).await?;
-            total.latencies.extend(stats.latencies);
-            total.wall += stats.wall;
+    let mut rounds: Vec<BTreeMap<&str, Outcome>> = Vec::new();
+    for round in 0..plan.rounds {
+        let mut order: Vec<&str> = WORKLOADS.to_vec();
+        if round % 2 == 1 {
+            order.reverse();
         }
+        let mut outcomes = BTreeMap::new();
+        for name in order {
+            let Some(spec) = spec(&servers, plan, name, round) else {
+                continue;
+            };
+            let outcome = load::spawn(&spec)?;
+            if outcome.requests == 0 || !outcome.unexpected.is_empty() {
+                bail!(
+                    "workload {name}: {} requests, unexpected answers {:?}, the first: {}",
+                    outcome.requests,
+                    outcome.unexpected,
+                    outcome.first_unexpected.as_deref().unwrap_or("")
+                );
+            }
+            eprintln!(
+                "xtask: bench round {round} {name}: {:.0} req/s, p50 {:.2} ms, p99 {:.2} ms",
+                outcome.rate, outcome.p50_ms, outcome.p99_ms
+            );
+            outcomes.insert(name, outcome);
+            // What a create enqueued runs now, not inside the next workload.
+            for worker in std::iter::once(&servers.onceclick).chain(&servers.seeded) {
+                drain(worker)?;
+            }
+        }
+        rounds.push(outcomes);
     }
+    let e2e = end_to_end(&servers, plan)?;
+    let round_trips = dispatch_round_trips(tools, &root)?;
+    drop(servers);
 
-    let base = totals[0].rate();
-    println!(
-        "{ROUNDS} rounds × {REQUESTS} requests per workload, {CONCURRENCY} at a time, against wrangler dev on loopback"
+    let mut results = results(
+        &rounds,
+        &e2e,
+        &round_trips,
+        &sizes,
+        plan,
+        started.elapsed(),
+        built,
     );
-    println!(
-        "{:<14} {:>9} {:>9} {:>9} {:>12}",
-        "workload", "req/s", "p50 ms", "p95 ms", "× create"
-    );
-    for (name, stats) in names.iter().zip(&totals) {
-        println!(
-            "{:<14} {:>9.0} {:>9.1} {:>9.1} {:>12.2}",
-            name,
-            stats.rate(),
-            stats.percentile(0.5).as_secs_f64() * 1e3,
-            stats.percentile(0.95).as_secs_f64() * 1e3,
-            stats.rate() / base
+    results["date"] = json!(today());
+    results["analysis"] =
+        json!(std::fs::read_to_string(root.join("bench/ANALYSIS.md")).unwrap_or_default());
+    print(&results);
+    if plan.report {
+        let json_path = root.join("bench/results.json");
+        std::fs::write(&json_path, serde_json::to_string_pretty(&results)? + "\n")?;
+        std::fs::write(
+            root.join("BENCHMARKS.md"),
+            crate::bench_report::render(&results),
+        )?;
+        eprintln!(
+            "xtask: wrote BENCHMARKS.md and {} ({:.0} s of bench, {:.0} s of builds)",
+            json_path.display(),
+            started.elapsed().as_secs_f64(),
+            built.as_secs_f64()
         );
     }
-    Ok(())
+    Ok(results)
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn workload(
-    http: &reqwest::Client,
-    url: &str,
-    token: &str,
-    body: &str,
-    job_id: &str,
-    etag: &str,
-    which: usize,
-    round: usize,
-) -> Result<Stats> {
-    let expected = [201, 200, 304][which];
-    let started = Instant::now();
-    let mut latencies = Vec::with_capacity(REQUESTS);
-    let mut next = 0;
-    while next < REQUESTS {
-        let batch: Vec<_> = (next..(next + CONCURRENCY).min(REQUESTS))
-            .map(|i| {
-                let rb = match which {
-                    0 => http
-                        .post(format!("{url}/v1/jobs"))
-                        .header("Idempotency-Key", format!("bench-{round}-{i}"))
-                        .body(body.to_owned()),
-                    1 => http
-                        .post(format!("{url}/v1/jobs"))
-                        .header("Idempotency-Key", "bench-seed")
-                        .body(body.to_owned()),
-                    _ => http
-                        .get(format!("{url}/v1/jobs/{job_id}"))
-                        .header("If-None-Match", etag),
-                };
-                let rb = rb.bearer_auth(token);
-                tokio::spawn(async move {
-                    let t = Instant::now();
-                    let status = rb.send().await.map(|r| r.status().as_u16());
-                    (status, t.elapsed())
-                })
-            })
-            .collect();
-        for task in batch {
-            let (status, elapsed) = task.await?;
-            let status = status?;
-            if status != expected {
-                bail!("expected {expected}, got {status}");
-            }
-            latencies.push(elapsed);
-        }
-        next += CONCURRENCY;
-    }
-    Ok(Stats {
-        latencies,
-        wall: started.elapsed(),
+fn start(tools: &Tools, root: &Path, seed: Option<&Path>) -> Result<Servers> {
+    let launch = |persist_from| Launch {
+        log_level: Some("error"),
+        test_vars: false,
+        persist_from,
+    };
+    let onceclick = TestWorker::launch(tools, root, &launch(None))?;
+    let seeded = match seed {
+        Some(dir) => Some(TestWorker::launch(tools, root, &launch(Some(dir)))?),
+        None => None,
+    };
+    let config = root.join("bench/baseline/wrangler.toml");
+    let port = wrangler::free_port()?;
+    let persist = root.join(format!("target/xtask/bench-baseline-{port}"));
+    let _ = std::fs::remove_dir_all(&persist);
+    wrangler::migrate_with(tools, Some(&config), &persist, true)?;
+    let baseline = Wrangler::start(
+        tools,
+        DevOptions {
+            port,
+            persist,
+            vars: Vec::new(),
+            log: Some(root.join(format!("target/xtask/bench-baseline-{port}.log"))),
+            config: Some(config),
+            log_level: Some("error"),
+        },
+    )?;
+
+    // One job to replay and to read, settled so that its ETag holds.
+    let token = onceclick_tests::auth::mint(&onceclick.secret, "bench", false, 3600)?;
+    let job = one_job(&onceclick.server.url, &token)?;
+    let seeded_token = match &seeded {
+        Some(w) => onceclick_tests::auth::mint(&w.secret, "bench", false, 3600)?,
+        None => String::new(),
+    };
+    Ok(Servers {
+        baseline,
+        onceclick,
+        seeded,
+        token,
+        seeded_token,
+        job_path: format!("/v1/jobs/{}", job.0),
+        etag: job.1,
     })
+}
+
+/// Creates the job that replay and read use, and waits until it succeeded: its id and
+/// ETag.
+fn one_job(url: &str, token: &str) -> Result<(String, String)> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let http = reqwest::Client::new();
+        let created: Value = http
+            .post(format!("{url}/v1/jobs"))
+            .bearer_auth(token)
+            .header("Idempotency-Key", "bench-seed")
+            .body(BODY)
+            .send()
+            .await?
+            .json()
+            .await?;
+        let id = created["id"].as_str().unwrap_or_default().to_owned();
+        let by = Instant::now() + Duration::from_secs(30);
+        loop {
+            let got = http
+                .get(format!("{url}/v1/jobs/{id}"))
+                .bearer_auth(token)
+                .send()
+                .await?;
+            let etag = got
+                .headers()
+                .get("etag")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned();
+            let job: Value = got.json().await?;
+            if job["status"] == "succeeded" {
+                return Ok((id, etag));
+            }
+            if Instant::now() > by {
+                bail!("the bench's seed job did not succeed in 30 s: {job}");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+}
+
+/// The load of workload `name` in `round`; `None` when its server is not running.
+fn spec(servers: &Servers, plan: &Plan, name: &str, round: usize) -> Option<Spec> {
+    let addr = |url: &str| url.trim_start_matches("http://").to_owned();
+    let auth = vec![(
+        "authorization".to_owned(),
+        format!("Bearer {}", servers.token),
+    )];
+    let create = |url: &str, prefix: String| Spec {
+        addr: addr(url),
+        method: "POST".into(),
+        path: "/v1/jobs".into(),
+        headers: auth.clone(),
+        body: BODY.into(),
+        fresh_key: Some(prefix),
+        expect: 201,
+        connections: CONNECTIONS,
+        warmup_ms: plan.warmup_ms,
+        duration_ms: plan.measured_ms,
+        total: None,
+    };
+    let nonce = tools::random_secret().unwrap_or_default();
+    let nonce = &nonce[..8.min(nonce.len())];
+    let baseline = &servers.baseline.url;
+    let onceclick = &servers.onceclick.server.url;
+    Some(match name {
+        "ok" => Spec {
+            method: "GET".into(),
+            path: "/ok".into(),
+            headers: Vec::new(),
+            body: String::new(),
+            fresh_key: None,
+            expect: 200,
+            ..create(baseline, String::new())
+        },
+        "insert" => Spec {
+            path: "/insert".into(),
+            headers: Vec::new(),
+            ..create(baseline, format!("bench-{nonce}-{round}"))
+        },
+        "create" => create(onceclick, format!("bench-{nonce}-{round}")),
+        "replay" => Spec {
+            fresh_key: None,
+            headers: [
+                auth.clone(),
+                vec![("idempotency-key".into(), "bench-seed".into())],
+            ]
+            .concat(),
+            expect: 200,
+            ..create(onceclick, String::new())
+        },
+        "read_304" => Spec {
+            method: "GET".into(),
+            path: servers.job_path.clone(),
+            headers: [
+                auth.clone(),
+                vec![("if-none-match".into(), servers.etag.clone())],
+            ]
+            .concat(),
+            body: String::new(),
+            fresh_key: None,
+            expect: 304,
+            ..create(onceclick, String::new())
+        },
+        "create_1m" => Spec {
+            headers: vec![(
+                "authorization".to_owned(),
+                format!("Bearer {}", servers.seeded_token),
+            )],
+            ..create(
+                &servers.seeded.as_ref()?.server.url,
+                format!("bench-{nonce}-{round}"),
+            )
+        },
+        _ => return None,
+    })
+}
+
+/// Waits until no job of `worker` is queued or running (at most a minute).
+fn drain(worker: &TestWorker) -> Result<()> {
+    let db = onceclick_tests::db::open_in(&worker.persist);
+    let by = Instant::now() + Duration::from_secs(60);
+    loop {
+        let open: i64 = db.query_row(
+            "SELECT count(*) FROM jobs WHERE status IN ('queued', 'running')",
+            [],
+            |r| r.get(0),
+        )?;
+        if open == 0 {
+            return Ok(());
+        }
+        if Instant::now() > by {
+            bail!("{open} jobs were still queued or running a minute after the workload");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Create → dispatch → provider → succeeded, for `plan.e2e_jobs` new jobs at once.
+fn end_to_end(servers: &Servers, plan: &Plan) -> Result<Value> {
+    let prefix = format!("e2e-{}", &tools::random_secret()?[..8]);
+    let spec = Spec {
+        total: Some(plan.e2e_jobs),
+        duration_ms: 60_000,
+        warmup_ms: 0,
+        ..spec(servers, plan, "create", 0).context("the create workload")?
+    };
+    let spec = Spec {
+        fresh_key: Some(prefix.clone()),
+        ..spec
+    };
+    let created = load::spawn(&spec)?;
+    if created.requests != plan.e2e_jobs || !created.unexpected.is_empty() {
+        bail!("end to end: {created:?}");
+    }
+    drain(&servers.onceclick)?;
+    let db = onceclick_tests::db::open_in(&servers.onceclick.persist);
+    let like = format!("{prefix}-%");
+    let (succeeded, span_s): (i64, f64) = db.query_row(
+        "SELECT count(*), (julianday(max(updated_at)) - julianday(min(created_at))) * 86400.0
+           FROM jobs WHERE owner_id = 'bench' AND idempotency_key LIKE ?1 AND status = 'succeeded'",
+        [&like],
+        |r| Ok((r.get(0)?, r.get::<_, Option<f64>>(1)?.unwrap_or(0.0))),
+    )?;
+    if succeeded != plan.e2e_jobs as i64 {
+        bail!(
+            "end to end: {succeeded} of {} jobs succeeded",
+            plan.e2e_jobs
+        );
+    }
+    // Claim to compare-and-swap, by the database's clock (the mock answers at once).
+    let mut statement = db.prepare(
+        "SELECT (julianday(a.finished_at) - julianday(a.dispatched_at)) * 86400000.0,
+                julianday(a.finished_at) * 86400.0
+           FROM attempts a JOIN jobs j ON j.id = a.job_id
+          WHERE j.owner_id = 'bench' AND j.idempotency_key LIKE ?1 AND a.state = 'succeeded'",
+    )?;
+    let rows = statement.query_map([&like], |r| Ok((r.get::<_, f64>(0)?, r.get::<_, f64>(1)?)))?;
+    let rows: Vec<(f64, f64)> = rows.collect::<rusqlite::Result<_>>()?;
+    let mut ms: Vec<Duration> = rows
+        .iter()
+        .map(|(m, _)| Duration::from_secs_f64(m.max(0.0) / 1e3))
+        .collect();
+    ms.sort();
+    let first = rows.iter().map(|r| r.1).fold(f64::INFINITY, f64::min);
+    let last = rows.iter().map(|r| r.1).fold(f64::NEG_INFINITY, f64::max);
+    Ok(json!({
+        "jobs": succeeded,
+        "jobs_per_s": succeeded as f64 / span_s.max(1e-3),
+        "create_rate": created.rate,
+        "completion_per_s": rows.len() as f64 / (last - first).max(1e-3),
+        "completion_p50_ms": load::percentile(&ms, 0.5),
+        "completion_p99_ms": load::percentile(&ms, 0.99),
+    }))
+}
+
+/// D1 round trips of one dispatch, from the `dispatched` line the consumer logs (which
+/// `--log-level error` hides): a short-lived Worker at the default log level, one job.
+fn dispatch_round_trips(tools: &Tools, root: &Path) -> Result<Value> {
+    let worker = TestWorker::start(tools, root)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let probe = runtime.block_on(onceclick_tests::probe::round_trips(
+        &worker.server.url,
+        &worker.secret,
+        &worker.log,
+    ))?;
+    Ok(serde_json::to_value(probe)?)
+}
+
+/// gzip bytes of what ships: both Workers as `wrangler deploy --dry-run` bundles them,
+/// the SDK as `cargo xtask sdk` builds it; and the time to compile and instantiate each
+/// Worker's wasm.
+fn sizes(tools: &Tools) -> Result<Value> {
+    let root = &tools.root;
+    let mut out = serde_json::Map::new();
+    for (name, config) in [
+        ("worker", None),
+        ("baseline", Some(root.join("bench/baseline/wrangler.toml"))),
+    ] {
+        let bundle = bundle(tools, name, config.as_deref())?;
+        let start = wasm_start(tools, &bundle.wasm)?;
+        out.insert(
+            name.into(),
+            json!({"wasm_gzip": bundle.wasm_gzip, "js_gzip": bundle.js_gzip,
+                   "gzip": bundle.wasm_gzip + bundle.js_gzip, "wasm_raw": bundle.wasm_raw,
+                   "start": start}),
+        );
+    }
+    crate::sdk::build(tools)?;
+    let (wasm, js) = crate::sdk::sizes(root)?;
+    out.insert(
+        "sdk".into(),
+        json!({"wasm_gzip": wasm, "js_gzip": js, "gzip": wasm + js}),
+    );
+    Ok(Value::Object(out))
+}
+
+/// What `wrangler deploy --dry-run` wrote for one Worker.
+pub(crate) struct Bundle {
+    pub(crate) wasm: PathBuf,
+    pub(crate) wasm_raw: usize,
+    pub(crate) wasm_gzip: usize,
+    pub(crate) js_gzip: usize,
+}
+
+/// Bundles a Worker with `wrangler deploy --dry-run --outdir` (offline) and weighs it.
+pub(crate) fn bundle(tools: &Tools, name: &str, config: Option<&Path>) -> Result<Bundle> {
+    let outdir = tools.root.join(format!("target/xtask/bundle-{name}"));
+    let _ = std::fs::remove_dir_all(&outdir);
+    let mut cmd = tools.command("wrangler");
+    cmd.args(["deploy", "--dry-run", "--outdir"]).arg(&outdir);
+    if let Some(config) = config {
+        cmd.arg("--config").arg(config);
+    }
+    let out = cmd.output().context("wrangler deploy --dry-run")?;
+    if !out.status.success() {
+        bail!(
+            "wrangler deploy --dry-run failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let mut wasm = None;
+    let mut js_gzip = 0;
+    for entry in std::fs::read_dir(&outdir)?.flatten() {
+        let path = entry.path();
+        match path.extension().and_then(|e| e.to_str()) {
+            Some("wasm") => wasm = Some(path),
+            Some("js" | "mjs") => js_gzip += tools::gzip_len(&path)?,
+            _ => {}
+        }
+    }
+    let wasm = wasm.with_context(|| format!("no .wasm in {}", outdir.display()))?;
+    Ok(Bundle {
+        wasm_raw: std::fs::metadata(&wasm)?.len() as usize,
+        wasm_gzip: tools::gzip_len(&wasm)?,
+        js_gzip,
+        wasm,
+    })
+}
+
+/// Compiling and instantiating a Worker's wasm in Node's V8 (the engine workerd embeds),
+/// imports stubbed: the part of a cold start that the bundle decides. Median of 5 fresh
+/// processes, with V8's defaults (lazy, Liftoff first) and with every function compiled
+/// by TurboFan up front.
+fn wasm_start(tools: &Tools, wasm: &Path) -> Result<Value> {
+    const SCRIPT: &str = r#"
+const bytes = require('fs').readFileSync(process.argv[1]);
+const t0 = performance.now();
+const mod = new WebAssembly.Module(bytes);
+const t1 = performance.now();
+const imports = {};
+for (const i of WebAssembly.Module.imports(mod)) {
+  const stub = i.kind === 'function' ? () => { throw new Error('stub'); }
+    : i.kind === 'memory' ? new WebAssembly.Memory({ initial: 17 })
+    : i.kind === 'table' ? new WebAssembly.Table({ initial: 1, element: 'anyfunc' })
+    : i.kind === 'tag' ? (WebAssembly.JSTag ?? new WebAssembly.Tag({ parameters: ['externref'] }))
+    : new WebAssembly.Global({ value: 'i32', mutable: true }, 0);
+  (imports[i.module] ??= {})[i.name] = stub;
+}
+new WebAssembly.Instance(mod, imports);
+const t2 = performance.now();
+console.log(JSON.stringify({ compile_ms: t1 - t0, instantiate_ms: t2 - t1 }));
+"#;
+    let mut out = serde_json::Map::new();
+    for (mode, flags) in [
+        ("default", &[][..]),
+        (
+            "eager_turbofan",
+            &["--no-wasm-lazy-compilation", "--no-liftoff"][..],
+        ),
+    ] {
+        let mut totals = Vec::new();
+        for _ in 0..5 {
+            let run = tools
+                .command("node")
+                .args(flags)
+                .args(["-e", SCRIPT])
+                .arg(wasm)
+                .output()?;
+            let figures: Value = serde_json::from_slice(&run.stdout).with_context(|| {
+                format!(
+                    "timing the wasm start: {}",
+                    String::from_utf8_lossy(&run.stderr)
+                )
+            })?;
+            let total = figures["compile_ms"].as_f64().unwrap_or(0.0)
+                + figures["instantiate_ms"].as_f64().unwrap_or(0.0);
+            totals.push(Duration::from_secs_f64(total / 1e3));
+        }
+        totals.sort();
+        out.insert(mode.into(), json!(load::percentile(&totals, 0.5)));
+    }
+    Ok(Value::Object(out))
+}
+
+/// The template D1 with `jobs` seeded jobs: built once per schema and seed, then copied
+/// for each run. Written straight into the SQLite file (no Worker running), as
+/// succeeded jobs of 100 owners, each with its attempt; the triggers log their events
+/// as in real use.
+fn seed_template(tools: &Tools, root: &Path, jobs: usize) -> Result<PathBuf> {
+    let sql = SEED_SQL.replace("{JOBS}", &jobs.to_string());
+    let mut inputs = sql.clone();
+    let mut migrations: Vec<_> = std::fs::read_dir(root.join("edge/migrations"))?
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    migrations.sort();
+    for path in migrations {
+        inputs.push_str(&std::fs::read_to_string(path)?);
+    }
+    let hash = &tools::sha256_hex(inputs.as_bytes())[..12];
+    let dir = root.join(format!("target/xtask/seed-{jobs}-{hash}"));
+    if dir.join("done").exists() {
+        return Ok(dir);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let started = Instant::now();
+    eprintln!("xtask: seeding a D1 with {jobs} jobs (once per schema)");
+    wrangler::migrate(tools, &dir, true)?;
+    let db = onceclick_tests::db::open_writable_in(&dir);
+    db.execute_batch(&sql)?;
+    drop(db);
+    std::fs::write(dir.join("done"), "")?;
+    eprintln!("xtask: seeded in {:.0} s", started.elapsed().as_secs_f64());
+    Ok(dir)
+}
+
+const SEED_SQL: &str = "
+PRAGMA synchronous = OFF;
+BEGIN;
+WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {JOBS})
+INSERT INTO jobs (id, owner_id, idempotency_key, fingerprint, kind, input, provider, status,
+                  version, result, completed_by, created_at, updated_at)
+SELECT printf('job_seed_%08d', i), printf('seed-owner-%02d', i % 100), printf('seed-key-%08d', i),
+       lower(hex(randomblob(32))), 'summarize',
+       '{\"text\":\"A seeded job, one of many, for the bench to create beside.\"}', 'primary',
+       'succeeded', 3, '{\"summary\":\"A seeded job.\"}', printf('att_seed_%08d', i),
+       strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-1 day'), strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-1 day')
+  FROM n;
+WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {JOBS})
+INSERT INTO attempts (id, job_id, n, provider, state, started_at, dispatched_at, finished_at)
+SELECT printf('att_seed_%08d', i), printf('job_seed_%08d', i), 1, 'primary', 'succeeded',
+       strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-1 day'), strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-1 day'),
+       strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-1 day')
+  FROM n;
+COMMIT;
+";
+
+/// Mean of a figure over the rounds that have it.
+fn mean(rounds: &[BTreeMap<&str, Outcome>], name: &str, figure: fn(&Outcome) -> f64) -> f64 {
+    let values: Vec<f64> = rounds
+        .iter()
+        .filter_map(|r| r.get(name))
+        .map(figure)
+        .collect();
+    values.iter().sum::<f64>() / (values.len().max(1) as f64)
+}
+
+/// `a / b` in each round that has both.
+fn ratios(
+    rounds: &[BTreeMap<&str, Outcome>],
+    a: &str,
+    b: &str,
+    figure: fn(&Outcome) -> f64,
+) -> Vec<f64> {
+    rounds
+        .iter()
+        .filter_map(|r| Some(figure(r.get(a)?) / figure(r.get(b)?)))
+        .collect()
+}
+
+fn results(
+    rounds: &[BTreeMap<&str, Outcome>],
+    e2e: &Value,
+    dispatch: &Value,
+    sizes: &Value,
+    plan: &Plan,
+    bench_time: Duration,
+    build_time: Duration,
+) -> Value {
+    let rate = |o: &Outcome| o.rate;
+    let p50 = |o: &Outcome| o.p50_ms;
+    let mut workloads = serde_json::Map::new();
+    for name in WORKLOADS {
+        if rounds.iter().all(|r| !r.contains_key(name)) {
+            continue;
+        }
+        let trips: BTreeMap<u32, usize> = rounds
+            .iter()
+            .filter_map(|r| r.get(name))
+            .flat_map(|o| o.round_trips.clone())
+            .fold(BTreeMap::new(), |mut m, (k, v)| {
+                *m.entry(k).or_default() += v;
+                m
+            });
+        workloads.insert(
+            name.into(),
+            json!({
+                "rate": mean(rounds, name, rate),
+                "p50_ms": mean(rounds, name, p50),
+                "p99_ms": mean(rounds, name, |o| o.p99_ms),
+                "requests": rounds.iter().filter_map(|r| r.get(name)).map(|o| o.requests).sum::<usize>(),
+                "per_round": rounds.iter().filter_map(|r| r.get(name)).map(|o| o.rate).collect::<Vec<_>>(),
+                "round_trips": trips,
+            }),
+        );
+    }
+    let ratio_of = |a, b| ratios(rounds, a, b, rate);
+    let figures = json!({
+        "create / insert": ratio_of("create", "insert"),
+        "replay / create": ratio_of("replay", "create"),
+        "read_304 / ok": ratio_of("read_304", "ok"),
+        "create_1m p50 / create p50": ratios(rounds, "create_1m", "create", p50),
+        "round trips (create, replay, read_304, completion)": [
+            workloads.get("create").map(|w| w["round_trips"].clone()),
+            workloads.get("replay").map(|w| w["round_trips"].clone()),
+            workloads.get("read_304").map(|w| w["round_trips"].clone()),
+            dispatch["complete"].clone(),
+        ],
+        "worker gzip bytes": sizes["worker"]["gzip"],
+        "sdk gzip bytes": sizes["sdk"]["gzip"],
+    });
+    json!({
+        "plan": {"rounds": plan.rounds, "warmup_ms": plan.warmup_ms,
+                 "measured_ms": plan.measured_ms, "connections": CONNECTIONS,
+                 "e2e_jobs": plan.e2e_jobs, "seeded_jobs": plan.seeded_jobs},
+        "seconds": {"bench": bench_time.as_secs_f64(), "builds": build_time.as_secs_f64()},
+        "workloads": workloads,
+        "end_to_end": e2e,
+        "dispatch_round_trips": dispatch,
+        "sizes": sizes,
+        "figures": figures,
+        "targets": TARGETS.iter().map(|(f, op, bound)| json!({"figure": f, "op": op, "bound": bound, "met": met(&figures[*f], op, *bound)})).collect::<Vec<_>>(),
+    })
+}
+
+/// Whether every value of a figure meets its target (ratios: every round; round trips:
+/// every answer said exactly 1).
+fn met(figure: &Value, op: &str, bound: f64) -> Option<bool> {
+    let check = |x: f64| match op {
+        ">=" => x >= bound,
+        "<=" => x <= bound,
+        _ => x == bound,
+    };
+    match figure {
+        Value::Number(n) => n.as_f64().map(check),
+        Value::Array(items) if op == "==" => Some(items.iter().all(|i| match i {
+            Value::Object(counts) => counts.len() == 1 && counts.contains_key("1"),
+            Value::Number(n) => n.as_f64() == Some(bound),
+            _ => false,
+        })),
+        Value::Array(items) if !items.is_empty() => {
+            Some(items.iter().all(|i| i.as_f64().is_some_and(check)))
+        }
+        _ => None,
+    }
+}
+
+fn print(results: &Value) {
+    println!(
+        "{:<12} {:>9} {:>9} {:>9}  round trips",
+        "workload", "req/s", "p50 ms", "p99 ms"
+    );
+    if let Some(workloads) = results["workloads"].as_object() {
+        for (name, w) in workloads {
+            println!(
+                "{:<12} {:>9.0} {:>9.2} {:>9.2}  {}",
+                name,
+                w["rate"].as_f64().unwrap_or(0.0),
+                w["p50_ms"].as_f64().unwrap_or(0.0),
+                w["p99_ms"].as_f64().unwrap_or(0.0),
+                w["round_trips"]
+            );
+        }
+    }
+    println!("end to end: {}", results["end_to_end"]);
+    for target in results["targets"].as_array().into_iter().flatten() {
+        let figure = target["figure"].as_str().unwrap_or_default();
+        println!(
+            "{figure}: {} (target {} {}; met: {})",
+            results["figures"][figure],
+            target["op"].as_str().unwrap_or_default(),
+            target["bound"],
+            target["met"]
+        );
+    }
+}
+
+/// `date -u`, for the report's heading.
+fn today() -> String {
+    std::process::Command::new("date")
+        .args(["-u", "+%Y-%m-%d %H:%M UTC"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default()
 }

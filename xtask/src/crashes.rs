@@ -54,6 +54,8 @@ fn start(
             persist: persist.to_path_buf(),
             vars: vars.to_vec(),
             log: Some(root.join(format!("target/xtask/crash-wrangler-{life}.log"))),
+            config: None,
+            log_level: None,
         },
     )
 }

@@ -46,6 +46,8 @@ pub(crate) fn run(flags: &crate::Dev) -> Result<()> {
             persist,
             vars: Vec::new(),
             log: None,
+            config: None,
+            log_level: None,
         },
     )?;
     // The fallback must be certified before failover may go to it; against the mock

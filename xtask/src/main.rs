@@ -11,7 +11,8 @@
 //! - `token --owner NAME [--admin] [--ttl SECONDS]`: a bearer token for the local secret.
 //! - `build-edge`: build the Worker (wrangler's `[build] command`).
 //! - `sdk`: build the npm package `onceclick` (web and bundler) and print its gzip size.
-//! - `bench`: request rates of create, replay and read, side by side in one run.
+//! - `bench`: onceclick against a baseline Worker in one run (`bench.rs`); writes
+//!   BENCHMARKS.md and bench/results.json. `load` is its load generator (`load.rs`).
 //! - `lint`: `cargo fmt --check` and clippy (`-D warnings`) on every crate.
 //! - `certify --provider NAME [--url URL]`: prompt sizes against `max_prompt_tokens`,
 //!   then certification on a running Worker (default: the one `dev` serves).
@@ -20,9 +21,11 @@
 //! is an error. `cargo xtask --help` prints every command with its flags.
 
 mod bench;
+mod bench_report;
 mod certify;
 mod crashes;
 mod dev;
+mod load;
 mod sdk;
 mod test;
 mod test_worker;
@@ -31,11 +34,10 @@ mod wrangler;
 
 use anyhow::{bail, Result};
 use std::ffi::OsString;
-use test_worker::TestWorker;
 use tools::{project_root, Tools};
 
 /// Printed after every parse error; `usage_says_what_parses` keeps it true to the grammar.
-const USAGE: &str = "usage: cargo xtask <dev [--port N] | test [--browser] [--soak] [--only NAME] | token --owner NAME [--admin] [--ttl SECONDS] | build-edge | lint | sdk | bench | certify --provider NAME [--url URL]>";
+const USAGE: &str = "usage: cargo xtask <dev [--port N] | test [--browser] [--soak] [--only NAME] | token --owner NAME [--admin] [--ttl SECONDS] | build-edge | lint | sdk | bench | load | certify --provider NAME [--url URL]>";
 
 // One struct per command with its own flags, and `XtaskCmd`, the enum of them: generated
 // below from this grammar by `UPDATE_XFLAGS=1 cargo build -p xtask`.
@@ -72,8 +74,10 @@ xflags::xflags! {
         cmd lint {}
         /// Build the npm package `onceclick` and print its gzip size.
         cmd sdk {}
-        /// Request rates of create, replay and read.
+        /// onceclick against a baseline Worker; writes BENCHMARKS.md.
         cmd bench {}
+        /// The bench's load generator: a spec on stdin, figures on stdout.
+        cmd load {}
         /// Prompt sizes, then certification of a provider on a running Worker.
         cmd certify {
             /// A provider that wrangler.toml's PROVIDERS names.
@@ -101,6 +105,7 @@ pub enum XtaskCmd {
     Lint(Lint),
     Sdk(Sdk),
     Bench(Bench),
+    Load(Load),
     Certify(Certify),
 }
 
@@ -134,6 +139,9 @@ pub struct Sdk;
 
 #[derive(Debug)]
 pub struct Bench;
+
+#[derive(Debug)]
+pub struct Load;
 
 #[derive(Debug)]
 pub struct Certify {
@@ -191,13 +199,8 @@ fn real_main() -> Result<()> {
         XtaskCmd::BuildEdge(_) => wrangler::build_edge(&Tools::bootstrap()?),
         XtaskCmd::Lint(_) => test::lint(&project_root()),
         XtaskCmd::Sdk(_) => sdk::build(&Tools::bootstrap()?),
-        XtaskCmd::Bench(_) => {
-            let tools = Tools::bootstrap()?;
-            let root = project_root();
-            wrangler::build_edge(&tools)?;
-            let worker = TestWorker::start(&tools, &root)?;
-            bench::run(&worker.server.url, &worker.secret)
-        }
+        XtaskCmd::Bench(_) => bench::run(&Tools::bootstrap()?, &bench::FULL).map(drop),
+        XtaskCmd::Load(_) => load::main(),
         XtaskCmd::Certify(flags) => {
             let root = project_root();
             let admin =

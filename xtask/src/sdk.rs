@@ -1,21 +1,13 @@
 //! The browser SDK: `cargo xtask sdk` builds the npm package; `browser_tests` runs its
 //! tests in headless Chromium against the Worker under test.
 
-use crate::tools::{run, Tools};
+use crate::tools::{gzip_len, run, Tools};
 use crate::wrangler::free_port;
-use anyhow::{bail, Context, Result};
-use std::io::Write;
+use anyhow::{bail, Result};
 use std::path::Path;
 
 /// The size budget of the package: wasm plus JS glue, gzipped.
-const BUDGET_BYTES: usize = 60 * 1024;
-
-fn gzip_len(path: &Path) -> Result<usize> {
-    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
-    encoder.write_all(&bytes)?;
-    Ok(encoder.finish()?.len())
-}
+pub(crate) const BUDGET_BYTES: usize = 60 * 1024;
 
 /// `wasm-pack build --release` of `sdk/` for `target` into `out_dir` (relative to `sdk/`).
 fn wasm_pack_build(tools: &Tools, target: &str, out_dir: &str) -> Result<()> {
@@ -47,8 +39,7 @@ pub(crate) fn build(tools: &Tools) -> Result<()> {
         wasm_pack_build(tools, target, &format!("pkg/{target}"))?;
     }
     let pkg = root.join("sdk/pkg/web");
-    let wasm = gzip_len(&pkg.join("onceclick_bg.wasm"))?;
-    let glue = gzip_len(&pkg.join("onceclick.js"))?;
+    let (wasm, glue) = sizes(root)?;
     let total = wasm + glue;
     println!(
         "sdk size (gzip): wasm {wasm} B + JS glue {glue} B = {total} B (budget {BUDGET_BYTES} B)"
@@ -95,4 +86,13 @@ pub(crate) fn browser_tests(
         )
         .env("ONCECLICK_SDK_TOKEN", token)
         .env("ONCECLICK_MOCK_URL", mock_url))
+}
+
+/// gzip bytes of the built package (`sdk/pkg/web`): its wasm and its JS glue.
+pub(crate) fn sizes(root: &Path) -> Result<(usize, usize)> {
+    let pkg = root.join("sdk/pkg/web");
+    Ok((
+        gzip_len(&pkg.join("onceclick_bg.wasm"))?,
+        gzip_len(&pkg.join("onceclick.js"))?,
+    ))
 }

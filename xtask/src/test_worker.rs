@@ -20,14 +20,41 @@ pub(crate) struct TestWorker {
     pub(crate) log: PathBuf,
 }
 
+/// How a [`TestWorker`] differs between the tests and the bench.
+pub(crate) struct Launch<'a> {
+    /// `wrangler dev --log-level` (see `DevOptions::log_level`).
+    pub(crate) log_level: Option<&'static str>,
+    /// The tests' extras: fault injection, a quick reconciler, small purge chunks.
+    pub(crate) test_vars: bool,
+    /// Start from a copy of this `--persist-to` folder (already migrated and seeded)
+    /// instead of a freshly migrated D1.
+    pub(crate) persist_from: Option<&'a Path>,
+}
+
 impl TestWorker {
+    /// The Worker as the tests run it.
     pub(crate) fn start(tools: &Tools, root: &Path) -> Result<Self> {
+        Self::launch(
+            tools,
+            root,
+            &Launch {
+                log_level: None,
+                test_vars: true,
+                persist_from: None,
+            },
+        )
+    }
+
+    pub(crate) fn launch(tools: &Tools, root: &Path, how: &Launch<'_>) -> Result<Self> {
         let scratch = root.join("target/xtask");
         std::fs::create_dir_all(&scratch)?;
         let port = wrangler::free_port()?;
         let persist = scratch.join(format!("d1-{port}"));
         let _ = std::fs::remove_dir_all(&persist);
-        wrangler::migrate(tools, &persist, true)?;
+        match how.persist_from {
+            Some(from) => crate::tools::copy_dir(from, &persist)?,
+            None => wrangler::migrate(tools, &persist, true)?,
+        }
         let secret = tools::random_secret()?;
         let mock_port = wrangler::free_port()?;
         onceclick_tests::mock::spawn(mock_port)?;
@@ -36,24 +63,31 @@ impl TestWorker {
             "xtask: starting wrangler dev on 127.0.0.1:{port} (log: {})",
             log.display()
         );
+        let mut vars: Vec<(String, String)> = vec![
+            ("AUTH_SECRET".into(), secret.clone()),
+            (
+                "PROVIDERS".into(),
+                onceclick_tests::mock::providers_var(mock_port, TEST_TIMEOUT_MS, Some(200)),
+            ),
+            ("FALLBACK_API_KEY".into(), "test-key".into()),
+        ];
+        if how.test_vars {
+            vars.extend([
+                ("ALLOW_FAULT_INJECTION".into(), "true".into()),
+                ("RECONCILE_STARTING_AFTER_MS".into(), "1500".into()),
+                // Small purge chunks, so that the retention test crosses several.
+                ("PURGE_CHUNK".into(), "2".into()),
+            ]);
+        }
         let server = Wrangler::start(
             tools,
             DevOptions {
                 port,
                 persist: persist.clone(),
-                vars: vec![
-                    ("AUTH_SECRET".into(), secret.clone()),
-                    (
-                        "PROVIDERS".into(),
-                        onceclick_tests::mock::providers_var(mock_port, TEST_TIMEOUT_MS, Some(200)),
-                    ),
-                    ("FALLBACK_API_KEY".into(), "test-key".into()),
-                    ("ALLOW_FAULT_INJECTION".into(), "true".into()),
-                    ("RECONCILE_STARTING_AFTER_MS".into(), "1500".into()),
-                    // Small purge chunks, so that the retention test crosses several.
-                    ("PURGE_CHUNK".into(), "2".into()),
-                ],
+                vars,
                 log: Some(log.clone()),
+                config: None,
+                log_level: how.log_level,
             },
         )?;
 

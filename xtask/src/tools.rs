@@ -5,6 +5,7 @@
 
 use anyhow::{bail, Context, Result};
 use sha2::{Digest, Sha256};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -139,10 +140,7 @@ fn install_npm_tools(root: &Path, cache: &Path) -> Result<PathBuf> {
     let lock =
         std::fs::read(root.join("package-lock.json")).context("reading package-lock.json")?;
     let manifest = std::fs::read(root.join("package.json")).context("reading package.json")?;
-    let mut hasher = Sha256::new();
-    hasher.update(&lock);
-    hasher.update(&manifest);
-    let digest = hex::encode(hasher.finalize());
+    let digest = sha256_hex(&[lock.as_slice(), manifest.as_slice()].concat());
     let dir = cache.join(format!("npm-{}", &digest[..12]));
     let marker = dir.join(".installed");
     if marker.exists() {
@@ -169,7 +167,7 @@ fn install_npm_tools(root: &Path, cache: &Path) -> Result<PathBuf> {
 pub(crate) fn schemathesis(root: &Path) -> Result<PathBuf> {
     let requirements = root.join("xtask/schemathesis-requirements.txt");
     let text = std::fs::read(&requirements).context("reading the schemathesis requirements")?;
-    let digest = hex::encode(Sha256::digest(&text));
+    let digest = sha256_hex(&text);
     let venv = cache_dir()?.join(format!("schemathesis-{}", &digest[..12]));
     let st = venv.join("bin/st");
     if venv.join(".installed").exists() && st.exists() {
@@ -190,4 +188,25 @@ pub(crate) fn random_secret() -> Result<String> {
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
     Ok(hex::encode(bytes))
+}
+
+/// Copies the folder `from` to `to` (`cp -r`, sharing blocks where the file system can).
+pub(crate) fn copy_dir(from: &Path, to: &Path) -> Result<()> {
+    run(Command::new("cp")
+        .args(["-r", "--reflink=auto"])
+        .arg(from)
+        .arg(to))
+}
+
+/// SHA-256 of `bytes`, in hex: names cache folders by what they were built from.
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// The bytes of `path` after `gzip -9`.
+pub(crate) fn gzip_len(path: &Path) -> Result<usize> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    encoder.write_all(&bytes)?;
+    Ok(encoder.finish()?.len())
 }

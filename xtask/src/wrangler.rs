@@ -21,32 +21,67 @@ fn newest(path: &Path) -> SystemTime {
     children.fold(own, SystemTime::max)
 }
 
-/// Builds `edge/` with worker-build unless its output is newer than every input.
-pub(crate) fn build_edge(tools: &Tools) -> Result<()> {
-    let root = &tools.root;
-    let out = root.join("edge/build/worker/shim.mjs");
-    let built = std::fs::metadata(&out).and_then(|m| m.modified()).ok();
-    let inputs = [
+/// A Worker crate that xtask builds with worker-build: its folder, and what its output
+/// depends on (relative to the project root).
+pub(crate) struct WorkerCrate {
+    pub(crate) dir: &'static str,
+    inputs: &'static [&'static str],
+}
+
+/// onceclick's Worker.
+pub(crate) const EDGE: WorkerCrate = WorkerCrate {
+    dir: "edge",
+    inputs: &[
         "edge/src",
         "edge/kinds",
         "edge/Cargo.toml",
         "protocol/src",
         "protocol/Cargo.toml",
+        "Cargo.toml",
         "Cargo.lock",
         ".cargo/config.toml",
-    ];
-    let newest_input = inputs
+    ],
+};
+
+/// The bench's baseline Worker (`bench/baseline`): same pins, profile and build.
+pub(crate) const BASELINE: WorkerCrate = WorkerCrate {
+    dir: "bench/baseline",
+    inputs: &[
+        "bench/baseline/src",
+        "bench/baseline/Cargo.toml",
+        "Cargo.toml",
+        "Cargo.lock",
+        ".cargo/config.toml",
+    ],
+};
+
+/// Builds `edge/` (see [`build`]).
+pub(crate) fn build_edge(tools: &Tools) -> Result<()> {
+    build(tools, &EDGE)
+}
+
+/// Builds a Worker crate with `worker-build --release` unless its output is newer than
+/// every input.
+pub(crate) fn build(tools: &Tools, krate: &WorkerCrate) -> Result<()> {
+    let root = &tools.root;
+    let out = root.join(krate.dir).join("build/worker/shim.mjs");
+    let built = std::fs::metadata(&out).and_then(|m| m.modified()).ok();
+    let newest_input = krate
+        .inputs
         .iter()
         .map(|p| newest(&root.join(p)))
         .fold(SystemTime::UNIX_EPOCH, SystemTime::max);
     if built.is_some_and(|b| b >= newest_input) {
         return Ok(());
     }
-    eprintln!("xtask: building the Worker (worker-build --release)");
+    eprintln!(
+        "xtask: building the Worker in {}/ (worker-build --release)",
+        krate.dir
+    );
     run(tools
         .command("worker-build")
         .arg("--release")
-        .current_dir(root.join("edge")))
+        .current_dir(root.join(krate.dir)))
 }
 
 /// A port the OS says is free right now.
@@ -56,9 +91,23 @@ pub(crate) fn free_port() -> Result<u16> {
 
 /// Applies `edge/migrations` to the local D1 kept in `persist`.
 pub(crate) fn migrate(tools: &Tools, persist: &Path, quiet: bool) -> Result<()> {
+    migrate_with(tools, None, persist, quiet)
+}
+
+/// Applies the migrations of the Worker that `config` (a wrangler.toml; the root one
+/// when `None`) describes to the local D1 kept in `persist`.
+pub(crate) fn migrate_with(
+    tools: &Tools,
+    config: Option<&Path>,
+    persist: &Path,
+    quiet: bool,
+) -> Result<()> {
     let mut cmd = tools.command("wrangler");
     cmd.args(["d1", "migrations", "apply", "DB", "--local", "--persist-to"])
         .arg(persist);
+    if let Some(config) = config {
+        cmd.arg("--config").arg(config);
+    }
     if quiet {
         let out = cmd
             .output()
@@ -84,6 +133,11 @@ pub(crate) struct DevOptions {
     pub(crate) vars: Vec<(String, String)>,
     /// Where its output goes; `None` inherits the terminal.
     pub(crate) log: Option<PathBuf>,
+    /// Another wrangler.toml than the root one (the bench's baseline).
+    pub(crate) config: Option<PathBuf>,
+    /// `--log-level`; `None` keeps wrangler's default, which prints the Worker's
+    /// `console.log` lines (tests read them). The bench runs every server at `error`.
+    pub(crate) log_level: Option<&'static str>,
 }
 
 /// A running `wrangler dev`, stopped (with workerd) when dropped.
@@ -103,6 +157,12 @@ impl Wrangler {
             .arg("--persist-to")
             .arg(&opts.persist)
             .args(["--test-scheduled", "--show-interactive-dev-session=false"]);
+        if let Some(config) = &opts.config {
+            cmd.arg("--config").arg(config);
+        }
+        if let Some(level) = opts.log_level {
+            cmd.arg("--log-level").arg(level);
+        }
         for (name, value) in &opts.vars {
             cmd.arg("--var").arg(format!("{name}:{value}"));
         }

@@ -146,6 +146,11 @@ impl Store {
         self.fault(op, When::Before).map_or(Ok(()), Err)
     }
 
+    /// The D1 round trips made so far.
+    pub(crate) fn round_trips(&self) -> u32 {
+        self.round_trips.get()
+    }
+
     /// `Server-Timing` value: `d1;dur=…;desc="round trips=N"`.
     pub(crate) fn server_timing(&self) -> String {
         format!(

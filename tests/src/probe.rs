@@ -1,0 +1,136 @@
+//! D1 round trips per operation, read from the Worker itself: `Server-Timing` on the
+//! answers to create, replay and a 304 read, and the `dispatched` line that the queue
+//! consumer logs for the claim and for what follows it (the provider's answer and the
+//! compare-and-swap completion). `cargo xtask test` asserts them (`tests/budgets.rs`)
+//! and `cargo xtask bench` reports them.
+
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use serde_json::Value;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Round trips of one job's life, when nothing goes wrong.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RoundTrips {
+    pub create: u32,
+    pub replay: u32,
+    pub read_304: u32,
+    /// The dispatcher's claim of the attempt.
+    pub claim: u32,
+    /// Everything after the claim: the completion, when the provider answers at once.
+    pub complete: u32,
+}
+
+/// N from a `Server-Timing` value `d1;dur=…;desc="round trips=N"`.
+pub fn server_timing_round_trips(value: &str) -> Option<u32> {
+    let (_, rest) = value.split_once("round trips=")?;
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+/// Creates one job (as owner `probe-<random>`), replays it, waits for it to succeed,
+/// reads it with `If-None-Match`, and reads the consumer's `dispatched` line from `log`
+/// (the Worker must log at wrangler's default level).
+pub async fn round_trips(base: &str, secret: &str, log: &Path) -> Result<RoundTrips> {
+    let owner = crate::client::unique("probe");
+    let token = crate::auth::mint(secret, &owner, false, 600)?;
+    let http = reqwest::Client::new();
+    let body = r#"{"kind":"summarize","input":{"text":"One job whose round trips are counted."}}"#;
+    let trips = |r: &reqwest::Response| {
+        r.headers()
+            .get("server-timing")
+            .and_then(|v| v.to_str().ok())
+            .and_then(server_timing_round_trips)
+    };
+    let create = || {
+        http.post(format!("{base}/v1/jobs"))
+            .bearer_auth(&token)
+            .header("Idempotency-Key", "probe")
+            .body(body)
+            .send()
+    };
+    let created = create().await?;
+    let (status, create_trips) = (created.status().as_u16(), trips(&created));
+    let job: Value = created.json().await?;
+    if status != 201 {
+        bail!("create answered {status}: {job}");
+    }
+    let id = job["id"].as_str().context("the job has no id")?.to_owned();
+    let replayed = create().await?;
+    if replayed.status().as_u16() != 200 {
+        bail!("replay answered {}", replayed.status());
+    }
+    let replay_trips = trips(&replayed);
+
+    let by = Instant::now() + Duration::from_secs(30);
+    let (etag, attempt) = loop {
+        let got = http
+            .get(format!("{base}/v1/jobs/{id}"))
+            .bearer_auth(&token)
+            .send()
+            .await?;
+        let etag = got
+            .headers()
+            .get("etag")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        let job: Value = got.json().await?;
+        if job["status"] == "succeeded" {
+            let attempt = job["attempts"][0]["id"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            break (etag, attempt);
+        }
+        if Instant::now() > by {
+            bail!("the probe's job did not succeed in 30 s: {job}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let read = http
+        .get(format!("{base}/v1/jobs/{id}"))
+        .bearer_auth(&token)
+        .header("If-None-Match", &etag)
+        .send()
+        .await?;
+    if read.status().as_u16() != 304 {
+        bail!("a read with the job's ETag answered {}", read.status());
+    }
+    let read_trips = trips(&read);
+
+    let (claim, complete) = dispatched_line(log, &attempt, by).await?;
+    Ok(RoundTrips {
+        create: create_trips.context("create sent no Server-Timing")?,
+        replay: replay_trips.context("replay sent no Server-Timing")?,
+        read_304: read_trips.context("the 304 sent no Server-Timing")?,
+        claim,
+        complete,
+    })
+}
+
+/// The consumer's `{"event":"dispatched","attempt_id":…,"round_trips":{"claim":…,
+/// "after_claim":…}}` line for `attempt`, waited for until `by`.
+async fn dispatched_line(log: &Path, attempt: &str, by: Instant) -> Result<(u32, u32)> {
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let found = text
+            .lines()
+            .filter(|l| l.contains("\"event\":\"dispatched\"") && l.contains(attempt))
+            .find_map(|l| {
+                let start = l.find('{')?;
+                serde_json::from_str::<Value>(&l[start..]).ok()
+            });
+        if let Some(line) = found {
+            let get = |k: &str| line["round_trips"][k].as_u64().map(|n| n as u32);
+            return get("claim")
+                .zip(get("after_claim"))
+                .with_context(|| format!("a dispatched line without round trips: {line}"));
+        }
+        if Instant::now() > by {
+            bail!("the consumer logged no dispatched line for {attempt}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

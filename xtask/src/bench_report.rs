@@ -1,0 +1,147 @@
+//! BENCHMARKS.md from one bench run (`bench.rs`): every figure beside its baseline and
+//! its target, then `bench/ANALYSIS.md`, the committed account of what was changed, what
+//! each lever bought and why a missed target was left missed.
+
+use serde_json::Value;
+use std::fmt::Write;
+
+fn f(v: &Value) -> f64 {
+    v.as_f64().unwrap_or(f64::NAN)
+}
+
+fn list(v: &Value, digits: usize) -> String {
+    match v {
+        Value::Array(items) => items
+            .iter()
+            .map(|i| match i {
+                Value::Number(_) => format!("{:.digits$}", f(i)),
+                other => other.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join(" / "),
+        Value::Number(_) => format!("{:.digits$}", f(v)),
+        other => other.to_string(),
+    }
+}
+
+/// The whole file.
+pub(crate) fn render(r: &Value) -> String {
+    let mut md = String::new();
+    let plan = &r["plan"];
+    let _ = writeln!(
+        md,
+        "# Benchmarks\n\nWritten by `cargo xtask bench` ({}; {} rounds of {} ms per workload after {} ms of warm-up, {} connections, the second round in reverse order; {:.0} s). Every server ran under `wrangler dev --log-level error` on loopback, on this 2-core machine, beside the load generator (`cargo xtask load`, one thread). Absolute rates move by a quarter from run to run here; the ratios, taken inside one round, are the figures. Raw numbers: `bench/results.json`.\n",
+        r["date"].as_str().unwrap_or("this run"),
+        plan["rounds"],
+        plan["measured_ms"],
+        plan["warmup_ms"],
+        plan["connections"],
+        f(&r["seconds"]["bench"]),
+    );
+
+    let _ = writeln!(
+        md,
+        "## Targets\n\n| figure | measured (per round) | target | met |\n|---|---|---|---|"
+    );
+    for t in r["targets"].as_array().into_iter().flatten() {
+        let name = t["figure"].as_str().unwrap_or_default();
+        let figure = &r["figures"][name];
+        let digits = if name.contains("bytes") { 0 } else { 2 };
+        let bound = if name.contains("bytes") {
+            format!("{:.0}", f(&t["bound"]))
+        } else {
+            format!("{}", f(&t["bound"]))
+        };
+        let met = match t["met"].as_bool() {
+            Some(true) => "yes",
+            Some(false) => "**no**",
+            None => "n/a",
+        };
+        let _ = writeln!(
+            md,
+            "| {name} | {} | {} {bound} | {met} |",
+            list(figure, digits),
+            t["op"].as_str().unwrap_or_default()
+        );
+    }
+
+    let _ = writeln!(
+        md,
+        "\n## Requests\n\n| workload | server | req/s (per round) | p50 ms | p99 ms | D1 round trips (answers) |\n|---|---|---|---|---|---|"
+    );
+    let servers = [
+        ("ok", "baseline: GET returning \"ok\", no D1"),
+        ("insert", "baseline: one bare INSERT"),
+        ("create", "onceclick: POST /v1/jobs, fresh keys"),
+        ("replay", "onceclick: POST /v1/jobs, one key again"),
+        ("read_304", "onceclick: GET /v1/jobs/{id}, If-None-Match"),
+        ("create_1m", "onceclick, 1,000,000 jobs in D1: create"),
+    ];
+    for (name, what) in servers {
+        let w = &r["workloads"][name];
+        if w.is_null() {
+            continue;
+        }
+        let _ = writeln!(
+            md,
+            "| {name} | {what} | {:.0} ({}) | {:.2} | {:.2} | {} |",
+            f(&w["rate"]),
+            list(&w["per_round"], 0),
+            f(&w["p50_ms"]),
+            f(&w["p99_ms"]),
+            w["round_trips"]
+        );
+    }
+
+    let e = &r["end_to_end"];
+    let d = &r["dispatch_round_trips"];
+    let _ = writeln!(
+        md,
+        "\n## End to end and the completion\n\n{} jobs created at once by {} connections, then run by the queue consumer against the mock provider, which answers at once:\n\n- jobs completed per second, from the first `created_at` to the last `succeeded`: **{:.0}** (created at {:.0} req/s);\n- the compare-and-swap completion, claim to CAS by D1's clock: {:.0} per second, p50 {:.1} ms, p99 {:.1} ms;\n- D1 round trips of one dispatch (from the consumer's `dispatched` log line): claim {}, then {} for the provider's answer and its completion.\n",
+        e["jobs"], plan["connections"], f(&e["jobs_per_s"]), f(&e["create_rate"]),
+        f(&e["completion_per_s"]), f(&e["completion_p50_ms"]), f(&e["completion_p99_ms"]),
+        d["claim"], d["complete"]
+    );
+
+    let s = &r["sizes"];
+    let _ = writeln!(
+        md,
+        "## Sizes and the wasm start\n\n| | gzip bytes (wasm + JS) | raw wasm | compile + instantiate, V8 default | all TurboFan |\n|---|---|---|---|---|"
+    );
+    for (name, what) in [
+        ("worker", "onceclick Worker"),
+        ("baseline", "baseline Worker"),
+    ] {
+        let x = &s[name];
+        let _ = writeln!(
+            md,
+            "| {what} | {:.0} ({:.0} + {:.0}) | {:.0} | {:.1} ms | {:.1} ms |",
+            f(&x["gzip"]),
+            f(&x["wasm_gzip"]),
+            f(&x["js_gzip"]),
+            f(&x["wasm_raw"]),
+            f(&x["start"]["default"]),
+            f(&x["start"]["eager_turbofan"])
+        );
+    }
+    let x = &s["sdk"];
+    let _ = writeln!(
+        md,
+        "| SDK (`sdk/pkg/web`) | {:.0} ({:.0} + {:.0}) | | | |\n\nWorker sizes are what `wrangler deploy --dry-run --outdir` bundles. The start is Node's V8 (the engine workerd embeds) compiling and instantiating the wasm with its imports stubbed: median of 5 fresh processes.\n",
+        f(&x["gzip"]), f(&x["wasm_gzip"]), f(&x["js_gzip"])
+    );
+    if !r["sdk_submit"].is_null() {
+        let _ = writeln!(
+            md,
+            "SDK in Chromium, `submit()` to the request leaving (the key stored first): {}\n",
+            r["sdk_submit"]
+        );
+    }
+    md.push_str(
+        &r["analysis"]
+            .as_str()
+            .unwrap_or_default()
+            .replace("\r\n", "\n"),
+    );
+    md
+}
