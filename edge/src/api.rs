@@ -15,7 +15,7 @@ use worker::{Env, Headers, Method, Request, Response};
 
 /// Answers one request. Never fails: every error becomes problem+json here, and every
 /// answer carries `Server-Timing` with the D1 round trips it made.
-pub(crate) async fn handle(mut req: Request, env: &Env) -> Response {
+pub(crate) async fn handle(mut req: Request, env: &Env, worker: &worker::Context) -> Response {
     let fault = fault::header(&req, env);
     let faults = match fault.as_deref().map(fault::parse).transpose() {
         Ok(faults) => faults.unwrap_or_default(),
@@ -27,6 +27,7 @@ pub(crate) async fn handle(mut req: Request, env: &Env) -> Response {
     };
     let ctx = Ctx {
         env,
+        worker,
         store: &store,
         fault,
     };

@@ -99,7 +99,7 @@ pub(crate) async fn create(
         .await?;
     match outcome {
         NewAttemptOutcome::Created(stored) => {
-            dispatch::enqueue(ctx.env, &attempt_id, ctx.fault.as_deref()).await;
+            dispatch::enqueue_after_response(ctx.worker, ctx.env, &attempt_id, ctx.fault.as_deref());
             attempt_answer(201, &stored, &attempt_id, false)
         }
         NewAttemptOutcome::Replayed { stored, attempt_id } => {

@@ -26,7 +26,8 @@ use serde_json::{json, Value};
 use std::future::Future;
 use std::time::Duration;
 use worker::{
-    console_error, console_log, Delay, Env, MessageBatch, MessageExt, QueueRetryOptionsBuilder,
+    console_error, console_log, Context, Delay, Env, MessageBatch, MessageExt,
+    QueueRetryOptionsBuilder,
 };
 
 /// The queue binding that carries dispatch messages.
@@ -58,6 +59,21 @@ pub(crate) struct PendingResult {
     pub(crate) job_id: String,
     pub(crate) provider: String,
     pub(crate) output: String,
+}
+
+/// Enqueues the dispatch of `attempt_id` once the response is on its way
+/// (`wait_until`), so that a create does not wait for the queue: a send that never
+/// happens (the isolate dies first) is a lost dispatch, which the reconciler resends.
+pub(crate) fn enqueue_after_response(
+    worker: &Context,
+    env: &Env,
+    attempt_id: &str,
+    fault: Option<&str>,
+) {
+    let env = env.clone();
+    let attempt_id = attempt_id.to_owned();
+    let fault = fault.map(str::to_owned);
+    worker.wait_until(async move { enqueue(&env, &attempt_id, fault.as_deref()).await });
 }
 
 /// Enqueues the dispatch of `attempt_id`. A lost enqueue is not an error for the
@@ -211,7 +227,7 @@ async fn run(env: &Env, store: &Store, attempt_id: &str) -> ApiResult<()> {
 /// What a claimed attempt needs before its provider call.
 struct Prepared<'a> {
     kind: &'static Kind,
-    configured: Vec<ProviderConfig>,
+    configured: std::rc::Rc<Vec<ProviderConfig>>,
     /// The attempt's provider, as configured now.
     provider: ProviderConfig,
     input: Value,

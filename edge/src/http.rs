@@ -12,6 +12,8 @@ use worker::{Env, Headers, Request, Response};
 /// Everything a handler may need about the request's world.
 pub(crate) struct Ctx<'a> {
     pub(crate) env: &'a Env,
+    /// The request's context: work that may finish after the response (`wait_until`).
+    pub(crate) worker: &'a worker::Context,
     pub(crate) store: &'a Store,
     /// Test-only faults this request armed (`X-Onceclick-Fault`), handed on to the
     /// dispatch of any attempt it creates.

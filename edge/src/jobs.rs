@@ -81,7 +81,7 @@ pub(crate) async fn create(
         return replay(stored, &request);
     }
     if !fault::drops_enqueue(ctx.fault.as_deref()) {
-        dispatch::enqueue(ctx.env, &attempt_id, ctx.fault.as_deref()).await;
+        dispatch::enqueue_after_response(ctx.worker, ctx.env, &attempt_id, ctx.fault.as_deref());
     }
     let headers = job_headers(&stored);
     let _ = headers.set("Location", &format!("/v1/jobs/{job_id}"));

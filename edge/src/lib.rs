@@ -28,8 +28,8 @@ use worker::{
 };
 
 #[event(fetch)]
-async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
-    Ok(api::handle(req, &env).await)
+async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
+    Ok(api::handle(req, &env, &ctx).await)
 }
 
 /// Never returns `Err`: each message is acked or retried inside.

@@ -1,15 +1,33 @@
 //! Provider configuration: the `PROVIDERS` var, a JSON array.
 
 pub(crate) use onceclick_protocol::contract::ProviderConfig;
+use std::cell::RefCell;
+use std::rc::Rc;
 
 /// The providers this deployment configures. A `PROVIDERS` that does not parse is a
 /// deployment error, not a client's: reported as internal.
-pub(crate) fn configured(env: &worker::Env) -> crate::error::ApiResult<Vec<ProviderConfig>> {
+pub(crate) fn configured(env: &worker::Env) -> crate::error::ApiResult<Rc<Vec<ProviderConfig>>> {
     let text = env
         .var("PROVIDERS")
         .map(|v| v.to_string())
         .unwrap_or_else(|_| "[]".to_owned());
-    ProviderConfig::parse_list(&text).map_err(crate::error::AppError::internal)
+    PARSED.with(|parsed| {
+        if let Some((seen, list)) = &*parsed.borrow() {
+            if *seen == text {
+                return Ok(list.clone());
+            }
+        }
+        let list =
+            Rc::new(ProviderConfig::parse_list(&text).map_err(crate::error::AppError::internal)?);
+        *parsed.borrow_mut() = Some((text, list.clone()));
+        Ok(list)
+    })
+}
+
+thread_local! {
+    /// `PROVIDERS` parsed once per isolate (the last text seen, and its list): it is
+    /// read on every create and every dispatch, and changes only with a deploy.
+    static PARSED: RefCell<Option<(String, Rc<Vec<ProviderConfig>>)>> = const { RefCell::new(None) };
 }
 
 /// The provider's API key, from the wrangler secret its config names.

@@ -48,11 +48,11 @@ pub(crate) async fn run(env: &Env, store: &Store) -> ApiResult<()> {
 
     let lost_grace = var_f64(env, "RECONCILE_LOST_GRACE_MS").unwrap_or(LOST_GRACE_MS);
     let rules: Vec<ReconcileRule> = providers::configured(env)?
-        .into_iter()
+        .iter()
         .map(|p| ReconcileRule {
             abandon_before: p.abandon_after_ms.map(|ms| clock::rfc3339(now - ms as f64)),
             lost_before: clock::rfc3339(now - p.timeout_ms as f64 - lost_grace),
-            provider: p.name,
+            provider: p.name.clone(),
         })
         .collect();
     let (abandoned, lost) = store.reconcile(&rules).await?;

@@ -81,8 +81,13 @@ const TARGETS: [(&str, &str, f64); 7] = [
 /// The servers of one bench run; stopped when dropped.
 struct Servers {
     baseline: Wrangler,
+    /// onceclick with no queue consumer: the request path alone (what a create leaves
+    /// for the dispatcher waits in the local queue).
     onceclick: TestWorker,
+    /// The same on a D1 seeded with `plan.seeded_jobs` jobs.
     seeded: Option<TestWorker>,
+    /// onceclick as deployed, its consumer dispatching: for the end-to-end figures.
+    dispatching: TestWorker,
     token: String,
     /// The seeded Worker has its own secret.
     seeded_token: String,
@@ -116,7 +121,9 @@ pub(crate) fn run(tools: &Tools, plan: &Plan) -> Result<Value> {
             let Some(spec) = spec(&servers, plan, name, round) else {
                 continue;
             };
-            let outcome = load::spawn(&spec)?;
+            let server = servers.server(name);
+            let cpu_before = server.cpu_time();
+            let mut outcome = load::spawn(&spec)?;
             if outcome.requests == 0 || !outcome.unexpected.is_empty() {
                 bail!(
                     "workload {name}: {} requests, unexpected answers {:?}, the first: {}",
@@ -129,11 +136,9 @@ pub(crate) fn run(tools: &Tools, plan: &Plan) -> Result<Value> {
                 "xtask: bench round {round} {name}: {:.0} req/s, p50 {:.2} ms, p99 {:.2} ms",
                 outcome.rate, outcome.p50_ms, outcome.p99_ms
             );
+            outcome.cpu_ms_per_request =
+                (server.cpu_time() - cpu_before).as_secs_f64() * 1e3 / outcome.issued.max(1) as f64;
             outcomes.insert(name, outcome);
-            // What a create enqueued runs now, not inside the next workload.
-            for worker in std::iter::once(&servers.onceclick).chain(&servers.seeded) {
-                drain(worker)?;
-            }
         }
         rounds.push(outcomes);
     }
@@ -172,16 +177,23 @@ pub(crate) fn run(tools: &Tools, plan: &Plan) -> Result<Value> {
 }
 
 fn start(tools: &Tools, root: &Path, seed: Option<&Path>) -> Result<Servers> {
-    let launch = |persist_from| Launch {
+    let no_consumer = without_consumer(root)?;
+    let launch = |persist_from, config: Option<&PathBuf>| Launch {
         log_level: Some("error"),
         test_vars: false,
         persist_from,
+        config: config.cloned(),
     };
-    let onceclick = TestWorker::launch(tools, root, &launch(None))?;
+    let onceclick = TestWorker::launch(tools, root, &launch(None, Some(&no_consumer)))?;
     let seeded = match seed {
-        Some(dir) => Some(TestWorker::launch(tools, root, &launch(Some(dir)))?),
+        Some(dir) => Some(TestWorker::launch(
+            tools,
+            root,
+            &launch(Some(dir), Some(&no_consumer)),
+        )?),
         None => None,
     };
+    let dispatching = TestWorker::launch(tools, root, &launch(None, None))?;
     let config = root.join("bench/baseline/wrangler.toml");
     let port = wrangler::free_port()?;
     let persist = root.join(format!("target/xtask/bench-baseline-{port}"));
@@ -199,7 +211,7 @@ fn start(tools: &Tools, root: &Path, seed: Option<&Path>) -> Result<Servers> {
         },
     )?;
 
-    // One job to replay and to read, settled so that its ETag holds.
+    // One job to replay and to read. Nothing dispatches it, so its ETag holds.
     let token = onceclick_tests::auth::mint(&onceclick.secret, "bench", false, 3600)?;
     let job = one_job(&onceclick.server.url, &token)?;
     let seeded_token = match &seeded {
@@ -210,6 +222,7 @@ fn start(tools: &Tools, root: &Path, seed: Option<&Path>) -> Result<Servers> {
         baseline,
         onceclick,
         seeded,
+        dispatching,
         token,
         seeded_token,
         job_path: format!("/v1/jobs/{}", job.0),
@@ -217,47 +230,82 @@ fn start(tools: &Tools, root: &Path, seed: Option<&Path>) -> Result<Servers> {
     })
 }
 
-/// Creates the job that replay and read use, and waits until it succeeded: its id and
-/// ETag.
+/// The root wrangler.toml without its queue consumer and cron (and without `[build]`:
+/// xtask has built the Worker), its paths made absolute, in
+/// `target/xtask/wrangler-no-consumer.toml`.
+fn without_consumer(root: &Path) -> Result<PathBuf> {
+    let text = std::fs::read_to_string(root.join("wrangler.toml"))?;
+    let mut config: toml::Table = text.parse().context("wrangler.toml does not parse")?;
+    config.remove("build");
+    config.remove("triggers");
+    if let Some(toml::Value::Table(queues)) = config.get_mut("queues") {
+        queues.remove("consumers");
+    }
+    let absolute = |v: &mut toml::Value| {
+        if let Some(path) = v.as_str() {
+            *v = toml::Value::String(root.join(path).to_string_lossy().into_owned());
+        }
+    };
+    if let Some(main) = config.get_mut("main") {
+        absolute(main);
+    }
+    if let Some(toml::Value::Table(assets)) = config.get_mut("assets") {
+        if let Some(dir) = assets.get_mut("directory") {
+            absolute(dir);
+        }
+    }
+    if let Some(toml::Value::Array(dbs)) = config.get_mut("d1_databases") {
+        for db in dbs {
+            if let Some(dir) = db.get_mut("migrations_dir") {
+                absolute(dir);
+            }
+        }
+    }
+    std::fs::create_dir_all(root.join("target/xtask"))?;
+    let path = root.join("target/xtask/wrangler-no-consumer.toml");
+    std::fs::write(&path, toml::to_string(&config)?)?;
+    Ok(path)
+}
+
+/// Creates the job that replay and read use: its id and ETag.
 fn one_job(url: &str, token: &str) -> Result<(String, String)> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async {
-        let http = reqwest::Client::new();
-        let created: Value = http
+        let created = reqwest::Client::new()
             .post(format!("{url}/v1/jobs"))
             .bearer_auth(token)
             .header("Idempotency-Key", "bench-seed")
             .body(BODY)
             .send()
-            .await?
-            .json()
             .await?;
-        let id = created["id"].as_str().unwrap_or_default().to_owned();
-        let by = Instant::now() + Duration::from_secs(30);
-        loop {
-            let got = http
-                .get(format!("{url}/v1/jobs/{id}"))
-                .bearer_auth(token)
-                .send()
-                .await?;
-            let etag = got
-                .headers()
-                .get("etag")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or_default()
-                .to_owned();
-            let job: Value = got.json().await?;
-            if job["status"] == "succeeded" {
-                return Ok((id, etag));
-            }
-            if Instant::now() > by {
-                bail!("the bench's seed job did not succeed in 30 s: {job}");
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        let etag = created
+            .headers()
+            .get("etag")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        let job: Value = created.json().await?;
+        match job["id"].as_str() {
+            Some(id) if !etag.is_empty() => Ok((id.to_owned(), etag)),
+            _ => bail!("the bench's seed job: {job}"),
         }
     })
+}
+
+impl Servers {
+    /// The server that workload `name` loads.
+    fn server(&self, name: &str) -> &Wrangler {
+        match name {
+            "ok" | "insert" => &self.baseline,
+            "create_1m" => self
+                .seeded
+                .as_ref()
+                .map_or(&self.onceclick.server, |w| &w.server),
+            _ => &self.onceclick.server,
+        }
+    }
 }
 
 /// The load of workload `name` in `round`; `None` when its server is not running.
@@ -359,23 +407,27 @@ fn drain(worker: &TestWorker) -> Result<()> {
 
 /// Create → dispatch → provider → succeeded, for `plan.e2e_jobs` new jobs at once.
 fn end_to_end(servers: &Servers, plan: &Plan) -> Result<Value> {
+    let worker = &servers.dispatching;
     let prefix = format!("e2e-{}", &tools::random_secret()?[..8]);
+    let token = onceclick_tests::auth::mint(&worker.secret, "bench", false, 3600)?;
     let spec = Spec {
+        addr: worker.server.url.trim_start_matches("http://").to_owned(),
+        headers: vec![("authorization".to_owned(), format!("Bearer {token}"))],
+        fresh_key: Some(prefix.clone()),
         total: Some(plan.e2e_jobs),
         duration_ms: 60_000,
         warmup_ms: 0,
         ..spec(servers, plan, "create", 0).context("the create workload")?
     };
-    let spec = Spec {
-        fresh_key: Some(prefix.clone()),
-        ..spec
-    };
+    let cpu_before = worker.server.cpu_time();
     let created = load::spawn(&spec)?;
     if created.requests != plan.e2e_jobs || !created.unexpected.is_empty() {
         bail!("end to end: {created:?}");
     }
-    drain(&servers.onceclick)?;
-    let db = onceclick_tests::db::open_in(&servers.onceclick.persist);
+    drain(worker)?;
+    let cpu_ms_per_job =
+        (worker.server.cpu_time() - cpu_before).as_secs_f64() * 1e3 / plan.e2e_jobs as f64;
+    let db = onceclick_tests::db::open_in(&worker.persist);
     let like = format!("{prefix}-%");
     let (succeeded, span_s): (i64, f64) = db.query_row(
         "SELECT count(*), (julianday(max(updated_at)) - julianday(min(created_at))) * 86400.0
@@ -409,6 +461,7 @@ fn end_to_end(servers: &Servers, plan: &Plan) -> Result<Value> {
         "jobs": succeeded,
         "jobs_per_s": succeeded as f64 / span_s.max(1e-3),
         "create_rate": created.rate,
+        "cpu_ms_per_job": cpu_ms_per_job,
         "completion_per_s": rows.len() as f64 / (last - first).max(1e-3),
         "completion_p50_ms": load::percentile(&ms, 0.5),
         "completion_p99_ms": load::percentile(&ms, 0.99),
@@ -662,6 +715,7 @@ fn results(
                 "rate": mean(rounds, name, rate),
                 "p50_ms": mean(rounds, name, p50),
                 "p99_ms": mean(rounds, name, |o| o.p99_ms),
+                "cpu_ms_per_request": mean(rounds, name, |o| o.cpu_ms_per_request),
                 "requests": rounds.iter().filter_map(|r| r.get(name)).map(|o| o.requests).sum::<usize>(),
                 "per_round": rounds.iter().filter_map(|r| r.get(name)).map(|o| o.rate).collect::<Vec<_>>(),
                 "round_trips": trips,
@@ -669,6 +723,14 @@ fn results(
         );
     }
     let ratio_of = |a, b| ratios(rounds, a, b, rate);
+    // The same ratios from CPU per request (b's over a's): what one core would serve,
+    // far steadier than rates on a shared machine.
+    let cpu = |o: &Outcome| 1.0 / o.cpu_ms_per_request.max(1e-6);
+    let cpu_ratios = json!({
+        "create / insert": ratios(rounds, "create", "insert", cpu),
+        "replay / create": ratios(rounds, "replay", "create", cpu),
+        "read_304 / ok": ratios(rounds, "read_304", "ok", cpu),
+    });
     let figures = json!({
         "create / insert": ratio_of("create", "insert"),
         "replay / create": ratio_of("replay", "create"),
@@ -693,6 +755,7 @@ fn results(
         "dispatch_round_trips": dispatch,
         "sizes": sizes,
         "figures": figures,
+        "cpu_ratios": cpu_ratios,
         "targets": TARGETS.iter().map(|(f, op, bound)| json!({"figure": f, "op": op, "bound": bound, "met": met(&figures[*f], op, *bound)})).collect::<Vec<_>>(),
     })
 }
@@ -721,22 +784,27 @@ fn met(figure: &Value, op: &str, bound: f64) -> Option<bool> {
 
 fn print(results: &Value) {
     println!(
-        "{:<12} {:>9} {:>9} {:>9}  round trips",
-        "workload", "req/s", "p50 ms", "p99 ms"
+        "{:<12} {:>9} {:>9} {:>9} {:>9}  round trips",
+        "workload", "req/s", "p50 ms", "p99 ms", "CPU ms"
     );
     if let Some(workloads) = results["workloads"].as_object() {
         for (name, w) in workloads {
             println!(
-                "{:<12} {:>9.0} {:>9.2} {:>9.2}  {}",
+                "{:<12} {:>9.0} {:>9.2} {:>9.2} {:>9.2}  {}",
                 name,
                 w["rate"].as_f64().unwrap_or(0.0),
                 w["p50_ms"].as_f64().unwrap_or(0.0),
                 w["p99_ms"].as_f64().unwrap_or(0.0),
+                w["cpu_ms_per_request"].as_f64().unwrap_or(0.0),
                 w["round_trips"]
             );
         }
     }
     println!("end to end: {}", results["end_to_end"]);
+    println!(
+        "the same ratios by CPU per request: {}",
+        results["cpu_ratios"]
+    );
     for target in results["targets"].as_array().into_iter().flatten() {
         let figure = target["figure"].as_str().unwrap_or_default();
         println!(

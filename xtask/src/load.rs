@@ -44,6 +44,8 @@ pub(crate) struct Spec {
 pub(crate) struct Outcome {
     /// Requests counted (started after the warm-up).
     pub(crate) requests: usize,
+    /// Every request sent, the warm-up's too.
+    pub(crate) issued: usize,
     /// From the end of the warm-up to the last counted answer.
     pub(crate) seconds: f64,
     pub(crate) rate: f64,
@@ -55,6 +57,10 @@ pub(crate) struct Outcome {
     pub(crate) unexpected: BTreeMap<u16, usize>,
     /// The first such answer's body, to say what went wrong.
     pub(crate) first_unexpected: Option<String>,
+    /// CPU time of the server's processes (wrangler and workerd) per request sent,
+    /// including what a request leaves for later (the dispatch a create enqueues): filled
+    /// in by the bench, which sees the server.
+    pub(crate) cpu_ms_per_request: f64,
 }
 
 /// `cargo xtask load`: the spec on stdin, the outcome on stdout.
@@ -122,7 +128,10 @@ async fn generate(spec: Spec) -> Result<Outcome> {
             anyhow::Ok(all)
         })
         .await?;
-    Ok(summarize(&spec, warm_end, samples))
+    Ok(Outcome {
+        issued: issued.get(),
+        ..summarize(&spec, warm_end, samples)
+    })
 }
 
 /// One kept-alive connection, sending one request after another until `end`.

@@ -29,6 +29,8 @@ pub(crate) struct Launch<'a> {
     /// Start from a copy of this `--persist-to` folder (already migrated and seeded)
     /// instead of a freshly migrated D1.
     pub(crate) persist_from: Option<&'a Path>,
+    /// Another wrangler.toml than the root one.
+    pub(crate) config: Option<PathBuf>,
 }
 
 impl TestWorker {
@@ -41,6 +43,7 @@ impl TestWorker {
                 log_level: None,
                 test_vars: true,
                 persist_from: None,
+                config: None,
             },
         )
     }
@@ -86,7 +89,7 @@ impl TestWorker {
                 persist: persist.clone(),
                 vars,
                 log: Some(log.clone()),
-                config: None,
+                config: how.config.clone(),
                 log_level: how.log_level,
             },
         )?;
