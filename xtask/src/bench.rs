@@ -155,6 +155,9 @@ pub(crate) fn run(tools: &Tools, plan: &Plan) -> Result<Value> {
         started.elapsed(),
         built,
     );
+    if plan.report {
+        results["sdk_submit"] = crate::sdk::submit_cost(tools)?;
+    }
     results["date"] = json!(today());
     results["analysis"] =
         json!(std::fs::read_to_string(root.join("bench/ANALYSIS.md")).unwrap_or_default());

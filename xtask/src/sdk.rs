@@ -96,3 +96,36 @@ pub(crate) fn sizes(root: &Path) -> Result<(usize, usize)> {
         gzip_len(&pkg.join("onceclick.js"))?,
     ))
 }
+
+/// The SDK's own cost in headless Chromium (`sdk/tests/cost.rs`, release build): the
+/// time from `submit()` to its request leaving, the key stored first, over 200 calls.
+pub(crate) fn submit_cost(tools: &Tools) -> Result<serde_json::Value> {
+    let out = tools
+        .command("wasm-pack")
+        .args([
+            "test",
+            "--release",
+            "--headless",
+            "--chrome",
+            "--chromedriver",
+        ])
+        .arg("/usr/bin/chromedriver")
+        .args(["sdk", "--test", "cost", "--", "--nocapture"])
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().find(|l| l.starts_with("sdk_submit_ms "));
+    let (Some(line), true) = (line, out.status.success()) else {
+        bail!(
+            "the SDK cost test failed:\n{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let figure = |name: &str| -> Option<f64> {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(&format!("{name}=")))
+            .and_then(|v| v.parse().ok())
+    };
+    Ok(
+        serde_json::json!({"p50_ms": figure("p50"), "p99_ms": figure("p99"), "calls": figure("calls")}),
+    )
+}
