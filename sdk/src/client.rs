@@ -40,8 +40,8 @@ fn status_of(job: &JsValue) -> Option<JobStatus> {
 
 /// The input as the server will read it: through `JSON.stringify`, then parsed as
 /// I-JSON, so that what is fingerprinted here is exactly what is sent.
-fn input_json(input: &JsValue) -> Result<serde_json::Value, OnceclickError> {
-    json::to_value(input).map_err(|e| OnceclickError::invalid(format!("input: {e}")))
+fn input_json(input: &JsValue) -> Result<String, OnceclickError> {
+    json::canonical(input).map_err(|e| OnceclickError::invalid(format!("input: {e}")))
 }
 
 struct Inner {

@@ -4,7 +4,7 @@
 
 use crate::js;
 use crate::json;
-use onceclick_protocol::fingerprint;
+use onceclick_protocol::fingerprint_canonical;
 use std::cell::RefCell;
 
 use std::rc::Rc;
@@ -21,8 +21,8 @@ pub(crate) enum Intent<'a> {
         /// The bearer token, whose `sub` scopes the key to its owner.
         token: &'a str,
         kind: &'a str,
-        /// The input as sent (see `json::to_value`).
-        input: &'a serde_json::Value,
+        /// The input as sent, in its canonical text (see `json::canonical`).
+        input: &'a str,
         provider: Option<&'a str>,
     },
     /// An `idempotentFetch`, named by its caller's `intent`.
@@ -40,7 +40,7 @@ impl Intent<'_> {
                 input,
                 provider,
             } => {
-                let print = fingerprint(kind, input, provider.unwrap_or(""));
+                let print = fingerprint_canonical(kind, input, provider.unwrap_or(""));
                 format!("{PREFIX}intent:{}:{kind}:{print}", owner_of(token))
             }
             Intent::Fetch(intent) => format!("{PREFIX}fetch:{intent}"),
