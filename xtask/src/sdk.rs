@@ -17,7 +17,8 @@ fn gzip_len(path: &Path) -> Result<usize> {
     Ok(encoder.finish()?.len())
 }
 
-/// `wasm-pack build --release` of `sdk/` for `target` into `out_dir` (relative to `sdk/`).
+/// `wasm-pack build --release` of `sdk/` for `target` into `out_dir` (relative to `sdk/`),
+/// then its JS glue minified in place.
 fn wasm_pack_build(tools: &Tools, target: &str, out_dir: &str) -> Result<()> {
     eprintln!("xtask: wasm-pack build --target {target} --out-dir {out_dir}");
     run(tools.command("wasm-pack").args([
@@ -30,7 +31,39 @@ fn wasm_pack_build(tools: &Tools, target: &str, out_dir: &str) -> Result<()> {
         out_dir,
         "--out-name",
         "onceclick",
-    ]))
+    ]))?;
+    minify_glue(tools, &tools.root.join("sdk").join(out_dir))
+}
+
+/// Minifies wasm-bindgen's JS glue in `dir` with the pinned esbuild (a dependency of
+/// wrangler): whitespace, doc comments (the types and docs are in `onceclick.d.ts`) and
+/// syntax, but no identifier, so the classes keep their names (`Client.name`,
+/// `OnceclickError.name`). No bundling: each file stays an ES module with the same
+/// imports and exports.
+fn minify_glue(tools: &Tools, dir: &Path) -> Result<()> {
+    for name in ["onceclick.js", "onceclick_bg.js"] {
+        let file = dir.join(name);
+        if !file.exists() {
+            continue; // `onceclick_bg.js` is only in the bundler build
+        }
+        let mut esbuild = tools.command("esbuild");
+        esbuild
+            .arg(&file)
+            .args([
+                "--minify-whitespace",
+                "--minify-syntax",
+                "--format=esm",
+                "--allow-overwrite",
+                "--log-level=warning",
+            ])
+            .arg(format!("--outfile={}", file.display()));
+        if name == "onceclick.js" {
+            // The one comment that matters: it tells Deno and TypeScript where the types are.
+            esbuild.arg("--banner:js=/* @ts-self-types=\"./onceclick.d.ts\" */");
+        }
+        run(&mut esbuild)?;
+    }
+    Ok(())
 }
 
 /// The SDK for the demo page: `www/pkg`, served by the Worker's assets.
