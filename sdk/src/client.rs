@@ -144,7 +144,8 @@ impl Client {
                 input: &value,
                 provider: provider.as_deref(),
             }
-            .name();
+            .name()
+            .await?;
             let flight = match flight::flight_of(&intent) {
                 Some(flight) => flight,
                 None => {
@@ -250,7 +251,7 @@ impl Client {
                 input: &input,
                 provider: provider.as_deref(),
             };
-            client.inner.keys.remove(&intent.name());
+            client.inner.keys.remove(&intent.name().await?);
             Ok(JsValue::UNDEFINED)
         })
     }
