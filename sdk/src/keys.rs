@@ -104,12 +104,22 @@ impl Entry {
 }
 
 /// A UUIDv7: the time from `Date.now()` (std's clock does not exist on wasm32), the
-/// randomness from getrandom's `wasm_js` backend (`crypto.getRandomValues`).
+/// randomness from getrandom's `wasm_js` backend (`crypto.getRandomValues`), laid out
+/// and written by the uuid crate without its formatting machinery.
 pub(crate) fn new_key() -> String {
     let ms = js_sys::Date::now().max(0.0) as u64;
-    let ts =
-        uuid::Timestamp::from_unix(uuid::NoContext, ms / 1000, ((ms % 1000) * 1_000_000) as u32);
-    uuid::Uuid::new_v7(ts).to_string()
+    let mut random = [0u8; 10];
+    if getrandom::fill(&mut random).is_err() {
+        // No Web Crypto at all (uuid's own generator would trap here): a key still has
+        // to be unique, not secret.
+        for byte in &mut random {
+            *byte = (js_sys::Math::random() * 256.0) as u8;
+        }
+    }
+    let uuid = uuid::Builder::from_unix_timestamp_millis(ms, &random).into_uuid();
+    uuid.hyphenated()
+        .encode_lower(&mut uuid::Uuid::encode_buffer())
+        .to_owned()
 }
 
 /// The key store of one client.
