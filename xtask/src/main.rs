@@ -10,7 +10,7 @@
 //!   (see RELIABILITY.md).
 //! - `token --owner NAME [--admin] [--ttl SECONDS]`: a bearer token for the local secret.
 //! - `build-edge`: build the Worker (wrangler's `[build] command`).
-//! - `sdk`: build the npm package `onceclick` (web and bundler) and print its gzip size.
+//! - `sdk`: build the npm package `onceclick` (web and bundler) and print its gzip size; fails over its budget.
 //! - `bench`: request rates of create, replay and read, side by side in one run.
 //! - `lint`: `cargo fmt --check` and clippy (`-D warnings`) on every crate.
 //! - `certify --provider NAME [--url URL]`: prompt sizes against `max_prompt_tokens`,
@@ -70,7 +70,7 @@ xflags::xflags! {
         cmd build-edge {}
         /// `cargo fmt --check` and clippy on every crate.
         cmd lint {}
-        /// Build the npm package `onceclick` and print its gzip size.
+        /// Build the npm package `onceclick` and print its gzip size; fails over its budget.
         cmd sdk {}
         /// Request rates of create, replay and read.
         cmd bench {}

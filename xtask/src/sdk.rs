@@ -7,8 +7,11 @@ use anyhow::{bail, Context, Result};
 use std::io::Write;
 use std::path::Path;
 
-/// The size budget of the package: wasm plus JS glue, gzipped.
-const BUDGET_BYTES: usize = 60 * 1024;
+/// The size budget of the package: wasm plus JS glue of the `web` build, gzipped. It
+/// measured 44,156 B when set; the issue's target is 40 KB (ARCHITECTURE.md, "The SDK's
+/// size", says what the rest is). Lower it as the package shrinks, so that it cannot
+/// grow back.
+const BUDGET_BYTES: usize = 44 * 1024;
 
 fn gzip_len(path: &Path) -> Result<usize> {
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
@@ -72,8 +75,7 @@ pub(crate) fn build_for_demo(tools: &Tools) -> Result<()> {
 }
 
 /// `wasm-pack build` for `web` and `bundler` into `sdk/pkg/{web,bundler}`; prints the
-/// gzip bytes of the wasm and the JS glue, and warns (it does not fail) over the 60 KB
-/// budget.
+/// gzip bytes of the wasm and the JS glue, and fails over the budget.
 pub(crate) fn build(tools: &Tools) -> Result<()> {
     let root = &tools.root;
     for target in ["web", "bundler"] {
@@ -92,8 +94,7 @@ pub(crate) fn build(tools: &Tools) -> Result<()> {
         root.join("sdk/pkg/bundler").display()
     );
     if total > BUDGET_BYTES {
-        // Known and tracked: see ARCHITECTURE.md, "The SDK's size".
-        eprintln!("xtask: warning: the SDK is {total} B gzip, over its {BUDGET_BYTES} B budget");
+        bail!("the SDK is {total} B gzip, over its {BUDGET_BYTES} B budget (xtask/src/sdk.rs)");
     }
     Ok(())
 }
