@@ -5,6 +5,7 @@ use crate::error::OnceclickError;
 use crate::flight;
 use crate::http::{Answer, Policy};
 use crate::js;
+use crate::js::future_to_promise;
 use crate::json;
 use crate::keys::{self, Intent, Keys};
 use crate::types::{
@@ -17,7 +18,6 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
-use wasm_bindgen_futures::future_to_promise;
 use web_sys::AbortSignal;
 
 /// The name of `kind`'s primary provider, read off `GET /v1/providers`.
