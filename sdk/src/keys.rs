@@ -54,7 +54,14 @@ impl Intent<'_> {
 /// The owner a token names (its `sub`), read without verifying: it only scopes keys.
 fn owner_of(token: &str) -> String {
     let payload = token.split('.').nth(1).unwrap_or_default();
-    let mut b64: String = payload.replace('-', "+").replace('_', "/");
+    let mut b64: String = payload
+        .chars()
+        .map(|c| match c {
+            '-' => '+',
+            '_' => '/',
+            c => c,
+        })
+        .collect();
     while b64.len() % 4 != 0 {
         b64.push('=');
     }
