@@ -38,15 +38,7 @@ pub fn fingerprint(kind: &str, input: &Value, provider: &str) -> Fingerprint {
 /// of the input: the browser SDK writes it from the browser's own JSON, so that it ships
 /// no JSON value type, number formatter or canonicalizer of its own.
 pub fn fingerprint_canonical(kind: &str, canonical_input: &str, provider: &str) -> Fingerprint {
-    let text = canonical_request(kind, canonical_input, provider);
-    Fingerprint(hex::encode(Sha256::digest(text)))
-}
-
-/// The text that [`fingerprint_canonical`] hashes: the RFC 8785 canonical form of
-/// `{kind, input, provider}`, from the input's canonical text. The browser SDK hashes it
-/// with the browser's own SHA-256 (`crypto.subtle`).
-pub fn canonical_request(kind: &str, canonical_input: &str, provider: &str) -> String {
-    // Its keys in JCS order.
+    // The canonical form of `{kind, input, provider}`: its keys in JCS order.
     let mut text = String::from("{\"input\":");
     text.push_str(canonical_input);
     text.push_str(",\"kind\":");
@@ -54,7 +46,7 @@ pub fn canonical_request(kind: &str, canonical_input: &str, provider: &str) -> S
     text.push_str(",\"provider\":");
     crate::jcs::write_string(provider, &mut text);
     text.push('}');
-    text
+    Fingerprint(hex::encode(Sha256::digest(text)))
 }
 
 /// Lowercase hex SHA-256 of the RFC 8785 canonical form of `value`.

@@ -144,8 +144,7 @@ impl Client {
                 input: &value,
                 provider: provider.as_deref(),
             }
-            .name()
-            .await?;
+            .name();
             let flight = match flight::flight_of(&intent) {
                 Some(flight) => flight,
                 None => {
@@ -251,7 +250,7 @@ impl Client {
                 input: &input,
                 provider: provider.as_deref(),
             };
-            client.inner.keys.remove(&intent.name().await?);
+            client.inner.keys.remove(&intent.name());
             Ok(JsValue::UNDEFINED)
         })
     }

@@ -140,22 +140,3 @@ pub(crate) fn locked(name: &str, start: impl FnOnce() -> Promise + 'static) -> P
         Err(e) => Promise::reject(&e),
     }
 }
-
-/// The lowercase hex SHA-256 of `text`'s UTF-8, by the browser's `crypto.subtle`. It
-/// exists only in a secure context (https, or localhost).
-pub(crate) async fn sha256_hex(text: &str) -> Result<String, OnceclickError> {
-    let subtle = get(&get(&global(), "crypto"), "subtle");
-    let fail =
-        |e: JsValue| OnceclickError::invalid(format!("crypto.subtle.digest: {}", describe(e)));
-    let bytes = js_sys::Uint8Array::from(text.as_bytes());
-    let digest: Promise = call(&subtle, "digest", &["SHA-256".into(), bytes.into()])
-        .map_err(|_| {
-            OnceclickError::invalid(
-                "onceclick needs crypto.subtle, which browsers give only to secure contexts (https, localhost)",
-            )
-        })?
-        .dyn_into()
-        .map_err(fail)?;
-    let digest = JsFuture::from(digest).await.map_err(fail)?;
-    Ok(hex::encode(js_sys::Uint8Array::new(&digest).to_vec()))
-}

@@ -2,10 +2,9 @@
 //! back to memory when storage is missing or throws (private mode, quota). It never
 //! throws at the caller; it says so once on the console.
 
-use crate::error::OnceclickError;
 use crate::js;
 use crate::json;
-use onceclick_protocol::canonical_request;
+use onceclick_protocol::fingerprint_canonical;
 use std::cell::RefCell;
 
 use std::rc::Rc;
@@ -32,22 +31,20 @@ pub(crate) enum Intent<'a> {
 
 impl Intent<'_> {
     /// The name its key is stored under. Built only here, so that a submit, a forget, a
-    /// reload and another tab all find the same entry. A job's names its intent by the
-    /// protocol's fingerprint, hashed with the browser's SHA-256 (`crypto.subtle`).
-    pub(crate) async fn name(&self) -> Result<String, OnceclickError> {
-        Ok(match self {
+    /// reload and another tab all find the same entry.
+    pub(crate) fn name(&self) -> String {
+        match self {
             Intent::Job {
                 token,
                 kind,
                 input,
                 provider,
             } => {
-                let text = canonical_request(kind, input, provider.unwrap_or(""));
-                let print = js::sha256_hex(&text).await?;
+                let print = fingerprint_canonical(kind, input, provider.unwrap_or(""));
                 format!("{PREFIX}intent:{}:{kind}:{print}", owner_of(token))
             }
             Intent::Fetch(intent) => format!("{PREFIX}fetch:{intent}"),
-        })
+        }
     }
 }
 
