@@ -8,7 +8,7 @@ use std::io::Write;
 use std::path::Path;
 
 /// The size budget of the package: wasm plus JS glue of the `web` build, gzipped. It
-/// measured 42,283 B when set; the issue's target is 40 KB (ARCHITECTURE.md, "The SDK's
+/// measured 43,416 B when set; the issue's target is 40 KB (ARCHITECTURE.md, "The SDK's
 /// size", says what the rest is). Lower it as the package shrinks, so that it cannot
 /// grow back.
 const BUDGET_BYTES: usize = 43 * 1024;
