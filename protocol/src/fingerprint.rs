@@ -34,6 +34,21 @@ pub fn fingerprint(kind: &str, input: &Value, provider: &str) -> Fingerprint {
     Fingerprint(canonical_sha256(&request))
 }
 
+/// The same [`fingerprint`], for a caller that already holds the RFC 8785 canonical text
+/// of the input: the browser SDK writes it from the browser's own JSON, so that it ships
+/// no JSON value type, number formatter or canonicalizer of its own.
+pub fn fingerprint_canonical(kind: &str, canonical_input: &str, provider: &str) -> Fingerprint {
+    // The canonical form of `{kind, input, provider}`: its keys in JCS order.
+    let mut text = String::from("{\"input\":");
+    text.push_str(canonical_input);
+    text.push_str(",\"kind\":");
+    crate::jcs::write_string(kind, &mut text);
+    text.push_str(",\"provider\":");
+    crate::jcs::write_string(provider, &mut text);
+    text.push('}');
+    Fingerprint(hex::encode(Sha256::digest(text)))
+}
+
 /// Lowercase hex SHA-256 of the RFC 8785 canonical form of `value`.
 pub(crate) fn canonical_sha256(value: &Value) -> String {
     hex::encode(Sha256::digest(crate::jcs::to_vec(value)))
@@ -74,6 +89,26 @@ mod tests {
             base,
             fingerprint("summarize", &json!({"text": "hi!"}), "primary")
         );
+    }
+
+    #[test]
+    fn from_canonical_text_is_the_same_fingerprint() {
+        let inputs = [
+            json!({"text": "hi"}),
+            json!({"b": [1, 2.5, -0.0, 1e21], "a": null, "\u{e000}": true, "\u{1f600}": "é\n"}),
+            json!([]),
+            json!("plain"),
+        ];
+        for input in &inputs {
+            let canonical = String::from_utf8(crate::jcs::to_vec(input)).unwrap();
+            for (kind, provider) in [("summarize", ""), ("k\"ind", "fall\u{1}back")] {
+                assert_eq!(
+                    fingerprint_canonical(kind, &canonical, provider),
+                    fingerprint(kind, input, provider),
+                    "{input}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -17,7 +17,7 @@ mod state;
 mod wire;
 
 pub use error::{ErrorCode, Problem};
-pub use fingerprint::{fingerprint, Fingerprint};
+pub use fingerprint::{fingerprint, fingerprint_canonical, Fingerprint};
 pub use key::{IdempotencyKey, KeyError, MAX_KEY_LEN};
 pub use state::{AttemptState, JobStatus};
 pub use wire::{Attempt, AttemptError, CreateJob, Event, EventType, Job, NewAttempt};

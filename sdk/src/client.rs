@@ -5,6 +5,7 @@ use crate::error::OnceclickError;
 use crate::flight;
 use crate::http::{Answer, Policy};
 use crate::js;
+use crate::js::future_to_promise;
 use crate::json;
 use crate::keys::{self, Intent, Keys};
 use crate::types::{
@@ -17,7 +18,6 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
-use wasm_bindgen_futures::future_to_promise;
 use web_sys::AbortSignal;
 
 /// The name of `kind`'s primary provider, read off `GET /v1/providers`.
@@ -40,8 +40,8 @@ fn status_of(job: &JsValue) -> Option<JobStatus> {
 
 /// The input as the server will read it: through `JSON.stringify`, then parsed as
 /// I-JSON, so that what is fingerprinted here is exactly what is sent.
-fn input_json(input: &JsValue) -> Result<serde_json::Value, OnceclickError> {
-    json::to_value(input).map_err(|e| OnceclickError::invalid(format!("input: {e}")))
+fn input_json(input: &JsValue) -> Result<String, OnceclickError> {
+    json::canonical(input).map_err(|e| OnceclickError::invalid(format!("input: {e}")))
 }
 
 struct Inner {

@@ -18,15 +18,15 @@ pub struct OnceclickError {
 #[wasm_bindgen]
 impl OnceclickError {
     /// The stable machine code.
-    #[wasm_bindgen(getter)]
-    pub fn code(&self) -> String {
-        self.code.clone()
+    #[wasm_bindgen(getter, unchecked_return_type = "string")]
+    pub fn code(&self) -> JsValue {
+        JsValue::from_str(&self.code)
     }
 
     /// What went wrong, for a human.
-    #[wasm_bindgen(getter)]
-    pub fn message(&self) -> String {
-        self.message.clone()
+    #[wasm_bindgen(getter, unchecked_return_type = "string")]
+    pub fn message(&self) -> JsValue {
+        JsValue::from_str(&self.message)
     }
 
     /// The HTTP status, when the server answered.
@@ -42,21 +42,23 @@ impl OnceclickError {
     }
 
     /// The job concerned, where known.
-    #[wasm_bindgen(getter, js_name = jobId)]
-    pub fn job_id(&self) -> Option<String> {
-        self.job_id.clone()
+    #[wasm_bindgen(getter, js_name = jobId, unchecked_return_type = "string | undefined")]
+    pub fn job_id(&self) -> JsValue {
+        self.job_id
+            .as_deref()
+            .map_or(JsValue::UNDEFINED, JsValue::from_str)
     }
 
     /// Always `"OnceclickError"`, as on an `Error`.
-    #[wasm_bindgen(getter)]
-    pub fn name(&self) -> String {
-        "OnceclickError".to_owned()
+    #[wasm_bindgen(getter, unchecked_return_type = "string")]
+    pub fn name(&self) -> JsValue {
+        JsValue::from_str("OnceclickError")
     }
 
     /// `OnceclickError [code]: message`.
-    #[wasm_bindgen(js_name = toString)]
-    pub fn to_js_string(&self) -> String {
-        format!("OnceclickError [{}]: {}", self.code, self.message)
+    #[wasm_bindgen(js_name = toString, unchecked_return_type = "string")]
+    pub fn to_js_string(&self) -> JsValue {
+        JsValue::from_str(&format!("OnceclickError [{}]: {}", self.code, self.message))
     }
 }
 

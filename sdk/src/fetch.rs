@@ -4,12 +4,12 @@
 use crate::error::OnceclickError;
 use crate::http;
 use crate::js;
+use crate::js::future_to_promise;
 use crate::keys::{Intent, Keys};
 use crate::types::{option_string, policy, IdempotentFetchOptions};
 use js_sys::Promise;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
-use wasm_bindgen_futures::future_to_promise;
 use web_sys::{Request, RequestInit};
 
 /// `idempotentFetch`'s default: the server keeps a key bound for at least 24 hours.

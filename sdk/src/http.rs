@@ -133,7 +133,7 @@ pub(crate) async fn send(
             let info = js_sys::Object::new();
             let _ = js_sys::Reflect::set(&info, &"attempt".into(), &JsValue::from(n + 1));
             let _ = js_sys::Reflect::set(&info, &"delayMs".into(), &JsValue::from_f64(wait));
-            let _ = js_sys::Reflect::set(&info, &"code".into(), &error.code().into());
+            let _ = js_sys::Reflect::set(&info, &"code".into(), &error.code());
             let _ = js_sys::Reflect::set(&info, &"status".into(), &error.status().into());
             let _ = callback.call1(&JsValue::NULL, &info);
         }

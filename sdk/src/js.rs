@@ -31,6 +31,16 @@ pub(crate) fn call(obj: &JsValue, name: &str, args: &[JsValue]) -> Result<JsValu
     f.apply(obj, &array)
 }
 
+/// `wasm_bindgen_futures::future_to_promise`, through one boxed future type: its
+/// machinery is then compiled once for the whole SDK instead of once per call site.
+pub(crate) fn future_to_promise(
+    work: impl std::future::Future<Output = Result<JsValue, JsValue>> + 'static,
+) -> Promise {
+    let work: std::pin::Pin<Box<dyn std::future::Future<Output = Result<JsValue, JsValue>>>> =
+        Box::pin(work);
+    wasm_bindgen_futures::future_to_promise(work)
+}
+
 /// Resolves after `ms` milliseconds.
 pub(crate) async fn sleep(ms: f64) {
     let promise = Promise::new(&mut |resolve, _| {

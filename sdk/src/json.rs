@@ -1,12 +1,11 @@
-//! JSON through the browser's own parser. `JSON.parse` is already in every page, so the
-//! SDK reads JSON with it and walks the result, instead of shipping a second parser in
-//! its wasm. Only the fingerprint needs a `serde_json::Value`, and `to_value` builds it
+//! JSON through the browser's own parser and writer. `JSON.parse` and `JSON.stringify`
+//! are already in every page, so the SDK uses them instead of shipping a JSON value
+//! type, a number formatter and a canonicalizer in its wasm. The fingerprint needs the
+//! input's RFC 8785 canonical text, and `canonical` writes it from the browser's JSON,
 //! under the same I-JSON rules the server enforces (`onceclick_protocol::ijson`).
 
-use crate::js;
 use js_sys::{Array, Object, JSON};
 use onceclick_protocol::ijson::{MAX_DEPTH, MAX_SAFE_INTEGER};
-use serde_json::{Map, Number, Value};
 use wasm_bindgen::{JsCast, JsValue};
 
 /// `JSON.parse(text)`, or `None`.
@@ -19,51 +18,68 @@ pub(crate) fn stringify(value: &JsValue) -> Option<String> {
     JSON::stringify(value).ok().and_then(|s| s.as_string())
 }
 
-/// The value exactly as it would be sent: through `JSON.stringify` and back (so
-/// `toJSON`, dropped `undefined`s and the like apply), as a `serde_json::Value`.
-pub(crate) fn to_value(input: &JsValue) -> Result<Value, String> {
+/// The RFC 8785 (JCS) canonical text of the value exactly as it would be sent: through
+/// `JSON.stringify` and back (so `toJSON`, dropped `undefined`s and the like apply).
+///
+/// JCS is ECMAScript's own JSON: numbers as `JSON.stringify` writes them, strings with
+/// its escapes, and object keys sorted by UTF-16 code units, which is the order of
+/// `Array.prototype.sort` with no comparator. So the browser writes every leaf, and the
+/// walk here only sorts the keys and checks the I-JSON limits. The protocol's tests
+/// check that this text, hashed, is the fingerprint of the same value.
+pub(crate) fn canonical(input: &JsValue) -> Result<String, String> {
     let text = stringify(input).ok_or("it is not JSON-serializable")?;
     let sent = parse(&text).ok_or("it is not JSON-serializable")?;
-    walk(&sent, 0)
+    let mut out = String::new();
+    write(&sent, 0, &mut out)?;
+    Ok(out)
 }
 
-fn walk(v: &JsValue, depth: usize) -> Result<Value, String> {
-    if v.is_null() {
-        return Ok(Value::Null);
-    }
-    if let Some(b) = v.as_bool() {
-        return Ok(Value::Bool(b));
-    }
+fn write(v: &JsValue, depth: usize, out: &mut String) -> Result<(), String> {
     if let Some(n) = v.as_f64() {
-        return number(n);
+        check_number(n)?;
     }
-    if let Some(s) = v.as_string() {
-        return Ok(Value::String(s));
+    if !v.is_object() {
+        // null, a boolean, a string or a number: written by the browser.
+        out.push_str(&stringify(v).ok_or("it is not JSON-serializable")?);
+        return Ok(());
     }
     if depth >= MAX_DEPTH {
         return Err(format!("nesting deeper than {MAX_DEPTH} levels"));
     }
     if let Some(array) = v.dyn_ref::<Array>() {
-        return array.iter().map(|item| walk(&item, depth + 1)).collect();
+        out.push('[');
+        for (i, item) in array.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            write(&item, depth + 1, out)?;
+        }
+        out.push(']');
+        return Ok(());
     }
-    let mut members = Map::new();
     let object: &Object = v.unchecked_ref();
-    for name in Object::keys(object).iter() {
-        let key = name.as_string().unwrap_or_default();
-        let value = walk(&js::get(v, &key), depth + 1)?;
-        members.insert(key, value);
+    let keys = Object::keys(object);
+    keys.sort();
+    out.push('{');
+    for (i, key) in keys.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&stringify(&key).ok_or("it is not JSON-serializable")?);
+        out.push(':');
+        let value = js_sys::Reflect::get(v, &key).unwrap_or(JsValue::UNDEFINED);
+        write(&value, depth + 1, out)?;
     }
-    Ok(Value::Object(members))
+    out.push('}');
+    Ok(())
 }
 
-fn number(n: f64) -> Result<Value, String> {
-    if n.fract() == 0.0 && n.abs() <= MAX_SAFE_INTEGER as f64 {
-        return Ok(Value::Number(Number::from(n as i64)));
+fn check_number(n: f64) -> Result<(), String> {
+    if !n.is_finite() {
+        return Err("a number that is not finite".to_owned());
     }
-    if n.fract() == 0.0 {
+    if n.fract() == 0.0 && n.abs() > MAX_SAFE_INTEGER as f64 {
         return Err("an integer is beyond ±(2^53−1), where readers of JSON disagree".to_owned());
     }
-    Number::from_f64(n)
-        .map(Value::Number)
-        .ok_or_else(|| "a number that is not finite".to_owned())
+    Ok(())
 }

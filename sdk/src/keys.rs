@@ -4,7 +4,7 @@
 
 use crate::js;
 use crate::json;
-use onceclick_protocol::fingerprint;
+use onceclick_protocol::fingerprint_canonical;
 use std::cell::RefCell;
 
 use std::rc::Rc;
@@ -21,8 +21,8 @@ pub(crate) enum Intent<'a> {
         /// The bearer token, whose `sub` scopes the key to its owner.
         token: &'a str,
         kind: &'a str,
-        /// The input as sent (see `json::to_value`).
-        input: &'a serde_json::Value,
+        /// The input as sent, in its canonical text (see `json::canonical`).
+        input: &'a str,
         provider: Option<&'a str>,
     },
     /// An `idempotentFetch`, named by its caller's `intent`.
@@ -40,7 +40,7 @@ impl Intent<'_> {
                 input,
                 provider,
             } => {
-                let print = fingerprint(kind, input, provider.unwrap_or(""));
+                let print = fingerprint_canonical(kind, input, provider.unwrap_or(""));
                 format!("{PREFIX}intent:{}:{kind}:{print}", owner_of(token))
             }
             Intent::Fetch(intent) => format!("{PREFIX}fetch:{intent}"),
@@ -51,7 +51,14 @@ impl Intent<'_> {
 /// The owner a token names (its `sub`), read without verifying: it only scopes keys.
 fn owner_of(token: &str) -> String {
     let payload = token.split('.').nth(1).unwrap_or_default();
-    let mut b64: String = payload.replace('-', "+").replace('_', "/");
+    let mut b64: String = payload
+        .chars()
+        .map(|c| match c {
+            '-' => '+',
+            '_' => '/',
+            c => c,
+        })
+        .collect();
     while b64.len() % 4 != 0 {
         b64.push('=');
     }
@@ -101,12 +108,22 @@ impl Entry {
 }
 
 /// A UUIDv7: the time from `Date.now()` (std's clock does not exist on wasm32), the
-/// randomness from getrandom's `wasm_js` backend (`crypto.getRandomValues`).
+/// randomness from getrandom's `wasm_js` backend (`crypto.getRandomValues`), laid out
+/// and written by the uuid crate without its formatting machinery.
 pub(crate) fn new_key() -> String {
     let ms = js_sys::Date::now().max(0.0) as u64;
-    let ts =
-        uuid::Timestamp::from_unix(uuid::NoContext, ms / 1000, ((ms % 1000) * 1_000_000) as u32);
-    uuid::Uuid::new_v7(ts).to_string()
+    let mut random = [0u8; 10];
+    if getrandom::fill(&mut random).is_err() {
+        // No Web Crypto at all (uuid's own generator would trap here): a key still has
+        // to be unique, not secret.
+        for byte in &mut random {
+            *byte = (js_sys::Math::random() * 256.0) as u8;
+        }
+    }
+    let uuid = uuid::Builder::from_unix_timestamp_millis(ms, &random).into_uuid();
+    uuid.hyphenated()
+        .encode_lower(&mut uuid::Uuid::encode_buffer())
+        .to_owned()
 }
 
 /// The key store of one client.

@@ -626,3 +626,35 @@ async fn a_d1_write_whose_reply_was_lost_is_retried_with_the_same_key_into_one_j
         get(&sent[1], "idempotency_key")
     );
 }
+
+// Issue 11: the SDK writes the canonical text from the browser's own JSON; the name it
+// stores a key under must stay what the protocol's fingerprint makes of the same input,
+// or an upgrade would lose every stored key.
+#[wasm_bindgen_test]
+async fn a_key_is_stored_under_the_protocols_fingerprint_of_the_input() {
+    let id = scenario("fingerprint");
+    let storage = mapStorage();
+    let c = client(&format!("{}/pass/{id}", proxy()), Some(storage.clone()));
+    let text = format!(
+        r#"{{"z":[1,2.5,-0.75,1e-7,0.1,{{"b":null,"a":true}}],"é":"x\n\u0001\"\\","{id}":"","\ue000":1,"😀":2,"A":{{}},"":[]}}"#
+    );
+    // An unknown kind: the server refuses it at once, after the key was stored.
+    let kind = "fingerprint_probe";
+    let input = js_sys::JSON::parse(&text).unwrap();
+    let _ = JsFuture::from(c.submit(kind.into(), input, None)).await;
+    let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let expected = format!(
+        "onceclick:v1:intent:sdk-browser:{kind}:{}",
+        onceclick_protocol::fingerprint(kind, &value, "")
+    );
+    let entries: js_sys::Array = get(&storage, "entries")
+        .unchecked_into::<js_sys::Function>()
+        .call0(&storage)
+        .unwrap()
+        .unchecked_into();
+    let names: Vec<JsValue> = entries
+        .iter()
+        .map(|e| Reflect::get_u32(&e, 0).unwrap())
+        .collect();
+    assert_eq!(names, [JsValue::from(expected)]);
+}

@@ -10,7 +10,8 @@
 //!   (see RELIABILITY.md).
 //! - `token --owner NAME [--admin] [--ttl SECONDS]`: a bearer token for the local secret.
 //! - `build-edge`: build the Worker (wrangler's `[build] command`).
-//! - `sdk`: build the npm package `onceclick` (web and bundler) and print its gzip size.
+//! - `sdk`: build the npm package `onceclick` (web and bundler) and print its gzip size;
+//!   fails over its budget.
 //! - `bench`: onceclick against a baseline Worker in one run (`bench.rs`); writes
 //!   BENCHMARKS.md and bench/results.json. `load` is its load generator (`load.rs`).
 //! - `lint`: `cargo fmt --check` and clippy (`-D warnings`) on every crate.
@@ -72,7 +73,7 @@ xflags::xflags! {
         cmd build-edge {}
         /// `cargo fmt --check` and clippy on every crate.
         cmd lint {}
-        /// Build the npm package `onceclick` and print its gzip size.
+        /// Build the npm package `onceclick` and print its gzip size; fails over its budget.
         cmd sdk {}
         /// onceclick against a baseline Worker; writes BENCHMARKS.md.
         cmd bench {}

@@ -6,10 +6,14 @@ use crate::wrangler::free_port;
 use anyhow::{bail, Result};
 use std::path::Path;
 
-/// The size budget of the package: wasm plus JS glue, gzipped.
-pub(crate) const BUDGET_BYTES: usize = 60 * 1024;
+/// The size budget of the package: wasm plus JS glue of the `web` build, gzipped. It
+/// measured 43,416 B when set; the issue's target is 40 KB (ARCHITECTURE.md, "The SDK's
+/// size", says what the rest is). Lower it as the package shrinks, so that it cannot
+/// grow back.
+const BUDGET_BYTES: usize = 43 * 1024;
 
-/// `wasm-pack build --release` of `sdk/` for `target` into `out_dir` (relative to `sdk/`).
+/// `wasm-pack build --release` of `sdk/` for `target` into `out_dir` (relative to `sdk/`),
+/// then its JS glue minified in place.
 fn wasm_pack_build(tools: &Tools, target: &str, out_dir: &str) -> Result<()> {
     eprintln!("xtask: wasm-pack build --target {target} --out-dir {out_dir}");
     run(tools.command("wasm-pack").args([
@@ -22,7 +26,39 @@ fn wasm_pack_build(tools: &Tools, target: &str, out_dir: &str) -> Result<()> {
         out_dir,
         "--out-name",
         "onceclick",
-    ]))
+    ]))?;
+    minify_glue(tools, &tools.root.join("sdk").join(out_dir))
+}
+
+/// Minifies wasm-bindgen's JS glue in `dir` with the pinned esbuild (a dependency of
+/// wrangler): whitespace, doc comments (the types and docs are in `onceclick.d.ts`) and
+/// syntax, but no identifier, so the classes keep their names (`Client.name`,
+/// `OnceclickError.name`). No bundling: each file stays an ES module with the same
+/// imports and exports.
+fn minify_glue(tools: &Tools, dir: &Path) -> Result<()> {
+    for name in ["onceclick.js", "onceclick_bg.js"] {
+        let file = dir.join(name);
+        if !file.exists() {
+            continue; // `onceclick_bg.js` is only in the bundler build
+        }
+        let mut esbuild = tools.command("esbuild");
+        esbuild
+            .arg(&file)
+            .args([
+                "--minify-whitespace",
+                "--minify-syntax",
+                "--format=esm",
+                "--allow-overwrite",
+                "--log-level=warning",
+            ])
+            .arg(format!("--outfile={}", file.display()));
+        if name == "onceclick.js" {
+            // The one comment that matters: it tells Deno and TypeScript where the types are.
+            esbuild.arg("--banner:js=/* @ts-self-types=\"./onceclick.d.ts\" */");
+        }
+        run(&mut esbuild)?;
+    }
+    Ok(())
 }
 
 /// The SDK for the demo page: `www/pkg`, served by the Worker's assets.
@@ -31,8 +67,7 @@ pub(crate) fn build_for_demo(tools: &Tools) -> Result<()> {
 }
 
 /// `wasm-pack build` for `web` and `bundler` into `sdk/pkg/{web,bundler}`; prints the
-/// gzip bytes of the wasm and the JS glue, and warns (it does not fail) over the 60 KB
-/// budget.
+/// gzip bytes of the wasm and the JS glue, and fails over the budget.
 pub(crate) fn build(tools: &Tools) -> Result<()> {
     let root = &tools.root;
     for target in ["web", "bundler"] {
@@ -50,8 +85,7 @@ pub(crate) fn build(tools: &Tools) -> Result<()> {
         root.join("sdk/pkg/bundler").display()
     );
     if total > BUDGET_BYTES {
-        // Known and tracked: see ARCHITECTURE.md, "The SDK's size".
-        eprintln!("xtask: warning: the SDK is {total} B gzip, over its {BUDGET_BYTES} B budget");
+        bail!("the SDK is {total} B gzip, over its {BUDGET_BYTES} B budget (xtask/src/sdk.rs)");
     }
     Ok(())
 }
