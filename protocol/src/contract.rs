@@ -121,10 +121,14 @@ impl fmt::Display for Rule {
     }
 }
 
-// The JSON Schema validator, behind `Schema::compile(url, schema)` and
-// `Schema::check(value)`, whose error lists the innermost failures, each as
-// `at '<instance path>': <what>`.
+// The JSON Schema validator: boon natively (xtask, tests), @cfworker/json-schema in the
+// Worker. Both offer `Schema::compile(url, schema)` and `Schema::check(value)`, whose
+// error lists the innermost failures, each as `at '<instance path>': <what>`.
+#[cfg(not(target_arch = "wasm32"))]
 #[path = "contract/boon_schema.rs"]
+mod schema;
+#[cfg(target_arch = "wasm32")]
+#[path = "contract/js_schema.rs"]
 mod schema;
 
 /// A compiled kind, ready to check inputs and outputs.

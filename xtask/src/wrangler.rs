@@ -32,6 +32,8 @@ pub(crate) fn build_edge(tools: &Tools) -> Result<()> {
         "edge/Cargo.toml",
         "protocol/src",
         "protocol/Cargo.toml",
+        "protocol/js",
+        "package-lock.json",
         "Cargo.lock",
         ".cargo/config.toml",
     ];

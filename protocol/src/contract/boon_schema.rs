@@ -1,4 +1,5 @@
-//! JSON Schema 2020-12 with boon.
+//! JSON Schema 2020-12 natively, with boon: what xtask and the tests use. The Worker
+//! uses @cfworker/json-schema instead (`js_schema.rs`).
 
 use serde_json::Value;
 
