@@ -1,5 +1,6 @@
-//! JSON Schema 2020-12 natively, with boon: what xtask and the tests use. The Worker
-//! uses @cfworker/json-schema instead (`js_schema.rs`).
+//! JSON Schema 2020-12 natively, with boon: what xtask and the tests use. The Worker uses
+//! @cfworker/json-schema instead (`js_schema.rs`); `tests/tests/schema_equivalence.rs`
+//! holds it to boon's verdicts.
 
 use serde_json::Value;
 
