@@ -121,12 +121,21 @@ impl fmt::Display for Rule {
     }
 }
 
+// The JSON Schema validator: boon natively (xtask, tests), @cfworker/json-schema in the
+// Worker. Both offer `Schema::compile(url, schema)` and `Schema::check(value)`, whose
+// error lists the innermost failures, each as `at '<instance path>': <what>`.
+#[cfg(not(target_arch = "wasm32"))]
+#[path = "contract/boon_schema.rs"]
+mod schema;
+#[cfg(target_arch = "wasm32")]
+#[path = "contract/js_schema.rs"]
+mod schema;
+
 /// A compiled kind, ready to check inputs and outputs.
 pub struct Kind {
     decl: KindDecl,
-    schemas: boon::Schemas,
-    input: boon::SchemaIndex,
-    output: boon::SchemaIndex,
+    input: schema::Schema,
+    output: schema::Schema,
     contract_version: String,
 }
 
@@ -157,25 +166,16 @@ impl Kind {
         if decl.providers.is_empty() {
             return Err(format!("kind {} names no providers", decl.kind));
         }
-        let mut schemas = boon::Schemas::new();
-        let mut compiler = boon::Compiler::new();
-        compiler.set_default_draft(boon::Draft::V2020_12);
-        let mut compile = |name: &str, schema: &Value| {
+        let compile = |name: &str, schema: &Value| {
             let url = format!("urn:onceclick:{}:{name}", decl.kind);
-            let failed = |e: boon::CompileError| {
-                format!("kind {}: {name} schema does not compile: {e}", decl.kind)
-            };
-            compiler
-                .add_resource(&url, schema.clone())
-                .map_err(failed)?;
-            compiler.compile(&url, &mut schemas).map_err(failed)
+            schema::Schema::compile(&url, schema)
+                .map_err(|e| format!("kind {}: {name} schema does not compile: {e}", decl.kind))
         };
         let input = compile("input", &decl.input_schema)?;
         let output = compile("output", &decl.output_schema)?;
         let contract_version = contract_version(&decl);
         Ok(Self {
             decl,
-            schemas,
             input,
             output,
             contract_version,
@@ -227,9 +227,7 @@ impl Kind {
 
     /// Checks an input against the input schema.
     pub fn check_input(&self, input: &Value) -> Result<(), String> {
-        self.schemas
-            .validate(input, self.input)
-            .map_err(|e| describe(&e))
+        self.input.check(input)
     }
 
     /// Checks a provider's output against the whole contract: the output schema, no
@@ -248,9 +246,9 @@ impl Kind {
                 )));
             }
         }
-        self.schemas
-            .validate(output, self.output)
-            .map_err(|e| Violation(format!("output schema: {}", describe(&e))))?;
+        self.output
+            .check(output)
+            .map_err(|e| Violation(format!("output schema: {e}")))?;
         for rule in &self.decl.rules {
             check_rule(rule, input, output)?;
         }
@@ -264,16 +262,6 @@ impl Kind {
             render(&self.decl.prompt.user, input),
         )
     }
-}
-
-fn describe(e: &boon::ValidationError<'_, '_>) -> String {
-    // boon's alternate form lists the innermost failures, each with its instance path.
-    let text = format!("{e:#}");
-    text.lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect::<Vec<_>>()
-        .join("; ")
 }
 
 fn check_rule(rule: &Rule, input: &Value, output: &Value) -> Result<(), Violation> {

@@ -89,6 +89,10 @@ pub(crate) fn suites(flags: &crate::Test) -> Result<()> {
         .env("ONCECLICK_WRANGLER_LOG", &log)
         .env("ONCECLICK_REPORT_DIR", &reports)
         .env("ONCECLICK_SOAK", if soak { "1" } else { "0" })
+        // schema_equivalence: the Worker's JSON Schema glue, bundled and run as it is there.
+        .env("ONCECLICK_NODE", tools.node_modules.join(".bin/node"))
+        .env("ONCECLICK_ESBUILD", tools.node_modules.join(".bin/esbuild"))
+        .env("ONCECLICK_NODE_PATH", &tools.node_modules)
         .current_dir(&root)
         .status()?;
     let conformance = match &only {

@@ -24,6 +24,9 @@ pub(crate) struct Tools {
     pub(crate) root: PathBuf,
     cargo_bin: PathBuf,
     node_bin: PathBuf,
+    /// The pinned packages of package-lock.json: the tools, and the JSON Schema validator
+    /// that worker-build bundles into the Worker (found through `NODE_PATH`).
+    pub(crate) node_modules: PathBuf,
     /// The project's own folder for wrangler's config and state.
     wrangler_home: PathBuf,
 }
@@ -105,6 +108,7 @@ impl Tools {
             root,
             cargo_bin: cargo_root.join("bin"),
             node_bin: node_dir.join("node_modules").join(".bin"),
+            node_modules: node_dir.join("node_modules"),
             wrangler_home,
         })
     }
@@ -127,6 +131,10 @@ impl Tools {
             .env("WASM_BINDGEN_BIN", self.cargo_bin.join("wasm-bindgen"))
             .env("WASM_OPT_BIN", self.node_bin.join("wasm-opt"))
             .env("ESBUILD_BIN", self.node_bin.join("esbuild"))
+            // How worker-build's esbuild resolves `@cfworker/json-schema`, which
+            // protocol/js/schema.js imports: from the pinned install, not a node_modules
+            // in the repo.
+            .env("NODE_PATH", &self.node_modules)
             .env("CLOUDFLARE_CF_FETCH_ENABLED", "false")
             .env("WRANGLER_SEND_METRICS", "false")
             .env("XDG_CONFIG_HOME", self.wrangler_home.join("config"));
@@ -136,6 +144,7 @@ impl Tools {
 
 /// `npm ci` of the committed package-lock.json into a cache folder named by the lock's
 /// hash, so a changed lock installs anew and an unchanged one is reused by every clone.
+/// It holds the tools and the one runtime dependency, `@cfworker/json-schema`.
 fn install_npm_tools(root: &Path, cache: &Path) -> Result<PathBuf> {
     let lock =
         std::fs::read(root.join("package-lock.json")).context("reading package-lock.json")?;
@@ -146,7 +155,9 @@ fn install_npm_tools(root: &Path, cache: &Path) -> Result<PathBuf> {
     if marker.exists() {
         return Ok(dir);
     }
-    eprintln!("xtask: installing node 22, wrangler and binaryen from package-lock.json");
+    eprintln!(
+        "xtask: installing node 22, wrangler, binaryen and @cfworker/json-schema from package-lock.json"
+    );
     std::fs::create_dir_all(&dir)?;
     std::fs::write(dir.join("package.json"), manifest)?;
     std::fs::write(dir.join("package-lock.json"), lock)?;
@@ -157,6 +168,12 @@ fn install_npm_tools(root: &Path, cache: &Path) -> Result<PathBuf> {
         if !dir.join("node_modules/.bin").join(bin).exists() {
             bail!("npm ci finished but node_modules/.bin/{bin} is missing");
         }
+    }
+    if !dir
+        .join("node_modules/@cfworker/json-schema/package.json")
+        .exists()
+    {
+        bail!("npm ci finished but node_modules/@cfworker/json-schema is missing");
     }
     std::fs::write(&marker, b"ok\n")?;
     Ok(dir)
