@@ -239,8 +239,14 @@ async fn only_certified_providers_receive_failover_hedges_and_fallbacks() {
     let raced = create(&api, &token, "summarize_hedged", &marker, None).await;
     mock.wait_calls(&marker, 2).await;
     mock.release(&gate).await;
+    // The two answers race once released: the hedge may win before the primary's
+    // violating answer is recorded, so wait for both attempts to be final.
     let done = api
-        .wait_job(&token, &id(&raced), status_is("succeeded"))
+        .wait_job(&token, &id(&raced), |job| {
+            job["status"] == "succeeded"
+                && job["attempts"][0]["state"] != "running"
+                && job["attempts"][0]["state"] != "starting"
+        })
         .await;
     let attempts = done["attempts"].as_array().unwrap();
     assert_eq!(attempts[0]["state"], "failed", "{done}");

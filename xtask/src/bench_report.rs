@@ -73,6 +73,12 @@ pub(crate) fn render(r: &Value) -> String {
 
     let _ = writeln!(
         md,
+        "\nCreate with its dispatch running beside it on the same cores (issue 11 measured create this way): {} × the bare insert by rate, {} by CPU per request, per round.",
+        list(&r["figures"]["create_dispatched / insert"], 2),
+        list(&r["cpu_ratios"]["create_dispatched / insert"], 2)
+    );
+    let _ = writeln!(
+        md,
         "\nThe last column divides CPU time instead of rates: the CPU that wrangler and workerd spent per request sent. One isolate runs on one thread, so it predicts the rate one core would serve, and it moves far less than rates when other work shares the machine. Create, replay and the 304 run on a Worker with no queue consumer: they measure the request path, and the dispatches the creates enqueue wait in the local queue. The whole job, dispatch included, is measured apart, below.\n\n## Requests\n\n| workload | server | req/s (per round) | p50 ms | p99 ms | CPU ms per request | D1 round trips (answers) |\n|---|---|---|---|---|---|---|"
     );
     let servers = [
@@ -138,7 +144,9 @@ pub(crate) fn render(r: &Value) -> String {
         "| SDK (`sdk/pkg/web`) | {:.0} ({:.0} + {:.0}) | | | |\n\nWorker sizes are what `wrangler deploy --dry-run --outdir` bundles. The start is Node's V8 (the engine workerd embeds) compiling and instantiating the wasm with its imports stubbed: median of 5 fresh processes.\n",
         f(&x["gzip"]), f(&x["wasm_gzip"]), f(&x["js_gzip"])
     );
-    if !r["sdk_submit"].is_null() {
+    if let Some(error) = r["sdk_submit"]["error"].as_str() {
+        let _ = writeln!(md, "The SDK's own cost was not measured: {error}\n");
+    } else if !r["sdk_submit"].is_null() {
         let c = &r["sdk_submit"];
         let _ = writeln!(
             md,

@@ -46,6 +46,8 @@ pub(crate) struct Outcome {
     pub(crate) requests: usize,
     /// Every request sent, the warm-up's too.
     pub(crate) issued: usize,
+    /// Connections the server dropped and the generator opened again.
+    pub(crate) reconnects: usize,
     /// From the end of the warm-up to the last counted answer.
     pub(crate) seconds: f64,
     pub(crate) rate: f64,
@@ -96,7 +98,7 @@ pub(crate) fn spawn(spec: &Spec) -> Result<Outcome> {
     Ok(serde_json::from_slice(&out.stdout)?)
 }
 
-/// One counted request: when it started (after the warm-up), how long it took.
+/// One counted request: when it ended, how long it took, what it answered.
 struct Sample {
     done: Instant,
     latency: Duration,
@@ -119,40 +121,54 @@ async fn generate(spec: Spec) -> Result<Outcome> {
             local.spawn_local(async move { connection(&spec, conn, warm_end, end, &issued).await }),
         );
     }
-    let samples = local
+    let (samples, reconnects) = local
         .run_until(async {
             let mut all = Vec::new();
+            let mut reconnects = 0;
             for task in tasks {
-                all.extend(task.await??);
+                let (samples, again) = task.await??;
+                all.extend(samples);
+                reconnects += again;
             }
-            anyhow::Ok(all)
+            anyhow::Ok((all, reconnects))
         })
         .await?;
     Ok(Outcome {
         issued: issued.get(),
+        reconnects,
         ..summarize(&spec, warm_end, samples)
     })
 }
 
-/// One kept-alive connection, sending one request after another until `end`.
+/// One kept-alive connection, sending one request after another until `end`. A
+/// connection the server drops is opened again (and counted); more than a few such
+/// drops end the workload with an error.
 async fn connection(
     spec: &Spec,
     conn: usize,
     warm_end: Instant,
     end: Instant,
     issued: &std::cell::Cell<usize>,
-) -> Result<Vec<Sample>> {
-    let stream = TcpStream::connect(&spec.addr).await?;
-    stream.set_nodelay(true)?;
-    let (mut sender, driver) = http1::handshake(TokioIo::new(stream)).await?;
-    tokio::task::spawn_local(driver);
+) -> Result<(Vec<Sample>, usize)> {
     let mut samples = Vec::new();
+    let mut sender: Option<http1::SendRequest<Full<Bytes>>> = None;
+    let mut reconnects = 0usize;
     let mut n = 0usize;
     loop {
         let now = Instant::now();
         if now >= end || spec.total.is_some_and(|t| issued.get() >= t) {
-            return Ok(samples);
+            return Ok((samples, reconnects));
         }
+        let open = match sender.as_mut() {
+            Some(open) => open,
+            None => {
+                let stream = TcpStream::connect(&spec.addr).await?;
+                stream.set_nodelay(true)?;
+                let (open, driver) = http1::handshake(TokioIo::new(stream)).await?;
+                tokio::task::spawn_local(driver);
+                sender.insert(open)
+            }
+        };
         issued.set(issued.get() + 1);
         let mut request = hyper::Request::builder()
             .method(spec.method.as_str())
@@ -166,8 +182,20 @@ async fn connection(
         }
         n += 1;
         let request = request.body(Full::new(Bytes::from(spec.body.clone())))?;
-        sender.ready().await?;
-        let answer = sender.send_request(request).await?;
+        let answer = match open.ready().await {
+            Ok(()) => open.send_request(request).await,
+            Err(e) => Err(e),
+        };
+        let answer = match answer {
+            Ok(answer) => answer,
+            Err(e) if reconnects < 10 => {
+                eprintln!("xtask load: connection {conn} dropped ({e}); opening it again");
+                reconnects += 1;
+                sender = None;
+                continue;
+            }
+            Err(e) => bail!("connection {conn} dropped {reconnects} times; the last: {e}"),
+        };
         let status = answer.status().as_u16();
         let round_trips = answer
             .headers()

@@ -122,9 +122,11 @@ pub(crate) fn suites(flags: &crate::Test) -> Result<()> {
     }
 }
 
-/// gzip bytes of the Worker as `wrangler deploy` bundles it (wasm plus JS). Lowered as
-/// the Worker shrinks (BENCHMARKS.md), so that it cannot grow back unnoticed.
-const WORKER_BUDGET: usize = 810_000;
+/// gzip bytes of the Worker as `wrangler deploy` bundles it (wasm plus JS): 289,213 B
+/// when set, against issue 11's target of 400 KB. Lowered as the Worker shrinks
+/// (BENCHMARKS.md), so that it cannot grow back unnoticed (boon back in the wasm would
+/// add about 475 KB).
+const WORKER_BUDGET: usize = 300 * 1024;
 
 /// Fails when `bytes` is over `limit`.
 fn budget(what: &str, bytes: usize, limit: usize) -> Result<()> {

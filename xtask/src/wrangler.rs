@@ -62,12 +62,14 @@ pub(crate) fn build_edge(tools: &Tools) -> Result<()> {
     build(tools, &EDGE)
 }
 
-/// Builds a Worker crate with `worker-build --release` unless its output is newer than
-/// every input.
+/// Builds a Worker crate with `worker-build --release`, then `wasm-opt` ([`WASM_OPT`]),
+/// unless the last build that got through both is newer than every input. The mark of
+/// such a build, `build/.optimized`, is removed first and written last, so a build that
+/// fails or is stopped half-way is never taken for a finished one.
 pub(crate) fn build(tools: &Tools, krate: &WorkerCrate) -> Result<()> {
     let root = &tools.root;
-    let out = root.join(krate.dir).join("build/worker/shim.mjs");
-    let built = std::fs::metadata(&out).and_then(|m| m.modified()).ok();
+    let mark = root.join(krate.dir).join("build/.optimized");
+    let built = std::fs::metadata(&mark).and_then(|m| m.modified()).ok();
     let newest_input = krate
         .inputs
         .iter()
@@ -77,9 +79,10 @@ pub(crate) fn build(tools: &Tools, krate: &WorkerCrate) -> Result<()> {
         return Ok(());
     }
     eprintln!(
-        "xtask: building the Worker in {}/ (worker-build --release)",
+        "xtask: building the Worker in {}/ (worker-build --release, then wasm-opt)",
         krate.dir
     );
+    let _ = std::fs::remove_file(&mark);
     run(tools
         .command("worker-build")
         .arg("--release")
@@ -93,9 +96,7 @@ pub(crate) fn build(tools: &Tools, krate: &WorkerCrate) -> Result<()> {
         .arg(&optimized)
         .args(WASM_OPT))?;
     std::fs::rename(&optimized, &wasm)?;
-    // wasm-opt's output is newer than the shim: touch the shim, the build's marker.
-    let shim = std::fs::File::options().append(true).open(&out)?;
-    shim.set_modified(SystemTime::now())?;
+    std::fs::write(&mark, "")?;
     Ok(())
 }
 
