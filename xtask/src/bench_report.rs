@@ -15,6 +15,7 @@ fn list(v: &Value, digits: usize) -> String {
             .iter()
             .map(|i| match i {
                 Value::Number(_) => format!("{:.digits$}", f(i)),
+                Value::Object(counts) => trips(counts),
                 other => other.to_string(),
             })
             .collect::<Vec<_>>()
@@ -22,6 +23,18 @@ fn list(v: &Value, digits: usize) -> String {
         Value::Number(_) => format!("{:.digits$}", f(v)),
         other => other.to_string(),
     }
+}
+
+/// Round trips by answer count, `{"1": 2406}`, as "1 (2,406 answers)".
+fn trips(counts: &serde_json::Map<String, Value>) -> String {
+    if counts.is_empty() {
+        return "none".to_owned();
+    }
+    counts
+        .iter()
+        .map(|(n, answers)| format!("{n} ({answers} answers)"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The whole file.
@@ -102,7 +115,7 @@ pub(crate) fn render(r: &Value) -> String {
             f(&w["p50_ms"]),
             f(&w["p99_ms"]),
             f(&w["cpu_ms_per_request"]),
-            w["round_trips"]
+            w["round_trips"].as_object().map_or_else(String::new, trips)
         );
     }
 
