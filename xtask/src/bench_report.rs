@@ -100,7 +100,11 @@ pub(crate) fn render(r: &Value) -> String {
         ("create", "onceclick: POST /v1/jobs, fresh keys"),
         ("replay", "onceclick: POST /v1/jobs, one key again"),
         ("read_304", "onceclick: GET /v1/jobs/{id}, If-None-Match"),
-        ("create_1m", "onceclick, 1,000,000 jobs in D1: create"),
+        ("create_one", "onceclick: create, one connection"),
+        (
+            "create_1m",
+            "onceclick, 1,000,000 jobs in D1: create, one connection",
+        ),
     ];
     for (name, what) in servers {
         let w = &r["workloads"][name];
