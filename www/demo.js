@@ -482,6 +482,7 @@ async function generate({ resumed = false } = {}) {
   }
   const ticket = fresh ? { text, kind, jobId: null, status: null, gates: {} } : known;
   if (fresh) tickets.put(ticket);
+  renderHint();
 
   const prep = fault === "normal" || fault === "swallow" ? null : arm(fault, text);
   prep?.catch(() => {}); // its failure is reported below, through `mine`
@@ -501,7 +502,7 @@ async function generate({ resumed = false } = {}) {
       client = new sdk.Client({ baseUrl: `${setting("proxy")}${path}`, getToken: () => setting("token") });
       note(`This Generate goes through the fault proxy (${setting("proxy")}${path}), which lets the Worker answer and then drops the answer.`);
     }
-    const onRetry = (info) => note(`No answer (${info.code}${info.status ? ` ${info.status}` : ""}): the SDK sends the same request again, with the same Idempotency-Key, in ${(info.delayMs / 1000).toFixed(2)} s (retry ${info.attempt}).`);
+    const onRetry = (info) => note(`No answer (${info.code}${info.status ? ` ${info.status}` : ""}): the SDK sends the same request again, with the same Idempotency-Key, in ${(info.delayMs / 1000).toFixed(2)} s (try ${info.attempt}).`);
     const job = await client.submit(kind, { text }, { onRetry });
     const now = tickets.get();
     if (now && now.text === text && now.kind === kind) tickets.put({ ...now, jobId: job.id, status: job.status });
@@ -520,12 +521,13 @@ $("form").addEventListener("submit", (e) => {
   e.preventDefault();
   generate();
 });
-$("text").addEventListener("input", () => {
+function renderHint() {
   const t = tickets.get();
   $("text-hint").textContent = t && t.text !== $("text").value.trim()
     ? "The text changed: Generate makes a new intent, and a new job."
     : "The same text is the same intent: Generate shows its ticket again. Change the text for a new job.";
-});
+}
+$("text").addEventListener("input", renderHint);
 for (const input of document.querySelectorAll('input[name="fault"]')) {
   input.addEventListener("change", () => lab.set(lab.armed()));
 }
@@ -633,7 +635,8 @@ async function certify() {
   if (!setting("admin")) throw { code: "admin_token_missing" };
   const r = await api("POST", "/v1/providers/fallback/certify", { body: {}, token: setting("admin") });
   for (const report of r.data?.reports ?? []) {
-    note(`The fallback for ${report.kind}: ${report.passed ? "certified" : `not certified — ${report.failures.map((f) => f.message).join("; ")}`}.`);
+    const why = [...new Set(report.failures.map((f) => f.message))].join("; ");
+    note(`The fallback for ${report.kind}: ${report.passed ? "certified" : `not certified — ${why}`}.`);
   }
 }
 
