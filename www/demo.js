@@ -525,7 +525,7 @@ function renderHint() {
   const t = tickets.get();
   $("text-hint").textContent = t && t.text !== $("text").value.trim()
     ? "The text changed: Generate makes a new intent, and a new job."
-    : "The same text is the same intent: Generate shows its ticket again. Change the text for a new job.";
+    : "While this text is on screen, Generate shows its ticket again. Change the text for a new job.";
 }
 $("text").addEventListener("input", renderHint);
 for (const input of document.querySelectorAll('input[name="fault"]')) {

@@ -43,6 +43,24 @@ test("a real double-click on Generate shows one ticket and makes one job", { tim
     assert.equal(await page.locator('#events li[data-type="job_created"]').count(), 1);
     assert.ok((await page.locator("#result-summary").innerText()).length > 0, "the result card shows the summary");
     console.log(`double-click: ${keys.length} request(s) on the wire for 2 clicks, 1 job`);
+
+    // Another text is another intent: a new ticket, a new job.
+    const first = await h.ticket(page);
+    const other = text.replace("a plan they liked", "a plan they loved");
+    await page.locator("#text").fill(other);
+    await page.locator("#generate").click();
+    await page.waitForFunction((old) => {
+      const id = document.querySelector("#ticket-id")?.textContent ?? "";
+      return id.startsWith("job_") && id !== old;
+    }, first, { timeout: h.WAIT_MS });
+    await h.waitStatus(page, "succeeded");
+    assert.equal(h.jobsWithText(other), 1, "the other text made its own job");
+    // Generate again on the text whose result is shown: the same ticket, no new job.
+    const second = await h.ticket(page);
+    await page.locator("#generate").click();
+    await page.locator("#notes li", { hasText: "Same text, same ticket" }).waitFor({ timeout: h.WAIT_MS });
+    assert.equal(await h.ticket(page), second);
+    assert.equal(h.jobsWithText(other), 1, "still one job for that text");
   });
 });
 
