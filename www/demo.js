@@ -1,171 +1,696 @@
-// The demo page: each scenario scripts the mock provider for a marker in the text,
-// then drives the real API (through the SDK where it is built) and shows the job and
-// its event log as they change. Nothing here is needed by the API itself.
+// The demo page. The top half is what an app would do: one Generate button that calls
+// the SDK's `submit` on every click and follows the job with `wait`; the SDK makes a
+// double-click, a reload and a second tab land on the same job. The failure lab scripts
+// the local mock provider (tests/src/mock.rs) for the next Generate, and routes a
+// "swallowed" Generate through the fault proxy (tests/src/proxy.rs), which lets the
+// Worker answer and then drops the answer. Nothing here is needed by the API itself.
 
 const $ = (id) => document.getElementById(id);
-for (const id of ["token", "admin", "mock"]) {
-  $(id).value = localStorage.getItem(`demo:${id}`) || $(id).value;
-  $(id).addEventListener("change", () => localStorage.setItem(`demo:${id}`, $(id).value));
+
+// ---------------------------------------------------------------- small helpers
+
+/** localStorage that never throws (private mode, quota): the page just forgets. */
+const store = {
+  get(name) {
+    try { return localStorage.getItem(`demo:${name}`); } catch { return null; }
+  },
+  set(name, value) {
+    try { localStorage.setItem(`demo:${name}`, value); } catch { /* memory only */ }
+  },
+  remove(name) {
+    try { localStorage.removeItem(`demo:${name}`); } catch { /* nothing stored */ }
+  },
+};
+
+const sleep = (ms, signal) => new Promise((resolve) => {
+  const timer = setTimeout(resolve, ms);
+  signal?.addEventListener("abort", () => { clearTimeout(timer); resolve(); }, { once: true });
+});
+
+const randomId = () => `${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 8)}`;
+const clock = (iso) => (iso ? iso.slice(11, 23) : "");
+const LIVE = new Set(["starting", "running"]);
+/** Job statuses after which the SDK frees the intent's key. */
+const ENDED = new Set(["succeeded", "cancelled"]);
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "class") node.className = v;
+    else if (k.startsWith("data-")) node.setAttribute(k, v);
+    else node[k] = v;
+  }
+  node.append(...children.filter((c) => c !== null && c !== undefined));
+  return node;
 }
 
-// `?token=…&admin=…` fill the fields; `?run=<scenario>` starts one (for links and
-// for a headless look at the page).
-const params = new URLSearchParams(location.search);
-for (const id of ["token", "admin"]) if (params.get(id)) $(id).value = params.get(id);
+function badge(state) {
+  return el("span", { class: `state state-${state}`, "data-state": state }, state);
+}
+
+function duration(from, to) {
+  const ms = Math.max(0, (to ? Date.parse(to) : Date.now()) - Date.parse(from));
+  return ms < 1000 ? `${ms} ms` : `${(ms / 1000).toFixed(1)} s`;
+}
+
+// ---------------------------------------------------------------- settings
+
+const SETTINGS = { token: "", admin: "", mock: "http://127.0.0.1:8788", proxy: "http://127.0.0.1:8789" };
+{
+  // `cargo xtask dev` prints the page's address with the tokens after `#`; they are
+  // kept in localStorage and taken out of the address bar.
+  const given = new URLSearchParams(location.hash.slice(1));
+  const query = new URLSearchParams(location.search);
+  for (const [name, fallback] of Object.entries(SETTINGS)) {
+    const value = given.get(name) ?? query.get(name);
+    if (value) store.set(name, value);
+    $(name).value = store.get(name) ?? fallback;
+    $(name).addEventListener("change", () => store.set(name, $(name).value.trim()));
+  }
+  if (location.hash || query.has("token")) history.replaceState(null, "", location.pathname);
+  $("settings").open = !$("token").value;
+}
+const setting = (name) => $(name).value.trim().replace(/\/+$/, "");
+$("admin").addEventListener("input", () => { $("resolve").disabled = !setting("admin"); });
+
+// ---------------------------------------------------------------- words
+
+/** One plain sentence per error code; the code itself is always shown beside it. */
+const SENTENCES = {
+  attempt_unresolved: "The last attempt is unknown: the provider may still be doing the work, so onceclick will not start another one until it is settled. Cancel the job, or resolve the attempt with an admin token.",
+  attempt_in_flight: "An attempt is still running; wait for it to finish before asking for another.",
+  job_finished: "This job has already finished, so there is nothing left to try.",
+  provider_not_certified: "The fallback is not certified for this kind, so onceclick will not send the job there. Certify it (admin) in the failure lab.",
+  precondition_failed: "The job changed while you were looking at it; look at it again and retry.",
+  unauthorized: "The token is missing, expired or not for this server. Paste the one that cargo xtask dev printed under Settings.",
+  forbidden: "This needs an admin token: cargo xtask token --owner ops --admin, pasted under Settings.",
+  not_found: "This server does not know that job (it may belong to another token).",
+  attempt_not_unknown: "That attempt is no longer unknown, so there is nothing to resolve.",
+  idempotency_key_reused: "That key was already used for a different request, so the server refused it and wrote nothing.",
+  invalid_input: "The input does not fit this kind: the text must be 1 to 20,000 characters.",
+  invalid_json: "The request was not valid JSON for this API.",
+  payload_too_large: "The request is too large (64 KiB at most).",
+  unknown_kind: "The server does not know this kind of job.",
+  unknown_provider: "The server does not know this provider.",
+  contract_violation: "The answer broke the kind's contract, so it was refused.",
+  service_unavailable: "The database did not answer; the same request can safely be sent again.",
+  internal: "The server failed unexpectedly.",
+  network: "The page could not reach the server.",
+  aborted: "The call was stopped.",
+  timeout: "The job took longer than the page was willing to wait.",
+  invalid_argument: "The page gave the SDK something it cannot use.",
+  invalid_response: "The server answered with something the SDK could not read.",
+  sdk_missing: "The onceclick SDK is not built into www/pkg: run cargo xtask dev, which builds it.",
+  mock_unreachable: "The local mock provider did not answer, so the failure lab cannot script it: it runs under cargo xtask dev.",
+  admin_token_missing: "Resolving needs an admin token: cargo xtask token --owner ops --admin, pasted under Settings.",
+  empty_text: "Type a text to summarize first.",
+};
+const sentenceFor = (code) => SENTENCES[code] ?? "Something went wrong.";
+
+/** Any thrown thing as `{code, detail}`: an OnceclickError, a problem, or an Error. */
+function describe(e) {
+  if (e && typeof e === "object" && typeof e.code === "string") {
+    return { code: e.code, detail: String(e.message ?? e.detail ?? "") };
+  }
+  if (e instanceof Error) return { code: "page_error", detail: e.message };
+  return { code: "page_error", detail: String(e) };
+}
+
+function showError(e) {
+  const { code, detail } = describe(e);
+  const box = $("error");
+  box.replaceChildren(
+    el("p", {}, el("code", {}, code), ` — ${sentenceFor(code)}`),
+    detail && detail !== sentenceFor(code) ? el("p", { class: "hint" }, `The server said: ${detail}`) : null,
+  );
+  box.dataset.code = code;
+  box.hidden = false;
+}
+
+function clearError() {
+  $("error").hidden = true;
+  $("error").replaceChildren();
+  delete $("error").dataset.code;
+}
+
+/** A line in "What the page did" (newest first), also read out. */
+function note(text) {
+  $("notes").prepend(el("li", {}, text));
+  while ($("notes").children.length > 8) $("notes").lastElementChild.remove();
+  announce(text);
+}
+
+let announcing = [];
+function announce(text) {
+  // What changed in one turn is read out together; replacing the text makes screen
+  // readers read it even when it repeats.
+  announcing.push(text);
+  if (announcing.length > 1) return;
+  setTimeout(() => {
+    $("announce").textContent = announcing.join(" ");
+    announcing = [];
+  }, 50);
+}
+
+/** What each event means, in words. `attempt` names the attempt ("attempt 2 on fallback"). */
+function eventLine(e, attempt) {
+  const d = e.details ?? {};
+  const who = attempt(e.attempt_id) ?? `the attempt on ${d.provider ?? "?"}`;
+  switch (e.type) {
+    case "job_created": return `Job created for ${d.kind} on ${d.provider}.`;
+    case "attempt_started": return `Attempt ${d.n} queued for ${d.provider}.`;
+    case "attempt_running": return `${cap(who)} is running: the provider was called.`;
+    case "attempt_succeeded": return `${cap(who)} succeeded.`;
+    case "attempt_failed": return `${cap(who)} failed: ${d.error?.code ?? "error"}${d.error?.retryable ? " (retryable)" : ""} — ${d.error?.message ?? ""}`;
+    case "attempt_timed_out": return `${cap(who)} is unknown: ${d.error?.message ?? "the provider did not answer in time"}.`;
+    case "attempt_resolved": return `${cap(who)} was resolved: ${d.from} → ${d.to}.`;
+    case "race_lost": return `${cap(who)} finished after the winner: superseded, its result dropped.`;
+    case "late_result_discarded": return `A late result for ${who} arrived after the job was ${d.job_status}: discarded.`;
+    case "job_cancelled": return "The job was cancelled.";
+    case "failover_skipped": return `No ${d.for ?? "failover"} started: ${d.reason ?? "no certified provider"}.`;
+    case "dispatch_ignored": return `A repeated dispatch of ${who} was ignored: no second provider call.`;
+    default: return `${e.type} ${JSON.stringify(d)}`;
+  }
+}
+const cap = (s) => s.charAt(0).toUpperCase() + s.slice(1);
+
+/** Why a job needs a decision, in one or two sentences. */
+function decisionText(job) {
+  const last = job.attempts[job.attempts.length - 1];
+  if (job.status === "unknown") {
+    return "The provider did not answer in time, so nobody knows whether it did the work: onceclick will not start another attempt until that is settled. Cancel the job, or resolve the attempt (admin) and then try the fallback.";
+  }
+  const code = last?.error?.code;
+  if (code === "contract_violation") {
+    return `The provider's answer broke the contract (${last.error.message}), so it can never win. Try the fallback: the same job gets a new attempt.`;
+  }
+  if (code === "provider_unavailable" || code === "provider_rate_limited" || code === "provider_unreachable") {
+    return `The provider failed (${code}) before doing the work, so trying again is safe. Try the fallback: the same job gets a new attempt.`;
+  }
+  if (code === "resolved_failed") {
+    return "The unknown attempt was resolved as failed. Try the fallback: the same job gets a new attempt.";
+  }
+  return `The last attempt failed (${code ?? "error"}). Try the fallback, or cancel.`;
+}
+
+// ---------------------------------------------------------------- the SDK
 
 let sdk = null;
+let app = null;
 try {
   sdk = await import("/pkg/onceclick.js");
   await sdk.default();
+  app = new sdk.Client({ baseUrl: location.origin, getToken: () => setting("token") });
   $("sdk-status").textContent = "Using the onceclick SDK from /pkg (built by cargo xtask dev).";
-} catch {
-  $("sdk-status").textContent = "The SDK is not built into www/pkg; scenarios use plain fetch.";
+} catch (e) {
+  $("sdk-status").textContent = "The onceclick SDK is not built into www/pkg.";
+  showError({ code: "sdk_missing", message: describe(e).detail });
 }
 
-let current = null; // { id, marker }
-const say = (text, cls) => {
-  const li = document.createElement("li");
-  li.textContent = text;
-  if (cls) li.className = cls;
-  $("log").prepend(li);
-};
-const marker = () => `[demo-${Math.random().toString(36).slice(2, 8)}]`;
-const text = (m) => `${$("text").value} ${m}`;
-
-async function api(method, path, { body, key, token = $("token").value, headers = {} } = {}) {
+/** A plain API call (what the SDK has no method for: events, resolve, certify). */
+async function api(method, path, { body, token = setting("token"), headers = {}, key, signal } = {}) {
   const h = { Authorization: `Bearer ${token}`, ...headers };
   if (body !== undefined) h["Content-Type"] = "application/json";
   if (key) h["Idempotency-Key"] = key;
-  const r = await fetch(path, { method, headers: h, body: body === undefined ? undefined : JSON.stringify(body) });
-  const data = r.status === 204 || r.status === 304 ? null : await r.json();
-  return { status: r.status, headers: r.headers, data };
+  let r;
+  try {
+    r = await fetch(path, { method, headers: h, signal, body: body === undefined ? undefined : JSON.stringify(body) });
+  } catch (e) {
+    if (signal?.aborted) throw { code: "aborted", message: "stopped" };
+    throw { code: "network", message: describe(e).detail };
+  }
+  const data = r.status === 304 || r.status === 204 ? null : await r.json().catch(() => null);
+  if (r.status >= 400) {
+    throw { code: data?.code ?? `http_${r.status}`, message: data?.detail ?? `the server answered ${r.status}`, status: r.status };
+  }
+  return { status: r.status, etag: r.headers.get("ETag"), replayed: r.headers.get("Idempotent-Replayed") === "true", data };
 }
 
+/** A call to the mock provider's control API. */
 async function mock(path, body) {
-  await fetch(`${$("mock").value}${path}`, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
+  let r;
+  try {
+    r = await fetch(`${setting("mock")}${path}`, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
+  } catch (e) {
+    throw { code: "mock_unreachable", message: `${setting("mock")}: ${describe(e).detail}` };
+  }
+  if (!r.ok) throw { code: "mock_unreachable", message: `${setting("mock")}${path} answered ${r.status}` };
 }
 const script = (provider, contains, steps) => mock("/_script", { provider, contains, steps });
 
-function client() {
-  return new sdk.Client({ baseUrl: location.origin, token: $("token").value });
-}
+// ---------------------------------------------------------------- the ticket
 
-async function submit(m, kind = $("kind").value) {
-  const input = { text: text(m) };
-  if (sdk) return client().submit(kind, input);
-  const r = await api("POST", "/v1/jobs", { body: { kind, input }, key: crypto.randomUUID() });
-  if (r.status >= 400) throw r.data;
-  return r.data;
-}
-
-function follow(job, m) {
-  current = { id: job.id, marker: m };
-  say(`job ${job.id} (${job.status})`);
-}
-
-const scenarios = {
-  async double() {
-    const m = marker();
-    if (!sdk) return say("Build the SDK (cargo xtask dev) to see two clicks share one request.", "err");
-    const c = client();
-    const [a, b] = await Promise.all([c.submit($("kind").value, { text: text(m) }), c.submit($("kind").value, { text: text(m) })]);
-    say(`two submits in one tick → ${a.id === b.id ? "one job" : "TWO JOBS"}: ${a.id}`);
-    follow(a, m);
+// The ticket on screen, kept in localStorage so that a reload and a second tab find it:
+// { text, kind, jobId, status, gates: {primary?, fallback?} }.
+const tickets = {
+  get() {
+    try { return JSON.parse(store.get("ticket")) ?? null; } catch { return null; }
   },
-  async reused() {
-    const m = marker(), key = crypto.randomUUID(), kind = $("kind").value;
-    const first = await api("POST", "/v1/jobs", { body: { kind, input: { text: text(m) } }, key });
-    const again = await api("POST", "/v1/jobs", { body: { kind, input: { text: text(m) } }, key });
-    const other = await api("POST", "/v1/jobs", { body: { kind, input: { text: `${text(m)}!` } }, key });
-    say(`same key: ${first.status}, replay ${again.status} (Idempotent-Replayed: ${again.headers.get("Idempotent-Replayed")}), other text ${other.status} ${other.data?.code}`);
-    follow(first.data, m);
-  },
-  async timeout() {
-    const m = marker();
-    await script("primary", m, [{ delay_ms: 60000 }]);
-    say("the primary will hang past its timeout: the attempt becomes unknown, never failed");
-    follow(await submit(m, "summarize"), m);
-  },
-  async fails() {
-    const m = marker();
-    await script("primary", m, [{ status: 503 }]);
-    say("the primary answers 503: a retryable failure; press the fallback button");
-    follow(await submit(m, "summarize"), m);
-  },
-  async race() {
-    const m = marker();
-    await script("primary", m, [{ gate: `${m}-p` }]);
-    await script("fallback", m, [{ gate: `${m}-f`, summary: "the hedge's answer" }]);
-    say("the primary is held; after 300 ms a hedge starts on the fallback. Release the fallback first, then the primary.");
-    follow(await submit(m, "summarize_hedged"), m);
-  },
-  async late() {
-    const m = marker();
-    await script("primary", m, [{ gate: `${m}-p` }]);
-    say("the primary is held. Cancel the job, then release the primary: its result is discarded and logged.");
-    follow(await submit(m, "summarize"), m);
-  },
-  async sloppy() {
-    for (const phrase of ["The new library opened downtown", "The train was delayed", "The committee met on Tuesday"]) {
-      await script("fallback", phrase, [{ reply: "extra_key" }]);
-    }
-    say("the fallback now adds a top-level key to certification answers; certify it (admin) to see it fail, then it gets no failover");
-  },
+  put(t) { store.set("ticket", JSON.stringify(t)); },
 };
 
-const actions = {
-  async fallback() {
-    const r = await api("POST", `/v1/jobs/${current.id}/attempts`, { body: {} });
-    say(`new attempt → ${r.status} ${r.data?.code ?? r.data?.id}`, r.status >= 400 ? "err" : "");
-  },
-  async cancel() {
-    const r = await api("POST", `/v1/jobs/${current.id}/cancel`, { body: {} });
-    say(`cancel → ${r.status} ${r.data?.status ?? r.data?.code}`);
-  },
-  async resolve() {
-    const job = (await api("GET", `/v1/jobs/${current.id}`)).data;
-    const unknown = job.attempts.find((a) => a.state === "unknown");
-    if (!unknown) return say("no attempt is unknown", "err");
-    const r = await api("POST", `/v1/attempts/${unknown.id}/resolve`, { body: { outcome: "failed" }, token: $("admin").value });
-    say(`resolve → ${r.status} ${r.data?.status ?? r.data?.code}`);
-  },
-  "release-fallback": () => mock("/_release", { gate: `${current.marker}-f` }),
-  "release-primary": () => mock("/_release", { gate: `${current.marker}-p` }),
-  async certify() {
-    const r = await api("POST", "/v1/providers/fallback/certify", { body: {}, token: $("admin").value });
-    for (const report of r.data?.reports ?? []) {
-      say(`fallback for ${report.kind}: ${report.passed ? "certified" : "FAILED — " + report.failures.map((f) => f.message).join("; ")}`);
-    }
-    if (r.status >= 400) say(`certify → ${r.status} ${r.data?.code}`, "err");
-  },
-};
+let shown = null; // { jobId, job, events, states: Map(attempt id → state) }
+let watcher = null; // AbortController of the running watch
+let lingerUntil = 0; // after a release: keep reading the log a while for late results
+let submitting = 0; // submits in flight (for the button's label)
 
-document.addEventListener("click", async (e) => {
-  const b = e.target.closest("button");
-  if (!b) return;
+function renderButton() {
+  const status = shown?.job?.status;
+  const busy = submitting > 0 || status === "queued" || status === "running";
+  $("generate").setAttribute("aria-busy", String(busy));
+  $("generate-label").textContent = submitting > 0 && !shown?.job ? "Sending…"
+    : busy ? `Working… (${status ?? "sending"})` : "Generate";
+  $("generate-state").textContent = busy ? "Clicking again is safe: it shows the same ticket." : "";
+}
+
+function renderReleases() {
+  const gates = (shown && tickets.get()?.jobId === shown.jobId && tickets.get()?.gates) || {};
+  $("release-primary").hidden = !gates.primary;
+  $("release-fallback").hidden = !gates.fallback;
+  $("releases").hidden = !gates.primary && !gates.fallback;
+}
+
+function render(job) {
+  if (!shown || shown.jobId !== job.id) return;
+  const before = shown.job;
+  shown.job = job;
+  $("no-ticket").hidden = true;
+  $("job").hidden = false;
+  $("ticket-id").textContent = job.id;
+  $("job-status").replaceWith(Object.assign(badge(job.status), { id: "job-status" }));
+  $("job-status").dataset.status = job.status;
+  $("job-kind").textContent = `${job.kind} · “${String(job.input?.text ?? "").slice(0, 80)}”`;
+
+  // The timeline: one row per attempt.
+  const rows = job.attempts.map((a) => {
+    const winner = job.completed_by === a.id;
+    return el("tr", { class: winner ? "winner" : "", "data-n": String(a.n), "data-provider": a.provider, "data-state": a.state, "data-winner": String(winner) },
+      el("td", {}, String(a.n)),
+      el("td", {}, a.provider),
+      el("td", {}, badge(a.state), a.error ? el("div", { class: "hint" }, a.error.code) : null),
+      el("td", { class: "duration", "data-from": a.started_at, "data-to": a.finished_at ?? "" }, duration(a.started_at, a.finished_at)),
+      el("td", {}, winner ? "★ winner" : ""));
+  });
+  $("timeline").tBodies[0].replaceChildren(...rows);
+
+  // The result card.
+  $("result").hidden = !job.result;
+  if (job.result) {
+    const by = job.attempts.find((a) => a.id === job.completed_by);
+    $("result-summary").textContent = job.result.summary ?? JSON.stringify(job.result);
+    $("result-meta").textContent = `Sentiment: ${job.result.sentiment ?? "—"} · by ${by ? `attempt ${by.n} on ${by.provider}` : "?"}`;
+  }
+
+  // What the user can do now.
+  const decide = job.status === "failed" || job.status === "unknown";
+  const live = job.status === "queued" || job.status === "running";
+  $("decision").hidden = !decide && !live;
+  $("decision-text").textContent = decide ? decisionText(job) : "The job is running. You may cancel it.";
+  $("fallback").hidden = !decide;
+  $("resolve").hidden = job.status !== "unknown";
+  $("cancel").hidden = !decide && !live;
+  $("resolve").disabled = !setting("admin");
+  $("resolve-hint").textContent = job.status === "unknown" && !setting("admin") ? SENTENCES.admin_token_missing : "";
+
+  $("raw-job").textContent = JSON.stringify(job, null, 2);
+
+  // Say what changed.
+  if (!before || before.status !== job.status) announce(`Job ${job.status}.`);
+  for (const a of job.attempts) {
+    const was = shown.states.get(a.id);
+    if (was !== a.state) {
+      shown.states.set(a.id, a.state);
+      if (was) announce(`Attempt ${a.n} on ${a.provider}: ${a.state}${job.completed_by === a.id ? ", the winner" : ""}.`);
+    }
+  }
+
+  const t = tickets.get();
+  if (t && t.jobId === job.id && t.status !== job.status) tickets.put({ ...t, status: job.status });
+  renderButton();
+  renderReleases();
+  refreshEvents(job.id);
+}
+
+let eventsAsked = 0;
+async function refreshEvents(jobId) {
+  const asked = ++eventsAsked;
+  let r;
   try {
-    if (b.dataset.scenario) await scenarios[b.dataset.scenario]();
-    else if (current || b.dataset.action === "certify") await actions[b.dataset.action]();
-    else say("start a scenario first", "err");
+    r = await api("GET", `/v1/jobs/${jobId}/events`);
+  } catch {
+    return; // the next change asks again
+  }
+  if (asked !== eventsAsked || shown?.jobId !== jobId) return;
+  const events = r.data?.events ?? [];
+  shown.events = events;
+  const attempts = shown.job?.attempts ?? [];
+  const attempt = (id) => {
+    const a = attempts.find((x) => x.id === id);
+    return a ? `attempt ${a.n} on ${a.provider}` : null;
+  };
+  $("events").replaceChildren(...events.map((e) => el("li", { "data-type": e.type },
+    el("time", { dateTime: e.at }, clock(e.at)), eventLine(e, attempt))));
+  $("raw-events").textContent = JSON.stringify(events, null, 2);
+}
+
+/** Shows `jobId` (with `job` when known) and follows it until nothing more can change. */
+function follow(jobId, job) {
+  if (shown?.jobId !== jobId) {
+    watcher?.abort();
+    watcher = null;
+    shown = { jobId, job: null, events: [], states: new Map() };
+    $("events").replaceChildren();
+    announce(`Ticket ${jobId}.`);
+  }
+  if (job) render(job);
+  if (!watcher) watch(jobId);
+}
+
+/** `wait` until the job needs nobody (or a decision); then, while an attempt is still
+ * live (a hedge's loser) or a release was just pressed, keep reading it. */
+async function watch(jobId) {
+  const ctl = new AbortController();
+  watcher = ctl;
+  const { signal } = ctl;
+  try {
+    const job = await app.wait(jobId, { signal, onUpdate: (j) => { if (!signal.aborted) render(j); } });
+    if (signal.aborted) return;
+    render(job);
+    let etag = null;
+    const stillMoving = () => (shown?.job?.attempts ?? []).some((a) => LIVE.has(a.state)) || Date.now() < lingerUntil;
+    while (!signal.aborted && stillMoving()) {
+      await sleep(500, signal);
+      if (signal.aborted) break;
+      const r = await api("GET", `/v1/jobs/${jobId}`, { headers: etag ? { "If-None-Match": etag } : {}, signal });
+      if (r.status === 200) {
+        etag = r.etag;
+        render(r.data);
+      } else {
+        refreshEvents(jobId); // a late result is logged without changing the job
+      }
+    }
+  } catch (e) {
+    if (signal.aborted || describe(e).code === "aborted") return;
+    if (describe(e).code === "not_found" && tickets.get()?.jobId === jobId) {
+      // A ticket kept from a database that has since been wiped: forget it quietly.
+      store.remove("ticket");
+      shown = null;
+      $("job").hidden = true;
+      $("no-ticket").hidden = false;
+      return;
+    }
+    showError(e);
+  } finally {
+    if (watcher === ctl) watcher = null;
+  }
+}
+
+function rewatch() {
+  if (!shown) return;
+  watcher?.abort();
+  watcher = null;
+  watch(shown.jobId);
+}
+
+// ---------------------------------------------------------------- Generate
+
+const lab = {
+  armed: () => document.querySelector('input[name="fault"]:checked')?.value ?? "normal",
+  set(fault) {
+    const input = document.querySelector(`input[name="fault"][value="${fault}"]`);
+    if (input) input.checked = true;
+    $("lab-state").textContent = fault === "normal" ? "" : `Armed: the next Generate ${LAB_WORDS[fault]}.`;
+  },
+};
+const LAB_WORDS = {
+  slow: "gets a provider that takes 3 s",
+  hold: "gets a provider that holds its answer until you release it",
+  hang: "gets a provider that hangs past its timeout",
+  unavailable: "gets a 503 from the provider",
+  extra_key: "gets an answer with a key the contract does not name",
+  race: "runs a hedge race that you finish in reverse order",
+  swallow: "has its answer swallowed on the way back",
+};
+
+/** Scripts the mock for the fault; returns the gates it holds. The first call of the
+ * text on that provider misbehaves, every later one answers normally. */
+async function arm(fault, text) {
+  const id = randomId();
+  const once = (step) => [step, {}];
+  switch (fault) {
+    case "slow": await script("primary", text, once({ delay_ms: 3000 })); return {};
+    case "hold": await script("primary", text, once({ gate: `${id}-primary` })); return { primary: `${id}-primary` };
+    case "hang": await script("primary", text, once({ delay_ms: 60000 })); return {};
+    case "unavailable": await script("primary", text, once({ status: 503 })); return {};
+    case "extra_key": await script("primary", text, once({ reply: "extra_key" })); return {};
+    case "race":
+      await script("primary", text, once({ gate: `${id}-primary` }));
+      await script("fallback", text, once({ gate: `${id}-fallback` }));
+      return { primary: `${id}-primary`, fallback: `${id}-fallback` };
+    default: return {};
+  }
+}
+
+// Clicks take turns only for the lab's preparation (scripting the mock must land
+// before the job is created); each click then calls `submit`, as an app would.
+let preparing = Promise.resolve();
+
+async function generate({ resumed = false } = {}) {
+  clearError();
+  const text = $("text").value.trim();
+  if (!text) return showError({ code: "empty_text" });
+  if (!app) return showError({ code: "sdk_missing" });
+  let fault = resumed ? "normal" : lab.armed();
+  const known = tickets.get();
+  // The race runs on the hedged kind; otherwise the text's ticket keeps its kind, so
+  // that a second click during a race is the same intent as the first.
+  const kind = fault === "race" ? "summarize_hedged" : known?.text === text ? known.kind : "summarize";
+  const same = known && known.text === text && known.kind === kind;
+
+  if (same && known.jobId && known.status === "succeeded" && !resumed) {
+    // The SDK frees a key once its job has succeeded; the page keeps the promise that
+    // the same text shows the same ticket.
+    note("Same text, same ticket: this text already has its result. Change the text for a new job.");
+    return follow(known.jobId);
+  }
+  const fresh = !same || known.status === "cancelled";
+  if (!fresh && fault !== "normal") {
+    note("This text already has a ticket, so no provider is called for it and the failure stays armed: change the text to try it.");
+    fault = "normal";
+  } else if (fault !== "normal") {
+    lab.set("normal");
+  }
+  const ticket = fresh ? { text, kind, jobId: null, status: null, gates: {} } : known;
+  if (fresh) tickets.put(ticket);
+  renderHint();
+
+  const prep = fault === "normal" || fault === "swallow" ? null : arm(fault, text);
+  prep?.catch(() => {}); // its failure is reported below, through `mine`
+  const mine = preparing.then(() => prep);
+  preparing = mine.catch(() => {});
+  submitting += 1;
+  renderButton();
+  try {
+    const gates = await mine;
+    if (gates) {
+      ticket.gates = gates;
+      tickets.put({ ...(tickets.get() ?? ticket), gates });
+    }
+    let client = app;
+    if (fault === "swallow") {
+      const path = `/drop-once/${randomId()}`;
+      client = new sdk.Client({ baseUrl: `${setting("proxy")}${path}`, getToken: () => setting("token") });
+      note(`This Generate goes through the fault proxy (${setting("proxy")}${path}), which lets the Worker answer and then drops the answer.`);
+    }
+    const onRetry = (info) => note(`No answer (${info.code}${info.status ? ` ${info.status}` : ""}): the SDK sends the same request again, with the same Idempotency-Key, in ${(info.delayMs / 1000).toFixed(2)} s (try ${info.attempt}).`);
+    const job = await client.submit(kind, { text }, { onRetry });
+    const now = tickets.get();
+    if (now && now.text === text && now.kind === kind) tickets.put({ ...now, jobId: job.id, status: job.status });
+    if (resumed) note(`After the reload, the same text was sent again with the same key: ticket ${job.id}.`);
+    else if (shown?.jobId === job.id) note(`Same text, same intent: the SDK gave back ticket ${job.id}, no new job.`);
+    follow(job.id, job);
+  } catch (e) {
+    showError(e);
+  } finally {
+    submitting -= 1;
+    renderButton();
+  }
+}
+
+$("form").addEventListener("submit", (e) => {
+  e.preventDefault();
+  generate();
+});
+function renderHint() {
+  const t = tickets.get();
+  $("text-hint").textContent = t && t.text !== $("text").value.trim()
+    ? "The text changed: Generate makes a new intent, and a new job."
+    : "While this text is on screen, Generate shows its ticket again. Change the text for a new job.";
+}
+$("text").addEventListener("input", renderHint);
+for (const input of document.querySelectorAll('input[name="fault"]')) {
+  input.addEventListener("change", () => lab.set(lab.armed()));
+}
+
+// ---------------------------------------------------------------- decisions
+
+/** Runs a button's action once at a time (a double-click on it is one action). */
+function action(id, run) {
+  $(id).addEventListener("click", async () => {
+    const button = $(id);
+    if (button.dataset.running) return;
+    button.dataset.running = "1";
+    button.disabled = true;
+    clearError();
+    try {
+      await run();
+    } catch (e) {
+      showError(e);
+    } finally {
+      delete button.dataset.running;
+      button.disabled = id === "resolve" && !setting("admin");
+    }
+  });
+}
+
+action("fallback", async () => {
+  const attempt = await app.retry(shown.jobId);
+  note(`Attempt ${attempt.n} started on ${attempt.provider}, on the same job.`);
+  rewatch();
+});
+
+action("cancel", async () => {
+  const job = await app.cancel(shown.jobId);
+  note("You cancelled the job: any late result is discarded and logged.");
+  render(job);
+  rewatch();
+});
+
+action("resolve", async () => {
+  const unknown = shown.job?.attempts.find((a) => a.state === "unknown");
+  if (!unknown) throw { code: "attempt_not_unknown", message: "no attempt is unknown" };
+  if (!setting("admin")) throw { code: "admin_token_missing" };
+  const r = await api("POST", `/v1/attempts/${unknown.id}/resolve`, { body: { outcome: "failed" }, token: setting("admin") });
+  note(`An admin resolved attempt ${unknown.n} as failed: the job may now try the fallback.`);
+  render(r.data);
+  rewatch();
+});
+
+for (const provider of ["primary", "fallback"]) {
+  action(`release-${provider}`, async () => {
+    const gate = tickets.get()?.gates?.[provider];
+    if (!gate) return;
+    await mock("/_release", { gate });
+    const t = tickets.get();
+    if (t?.gates?.[provider] === gate) {
+      delete t.gates[provider];
+      tickets.put(t);
+    }
+    renderReleases();
+    note(`The mock released the ${provider === "fallback" ? "hedge's (fallback's)" : "primary's"} answer.`);
+    lingerUntil = Date.now() + 15000;
+    if (!watcher && shown) watch(shown.jobId);
+  });
+}
+
+// ---------------------------------------------------------------- scenarios
+
+const SAMPLES = [
+  "The meeting ran long, but everyone left with a plan they liked",
+  "The bakery on the corner sold out of bread before nine, and the queue went round the block",
+  "After three weeks of rain the river rose over the path, and the town put sandbags along the bank",
+  "The new trainee fixed the printer that nobody else could fix, and the whole office cheered",
+];
+const freshText = () => `${SAMPLES[Math.floor(Math.random() * SAMPLES.length)]} (${randomId()}).`;
+
+const SCENARIOS = {
+  double: ["normal", "Now double-click Generate: one ticket, one job."],
+  reload: ["hold", "Press Generate, then reload this page or open it in a second tab before you release the answer: the same ticket comes back."],
+  swallow: ["swallow", "Press Generate: the Worker makes the job, the answer is dropped, and the SDK sends the same request again."],
+  hang: ["hang", "Press Generate. After the provider's timeout the attempt is unknown: try the fallback, then resolve or cancel."],
+  unavailable: ["unavailable", "Press Generate: the primary answers 503, then press Try the fallback."],
+  extra_key: ["extra_key", "Press Generate: the answer breaks the contract and cannot win; then press Try the fallback."],
+  race: ["race", "Press Generate. When both attempts run, release the hedge's answer first, then the primary's."],
+  late: ["hold", "Press Generate, cancel the job, then release the primary's answer: the late result is discarded and logged."],
+};
+
+async function reusedKey() {
+  const key = crypto.randomUUID();
+  const text = freshText();
+  const body = (t) => ({ kind: "summarize", input: { text: t } });
+  const first = await api("POST", "/v1/jobs", { body: body(text), key });
+  const again = await api("POST", "/v1/jobs", { body: body(text), key });
+  let other;
+  try {
+    await api("POST", "/v1/jobs", { body: body(`${text}!`), key });
+    other = "accepted (unexpected)";
+  } catch (e) {
+    other = `${e.status} ${e.code}`;
+  }
+  note(`One key, raw API: first ${first.status}, the same request again ${again.status}${again.replayed ? " (Idempotent-Replayed)" : ""}, another text ${other}.`);
+  follow(first.data.id, first.data);
+}
+
+async function certify() {
+  if (!setting("admin")) throw { code: "admin_token_missing" };
+  const r = await api("POST", "/v1/providers/fallback/certify", { body: {}, token: setting("admin") });
+  for (const report of r.data?.reports ?? []) {
+    const why = [...new Set(report.failures.map((f) => f.message))].join("; ");
+    note(`The fallback for ${report.kind}: ${report.passed ? "certified" : `not certified — ${why}`}.`);
+  }
+}
+
+async function sloppy() {
+  // The golden inputs of both kinds: their first two calls each (one per kind) get an
+  // answer with an extra key, so this certification fails and the next one passes.
+  for (const phrase of ["The new library opened downtown", "The train was delayed", "The committee met on Tuesday"]) {
+    await script("fallback", phrase, [{ reply: "extra_key" }, { reply: "extra_key" }, {}]);
+  }
+  note("The fallback will add a top-level key to its certification answers.");
+  await certify();
+  note("Until it is certified again, no job fails over to it: press Certify the fallback to restore it.");
+}
+
+document.querySelector(".scenarios").addEventListener("click", async (e) => {
+  const button = e.target.closest("button[data-scenario]");
+  if (!button) return;
+  const name = button.dataset.scenario;
+  clearError();
+  try {
+    if (name === "reused") return await reusedKey();
+    if (name === "certify") return await certify();
+    if (name === "sloppy") return await sloppy();
+    const [fault, hint] = SCENARIOS[name];
+    $("text").value = freshText();
+    $("text").dispatchEvent(new Event("input"));
+    lab.set(fault);
+    note(hint);
+    $("generate").focus();
   } catch (err) {
-    say(`${err.code ?? "error"}: ${err.message ?? err.detail ?? err}`, "err");
+    showError(err);
   }
 });
 
-if (params.get("run")) document.querySelector(`[data-scenario="${params.get("run")}"]`)?.click();
+// ---------------------------------------------------------------- start
 
-let etag = null;
-setInterval(async () => {
-  if (!current) return;
-  const headers = etag ? { "If-None-Match": etag } : {};
-  const r = await api("GET", `/v1/jobs/${current.id}`, { headers });
-  if (r.status !== 200) return;
-  etag = r.headers.get("ETag");
-  $("job").textContent = JSON.stringify(r.data, null, 2);
-  const ev = await api("GET", `/v1/jobs/${current.id}/events`);
-  $("events").replaceChildren(...(ev.data?.events ?? []).map((e) => {
-    const li = document.createElement("li");
-    li.textContent = `${e.at.slice(11, 23)} ${e.type}${e.attempt_id ? " " + e.attempt_id.slice(0, 12) + "…" : ""} ${JSON.stringify(e.details)}`;
-    return li;
-  }));
-}, 500);
+// Durations of live attempts tick once a second.
+setInterval(() => {
+  for (const cell of document.querySelectorAll("#timeline td.duration")) {
+    if (!cell.dataset.to) cell.textContent = duration(cell.dataset.from, null);
+  }
+}, 1000);
+
+// A ticket from before a reload (or from another tab): a job that has ended is shown;
+// otherwise the same text is submitted again, and the SDK's stored key brings back
+// the same job.
+{
+  const t = tickets.get();
+  if (t?.text && app) {
+    $("text").value = t.text;
+    if (t.jobId && ENDED.has(t.status)) follow(t.jobId);
+    else generate({ resumed: true });
+  }
+}
+renderButton();
+// For people and tests alike: the page has set itself up.
+document.body.dataset.ready = app ? "yes" : "no-sdk";

@@ -9,6 +9,10 @@ use std::path::Path;
 /// The mock provider's port under `cargo xtask dev`, as wrangler.toml's PROVIDERS names it.
 const DEV_MOCK_PORT: u16 = 8788;
 
+/// The fault proxy in front of the Worker under `cargo xtask dev`: the demo page's
+/// "swallow the answer" goes through it (the page's default for its address).
+const DEV_PROXY_PORT: u16 = 8789;
+
 /// `.dev.vars` holds the local AUTH_SECRET. Created with a random one when missing;
 /// an existing file is never touched.
 pub(crate) fn secret(root: &Path) -> Result<String> {
@@ -50,16 +54,28 @@ pub(crate) fn run(flags: &crate::Dev) -> Result<()> {
             log_level: None,
         },
     )?;
+    onceclick_tests::proxy::spawn(DEV_PROXY_PORT, server.url.clone()).with_context(|| {
+        format!("starting the fault proxy on 127.0.0.1:{DEV_PROXY_PORT} (is the port taken?)")
+    })?;
     // The fallback must be certified before failover may go to it; against the mock
     // that takes a moment, so the demo starts with it done.
     let admin = onceclick_tests::auth::mint(&secret, "xtask-dev", true, 600)?;
     if let Err(e) = certify::run(&root, "fallback", &server.url, &admin) {
         eprintln!("xtask: fallback is not certified yet: {e:#}");
     }
-    let token = onceclick_tests::auth::mint(&secret, "dev-owner", false, 7 * 24 * 3600)?;
+    const WEEK: u64 = 7 * 24 * 3600;
+    let token = onceclick_tests::auth::mint(&secret, "dev-owner", false, WEEK)?;
+    // The page takes its tokens from after the `#` (never sent to a server), keeps them
+    // in localStorage and clears the address bar. The admin token lets it resolve an
+    // unknown attempt and certify; it is signed with this machine's local secret.
+    let page_admin = onceclick_tests::auth::mint(&secret, "dev-admin", true, WEEK)?;
     println!("\nonceclick is running at {}", server.url);
-    println!("demo page:   {}/", server.url);
+    println!(
+        "demo page (open this address; it carries a token and an admin token for 7 days):\n  {}/#token={token}&admin={page_admin}",
+        server.url
+    );
     println!("mock provider (primary, fallback): http://127.0.0.1:{DEV_MOCK_PORT}");
+    println!("fault proxy (the page's \"swallow the answer\"): http://127.0.0.1:{DEV_PROXY_PORT}");
     println!("token (owner dev-owner, 7 days):\n  export TOKEN={token}");
     println!(
         "try:\n  curl -i -X POST {}/v1/jobs -H \"Authorization: Bearer $TOKEN\" -H 'Idempotency-Key: demo-1' \\\n       -H 'Content-Type: application/json' -d '{{\"kind\":\"summarize\",\"input\":{{\"text\":\"A long day at the office ended well.\"}}}}'",

@@ -2,12 +2,13 @@
 //!
 //! - `dev [--port N]`: install what is missing, build, migrate the local D1, start
 //!   `wrangler dev` on 127.0.0.1, print the URL and a ready token (`dev.rs`).
-//! - `test [--browser] [--soak] [--only NAME]` (`test.rs`): the same bootstrap, then
-//!   lint, unit tests, `wrangler deploy --dry-run`, the SDK's browser tests and the
-//!   integration tests against a fresh `wrangler dev` on a free port (`test_worker.rs`),
-//!   then schemathesis and the crash suite; `--browser` runs only the browser tests,
-//!   `--only NAME` only `tests/tests/NAME.rs`, `--soak` the heavy reliability variants
-//!   (see RELIABILITY.md).
+//! - `test [--browser] [--e2e] [--soak] [--only NAME]` (`test.rs`): the same bootstrap,
+//!   then lint, unit tests, `wrangler deploy --dry-run`, the SDK's browser tests, the
+//!   demo page's end-to-end tests (`e2e.rs`) and the integration tests against a fresh
+//!   `wrangler dev` on a free port (`test_worker.rs`), then schemathesis and the crash
+//!   suite; `--browser` runs only the SDK's browser tests, `--e2e` only the end-to-end
+//!   tests (both flags: both), `--only NAME` only `tests/tests/NAME.rs`, `--soak` the
+//!   heavy reliability variants (see RELIABILITY.md).
 //! - `token --owner NAME [--admin] [--ttl SECONDS]`: a bearer token for the local secret.
 //! - `build-edge`: build the Worker (wrangler's `[build] command`).
 //! - `sdk`: build the npm package `onceclick` (web and bundler) and print its gzip size;
@@ -26,6 +27,7 @@ mod bench_report;
 mod certify;
 mod crashes;
 mod dev;
+mod e2e;
 mod load;
 mod sdk;
 mod test;
@@ -38,7 +40,7 @@ use std::ffi::OsString;
 use tools::{project_root, Tools};
 
 /// Printed after every parse error; `usage_says_what_parses` keeps it true to the grammar.
-const USAGE: &str = "usage: cargo xtask <dev [--port N] | test [--browser] [--soak] [--only NAME] | token --owner NAME [--admin] [--ttl SECONDS] | build-edge | lint | sdk | bench | load | certify --provider NAME [--url URL]>";
+const USAGE: &str = "usage: cargo xtask <dev [--port N] | test [--browser] [--e2e] [--soak] [--only NAME] | token --owner NAME [--admin] [--ttl SECONDS] | build-edge | lint | sdk | bench | load | certify --provider NAME [--url URL]>";
 
 // One struct per command with its own flags, and `XtaskCmd`, the enum of them: generated
 // below from this grammar by `UPDATE_XFLAGS=1 cargo build -p xtask`.
@@ -55,6 +57,8 @@ xflags::xflags! {
         cmd test {
             /// Only the SDK's browser tests.
             optional --browser
+            /// Only the demo page's end-to-end tests.
+            optional --e2e
             /// The heavy reliability variants.
             optional --soak
             /// Only the integration test binary `tests/tests/NAME.rs`.
@@ -118,6 +122,7 @@ pub struct Dev {
 #[derive(Debug)]
 pub struct Test {
     pub browser: bool,
+    pub e2e: bool,
     pub soak: bool,
     pub only: Option<String>,
 }
@@ -238,7 +243,7 @@ mod tests {
             panic!("test --only jobs --soak");
         };
         assert_eq!(test.only.as_deref(), Some("jobs"));
-        assert!(test.soak && !test.browser);
+        assert!(test.soak && !test.browser && !test.e2e);
         let Ok(Xtask {
             subcommand: XtaskCmd::Token(token),
         }) = parse_str("token --admin --owner a --ttl 60")

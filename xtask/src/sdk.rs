@@ -66,6 +66,16 @@ pub(crate) fn build_for_demo(tools: &Tools) -> Result<()> {
     wasm_pack_build(tools, "web", "../www/pkg")
 }
 
+/// The `web` package just built by [`build`] (`sdk/pkg/web`), copied to `www/pkg`:
+/// what [`build_for_demo`] would build.
+pub(crate) fn copy_for_demo(root: &Path) -> Result<()> {
+    let to = root.join("www/pkg");
+    if to.exists() {
+        std::fs::remove_dir_all(&to)?;
+    }
+    crate::tools::copy_dir(&root.join("sdk/pkg/web"), &to)
+}
+
 /// `wasm-pack build` for `web` and `bundler` into `sdk/pkg/{web,bundler}`; prints the
 /// gzip bytes of the wasm and the JS glue, and fails over the budget.
 pub(crate) fn build(tools: &Tools) -> Result<()> {

@@ -1,26 +1,31 @@
 //! `cargo xtask test` (and `lint`, its first stage): unit tests, the deploy dry-run, the
-//! SDK's browser tests, the integration tests against a fresh test Worker, schemathesis
-//! and the crash suite, then one line per reliability suite.
+//! SDK's browser tests, the demo page's end-to-end tests, the integration tests against
+//! a fresh test Worker, schemathesis and the crash suite, then one line per reliability
+//! suite.
 
 use crate::test_worker::TestWorker;
 use crate::tools::{self, project_root, run, Tools};
-use crate::{bench, crashes, sdk, wrangler};
+use crate::{bench, crashes, e2e, sdk, wrangler};
 use anyhow::{bail, Context, Result};
 use std::path::Path;
 use std::process::Command;
 
-/// `test --browser` runs only the SDK's browser tests (against a fresh test Worker):
-/// no lint, unit tests, dry-run or integration tests; `--only` wins over `--browser`.
+/// `test --browser` runs only the SDK's browser tests (against a fresh test Worker),
+/// `test --e2e` only the demo page's end-to-end tests: no lint, unit tests, dry-run or
+/// integration tests; `--only` wins over both.
 pub(crate) fn suites(flags: &crate::Test) -> Result<()> {
     let tools = Tools::bootstrap()?;
     let root = project_root();
     // `--only NAME`: just the integration test binary `tests/tests/NAME.rs`.
     let only = flags.only.clone();
-    let browser_only = flags.browser && only.is_none();
+    // `--browser` and `--e2e` pick browser suites (either or both) and nothing else.
+    let some_only = (flags.browser || flags.e2e) && only.is_none();
+    let run_browser = only.is_none() && (!some_only || flags.browser);
+    let run_e2e = only.is_none() && (!some_only || flags.e2e);
     // The heavy reliability variants: 50,000 model operations instead of 2,000.
     let soak = flags.soak;
 
-    if !browser_only && only.is_none() {
+    if !some_only && only.is_none() {
         lint(&root)?;
         eprintln!("xtask: unit tests");
         run(Command::new("cargo")
@@ -35,7 +40,7 @@ pub(crate) fn suites(flags: &crate::Test) -> Result<()> {
     }
 
     wrangler::build_edge(&tools)?;
-    if !browser_only && only.is_none() {
+    if !some_only && only.is_none() {
         eprintln!("xtask: wrangler deploy --dry-run");
         let bundle = bench::bundle(&tools, "worker", None)?;
         budget(
@@ -46,31 +51,51 @@ pub(crate) fn suites(flags: &crate::Test) -> Result<()> {
         // Fails over the SDK's own budget.
         sdk::build(&tools)?;
     }
+    if run_e2e {
+        // The page imports the SDK from www/pkg; wrangler serves what is there when it
+        // starts. The end-to-end tests get a Worker of their own (a longer provider
+        // timeout, see `TestWorker::start_for_e2e`), stopped before the next suite.
+        if some_only {
+            sdk::build_for_demo(&tools)?;
+        } else {
+            // Just built above, as `web`: the same files.
+            sdk::copy_for_demo(&root)?;
+        }
+        let worker = TestWorker::start_for_e2e(&tools, &root)?;
+        e2e::run_tests(&tools, &worker)?;
+    }
+    if some_only && !run_browser {
+        return Ok(());
+    }
 
+    let worker = TestWorker::start(&tools, &root)?;
+
+    if run_browser {
+        // Known flake, being chased: about one run in ten, one browser test never
+        // reports back to wasm-bindgen-test-runner ("might have timed out"). A second
+        // run tells a flake from a failure; a real failure fails both.
+        let mock_url = format!("http://127.0.0.1:{}", worker.mock_port);
+        if let Err(first) =
+            sdk::browser_tests(&tools, &worker.server.url, &worker.secret, &mock_url)
+        {
+            eprintln!(
+                "xtask: WARNING: the browser tests failed ({first:#}); running them once more"
+            );
+            sdk::browser_tests(&tools, &worker.server.url, &worker.secret, &mock_url)?;
+            eprintln!("xtask: WARNING: the browser tests passed only on their second run");
+        }
+    }
+    if some_only {
+        return Ok(());
+    }
     let TestWorker {
         server,
         secret,
         persist,
         mock_port,
         log,
-    } = TestWorker::start(&tools, &root)?;
+    } = worker;
     let mock_url = format!("http://127.0.0.1:{mock_port}");
-
-    if only.is_none() {
-        // Known flake, being chased: about one run in ten, one browser test never
-        // reports back to wasm-bindgen-test-runner ("might have timed out"). A second
-        // run tells a flake from a failure; a real failure fails both.
-        if let Err(first) = sdk::browser_tests(&tools, &server.url, &secret, &mock_url) {
-            eprintln!(
-                "xtask: WARNING: the browser tests failed ({first:#}); running them once more"
-            );
-            sdk::browser_tests(&tools, &server.url, &secret, &mock_url)?;
-            eprintln!("xtask: WARNING: the browser tests passed only on their second run");
-        }
-    }
-    if browser_only {
-        return Ok(());
-    }
 
     eprintln!("xtask: integration tests against {}", server.url);
     let reports = root.join("target/reliability");

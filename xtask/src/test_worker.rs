@@ -7,7 +7,12 @@ use std::path::{Path, PathBuf};
 
 /// Provider timeout in the test Worker: long enough for a gated race to finish on a busy
 /// two-core machine, short enough that timeout tests stay quick.
-const TEST_TIMEOUT_MS: u64 = 4000;
+pub(crate) const TEST_TIMEOUT_MS: u64 = 4000;
+
+/// Provider timeout in the demo page's end-to-end Worker: a person-paced race (both
+/// attempts held, a screenshot, two releases through the page) must finish well inside
+/// it on a busy machine; a hang still turns `unknown` within seconds.
+const E2E_TIMEOUT_MS: u64 = 8000;
 
 /// `wrangler dev` on a free port with a fresh local D1, a random secret, and the mock
 /// provider on another free port.
@@ -31,6 +36,8 @@ pub(crate) struct Launch<'a> {
     pub(crate) persist_from: Option<&'a Path>,
     /// Another wrangler.toml than the root one.
     pub(crate) config: Option<PathBuf>,
+    /// Every provider's `timeout_ms`.
+    pub(crate) provider_timeout_ms: u64,
 }
 
 impl TestWorker {
@@ -44,6 +51,23 @@ impl TestWorker {
                 test_vars: true,
                 persist_from: None,
                 config: None,
+                provider_timeout_ms: TEST_TIMEOUT_MS,
+            },
+        )
+    }
+
+    /// The Worker as the demo page's end-to-end tests run it: the tests' extras, with a
+    /// longer provider timeout ([`E2E_TIMEOUT_MS`]).
+    pub(crate) fn start_for_e2e(tools: &Tools, root: &Path) -> Result<Self> {
+        Self::launch(
+            tools,
+            root,
+            &Launch {
+                log_level: None,
+                test_vars: true,
+                persist_from: None,
+                config: None,
+                provider_timeout_ms: E2E_TIMEOUT_MS,
             },
         )
     }
@@ -70,7 +94,7 @@ impl TestWorker {
             ("AUTH_SECRET".into(), secret.clone()),
             (
                 "PROVIDERS".into(),
-                onceclick_tests::mock::providers_var(mock_port, TEST_TIMEOUT_MS, Some(200)),
+                onceclick_tests::mock::providers_var(mock_port, how.provider_timeout_ms, Some(200)),
             ),
             ("FALLBACK_API_KEY".into(), "test-key".into()),
         ];

@@ -144,7 +144,9 @@ impl Tools {
 
 /// `npm ci` of the committed package-lock.json into a cache folder named by the lock's
 /// hash, so a changed lock installs anew and an unchanged one is reused by every clone.
-/// It holds the tools and the one runtime dependency, `@cfworker/json-schema`.
+/// It holds the tools (among them `playwright-core` and `axe-core` for the demo page's
+/// end-to-end tests, which drive Debian's Chromium: no browser is downloaded) and the
+/// one runtime dependency, `@cfworker/json-schema`.
 fn install_npm_tools(root: &Path, cache: &Path) -> Result<PathBuf> {
     let lock =
         std::fs::read(root.join("package-lock.json")).context("reading package-lock.json")?;
@@ -156,7 +158,7 @@ fn install_npm_tools(root: &Path, cache: &Path) -> Result<PathBuf> {
         return Ok(dir);
     }
     eprintln!(
-        "xtask: installing node 22, wrangler, binaryen and @cfworker/json-schema from package-lock.json"
+        "xtask: installing node 22, wrangler, binaryen, playwright-core, axe-core and @cfworker/json-schema from package-lock.json"
     );
     std::fs::create_dir_all(&dir)?;
     std::fs::write(dir.join("package.json"), manifest)?;
@@ -169,11 +171,15 @@ fn install_npm_tools(root: &Path, cache: &Path) -> Result<PathBuf> {
             bail!("npm ci finished but node_modules/.bin/{bin} is missing");
         }
     }
-    if !dir
-        .join("node_modules/@cfworker/json-schema/package.json")
-        .exists()
-    {
-        bail!("npm ci finished but node_modules/@cfworker/json-schema is missing");
+    for package in ["@cfworker/json-schema", "playwright-core", "axe-core"] {
+        if !dir
+            .join("node_modules")
+            .join(package)
+            .join("package.json")
+            .exists()
+        {
+            bail!("npm ci finished but node_modules/{package} is missing");
+        }
     }
     std::fs::write(&marker, b"ok\n")?;
     Ok(dir)

@@ -1,0 +1,235 @@
+// The demo page, end to end: Debian's Chromium (playwright-core) on the page that the
+// real Worker serves, the real mock provider behind it, jobs counted in the real D1
+// file. Each test works on a text of its own and saves a screenshot in target/e2e/.
+
+const { test, before, after } = require("node:test");
+const assert = require("node:assert/strict");
+const fs = require("node:fs");
+const path = require("node:path");
+const h = require("./harness.js");
+
+const TEST_MS = 90_000;
+let browser;
+
+before(async () => {
+  browser = await h.launch();
+  await h.certifyFallback();
+});
+
+after(async () => {
+  await browser?.close();
+});
+
+test("a real double-click on Generate shows one ticket and makes one job", { timeout: TEST_MS }, async () => {
+  await h.withPage(browser, "double-click", {}, async (page) => {
+    const text = h.uniqueText("double-click");
+    const keys = [];
+    page.on("request", (r) => {
+      if (r.method() === "POST" && new URL(r.url()).pathname === "/v1/jobs") keys.push(r.headers()["idempotency-key"]);
+    });
+    await page.evaluate(() => {
+      window.submits = 0;
+      document.getElementById("form").addEventListener("submit", () => { window.submits += 1; });
+    });
+    await page.locator("#text").fill(text);
+    await page.locator("#generate").dblclick();
+    await h.waitStatus(page, "succeeded");
+    assert.equal(await page.evaluate(() => window.submits), 2, "the double-click submitted the form twice");
+    assert.match(await h.ticket(page), /^job_/);
+    assert.equal(h.jobsWithText(text), 1, "one job in D1");
+    assert.equal((await h.providerCalls(text)).length, 1, "one provider call");
+    assert.ok(keys.length >= 1 && keys.every((k) => k === keys[0]), `every POST /v1/jobs carried one key: ${keys}`);
+    await h.waitRows(page, [{ n: 1, provider: "primary", state: "succeeded", winner: true }]);
+    assert.equal(await page.locator('#events li[data-type="job_created"]').count(), 1);
+    assert.ok((await page.locator("#result-summary").innerText()).length > 0, "the result card shows the summary");
+    console.log(`double-click: ${keys.length} request(s) on the wire for 2 clicks, 1 job`);
+
+    // Another text is another intent: a new ticket, a new job.
+    const first = await h.ticket(page);
+    const other = text.replace("a plan they liked", "a plan they loved");
+    await page.locator("#text").fill(other);
+    await page.locator("#generate").click();
+    await page.waitForFunction((old) => {
+      const id = document.querySelector("#ticket-id")?.textContent ?? "";
+      return id.startsWith("job_") && id !== old;
+    }, first, { timeout: h.WAIT_MS });
+    await h.waitStatus(page, "succeeded");
+    assert.equal(h.jobsWithText(other), 1, "the other text made its own job");
+    // Generate again on the text whose result is shown: the same ticket, no new job.
+    const second = await h.ticket(page);
+    await page.locator("#generate").click();
+    await page.locator("#notes li", { hasText: "Same text, same ticket" }).waitFor({ timeout: h.WAIT_MS });
+    assert.equal(await h.ticket(page), second);
+    assert.equal(h.jobsWithText(other), 1, "still one job for that text");
+  });
+});
+
+test("a reload in mid-flight shows the same ticket", { timeout: TEST_MS }, async () => {
+  await h.withPage(browser, "reload", {}, async (page) => {
+    const text = h.uniqueText("reload");
+    await h.arm(page, "hold");
+    await page.locator("#text").fill(text);
+    await page.locator("#generate").click();
+    await h.waitRows(page, [{ n: 1, provider: "primary", state: "running" }]);
+    const before = await h.ticket(page);
+
+    await page.reload();
+    await h.ready(page);
+    assert.equal(await h.waitTicket(page, before), before, "the same ticket after the reload");
+    await page.locator("#notes li", { hasText: "After the reload" }).waitFor({ timeout: h.WAIT_MS });
+    assert.equal(await page.locator("#text").inputValue(), text, "the form kept its text");
+    assert.equal(h.jobsWithText(text), 1, "still one job in D1");
+
+    await page.locator("#release-primary").click();
+    await h.waitStatus(page, "succeeded");
+    assert.equal(h.jobsWithText(text), 1);
+    assert.equal((await h.providerCalls(text)).length, 1, "one provider call");
+  });
+});
+
+test("the same text in a second tab shows the same ticket", { timeout: TEST_MS }, async () => {
+  await h.withPage(browser, "second-tab-first", {}, async (page, context, problems) => {
+    const text = h.uniqueText("second-tab");
+    await h.arm(page, "hold");
+    await page.locator("#text").fill(text);
+    await page.locator("#generate").click();
+    await h.waitRows(page, [{ n: 1, provider: "primary", state: "running" }]);
+    const first = await h.ticket(page);
+
+    const second = await h.open(context, problems);
+    try {
+      await second.locator("#text").fill(text);
+      await second.locator("#generate").click();
+      assert.equal(await h.waitTicket(second, first), first, "the second tab shows the same ticket");
+      assert.equal(h.jobsWithText(text), 1, "one job in D1");
+      await second.locator("#release-primary").click();
+      await h.waitStatus(second, "succeeded");
+      await h.waitStatus(page, "succeeded");
+      assert.equal(h.jobsWithText(text), 1);
+      assert.equal((await h.providerCalls(text)).length, 1, "one provider call");
+    } finally {
+      await second.screenshot({ path: path.join(process.env.ONCECLICK_E2E_OUT, "second-tab-second.png"), fullPage: true });
+    }
+  });
+});
+
+test("a swallowed answer is retried with the same key, and the page shows one job", { timeout: TEST_MS }, async () => {
+  // The proxy closes the connection without a byte once the Worker has answered:
+  // Chromium logs that failed load as a console error.
+  const allow = [/Failed to load resource: net::ERR_EMPTY_RESPONSE/];
+  await h.withPage(browser, "swallow", { allow }, async (page) => {
+    const text = h.uniqueText("swallow");
+    await h.arm(page, "swallow");
+    await page.locator("#text").fill(text);
+    await page.locator("#generate").click();
+    await h.waitStatus(page, "succeeded");
+    await page.locator("#notes li", { hasText: "the SDK sends the same request again, with the same Idempotency-Key" }).waitFor({ timeout: h.WAIT_MS });
+    assert.equal(h.jobsWithText(text), 1, "one job in D1: the retry was a replay");
+    assert.equal((await h.providerCalls(text)).length, 1, "one provider call");
+    await h.waitRows(page, [{ n: 1, provider: "primary", state: "succeeded", winner: true }]);
+  });
+});
+
+test("hang → unknown → the fallback is refused in words → resolve → the fallback succeeds", { timeout: TEST_MS }, async () => {
+  // The refused fallback is a 409 that Chromium logs as a failed load.
+  const allow = [/Failed to load resource: the server responded with a status of 409/];
+  await h.withPage(browser, "hang-resolve", { allow }, async (page) => {
+    const text = h.uniqueText("hang");
+    await h.arm(page, "hang");
+    await page.locator("#text").fill(text);
+    await page.locator("#generate").click();
+    await h.waitStatus(page, "unknown");
+    await h.waitRows(page, [{ n: 1, provider: "primary", state: "unknown" }]);
+    assert.match(await page.locator("#decision-text").innerText(), /nobody knows whether it did the work/);
+
+    await page.locator("#fallback").click();
+    const refused = await h.waitError(page, "attempt_unresolved");
+    assert.match(refused, /attempt_unresolved/);
+    assert.match(refused, /The last attempt is unknown: the provider may still be doing the work/);
+    assert.doesNotMatch(refused, /\[object Object\]/);
+
+    await page.locator("#resolve").click();
+    await h.waitStatus(page, "failed");
+    await h.waitRows(page, [{ n: 1, provider: "primary", state: "failed" }]);
+
+    await page.locator("#fallback").click();
+    await h.waitStatus(page, "succeeded");
+    await h.waitRows(page, [
+      { n: 1, provider: "primary", state: "failed", winner: false },
+      { n: 2, provider: "fallback", state: "succeeded", winner: true },
+    ]);
+    await page.locator('#events li[data-type="attempt_succeeded"]').waitFor({ timeout: h.WAIT_MS });
+    assert.equal(h.jobsWithText(text), 1, "one job, two attempts");
+    assert.ok(await page.locator("#error").isHidden(), "the error is gone once the fallback ran");
+  });
+});
+
+test("a hedge race finished in reverse order shows one winner and one superseded attempt", { timeout: TEST_MS }, async () => {
+  await h.withPage(browser, "race", {}, async (page) => {
+    const text = h.uniqueText("race");
+    await h.arm(page, "race");
+    await page.locator("#text").fill(text);
+    await page.locator("#generate").click();
+    await h.waitRows(page, [
+      { n: 1, provider: "primary", state: "running" },
+      { n: 2, provider: "fallback", state: "running" },
+    ]);
+    // The README's picture: the page in the middle of a race.
+    const shot = await h.snapshot(page, "readme-race");
+    if (process.env.ONCECLICK_E2E_README === "1") {
+      fs.copyFileSync(shot, path.join(__dirname, "../../docs/demo-race.png"));
+    }
+
+    await page.locator("#release-fallback").click();
+    await h.waitStatus(page, "succeeded");
+    await h.waitRows(page, [
+      { n: 1, provider: "primary", state: "running", winner: false },
+      { n: 2, provider: "fallback", state: "succeeded", winner: true },
+    ]);
+    await page.locator("#release-primary").click();
+    const final = await h.waitRows(page, [
+      { n: 1, provider: "primary", state: "superseded", winner: false },
+      { n: 2, provider: "fallback", state: "succeeded", winner: true },
+    ]);
+    assert.equal(final.filter((r) => r.winner).length, 1, "one winner");
+    assert.match(final[1].text, /winner/);
+    await page.locator('#events li[data-type="race_lost"]').waitFor({ timeout: h.WAIT_MS });
+    assert.match(await page.locator("#result-meta").innerText(), /attempt 2 on fallback/);
+    assert.equal(h.jobsWithText(text), 1, "one job");
+  });
+});
+
+test("the page passes an axe-core scan, works from the keyboard and logs no console error", { timeout: TEST_MS }, async () => {
+  await h.withPage(browser, "accessibility", {}, async (page) => {
+    const scan = async () => {
+      if (!(await page.evaluate(() => typeof window.axe === "object"))) {
+        // axe-core's own build, next to its main file (found through NODE_PATH).
+        await page.addScriptTag({ path: path.join(path.dirname(require.resolve("axe-core")), "axe.min.js") });
+      }
+      const violations = await page.evaluate(async () => (await window.axe.run(document)).violations
+        .map((v) => ({ id: v.id, impact: v.impact, nodes: v.nodes.map((n) => n.target.join(" ")) })));
+      return violations.filter((v) => v.impact === "serious" || v.impact === "critical");
+    };
+    assert.deepEqual(await scan(), [], "no serious or critical violation on load");
+
+    // From the keyboard only: into the text, type, Tab to Generate, Enter.
+    const text = h.uniqueText("keyboard");
+    await page.locator("#text").focus();
+    await page.keyboard.press("Control+A");
+    await page.keyboard.type(text);
+    await page.keyboard.press("Tab");
+    assert.equal(await page.evaluate(() => document.activeElement?.id), "generate");
+    await page.keyboard.press("Enter");
+    await h.waitStatus(page, "succeeded");
+    // The change was announced through the live region.
+    await page.waitForFunction(() => /succeeded/.test(document.getElementById("announce").textContent), null, { timeout: h.WAIT_MS });
+    assert.equal(await page.locator("#announce").getAttribute("aria-live"), "polite");
+
+    // The raw JSON opens from the keyboard too.
+    await page.locator("#raw summary").focus();
+    await page.keyboard.press("Enter");
+    assert.equal(await page.locator("#raw").getAttribute("open"), "");
+    assert.match(await page.locator("#raw-job").innerText(), /"status": "succeeded"/);
+    assert.deepEqual(await scan(), [], "no serious or critical violation with a result and the raw JSON open");
+  });
+});

@@ -1,0 +1,217 @@
+// What the demo page's end-to-end tests share: Debian's Chromium through playwright-core,
+// the page opened with its tokens, waits on what the page shows, and the real parts
+// read directly: jobs counted in the Worker's D1 file, provider calls in the mock.
+// `cargo xtask test` (or `cargo xtask test --e2e`) sets the environment and runs them
+// under the pinned Node; `NODE_PATH` points at the pinned packages.
+
+const { chromium } = require("playwright-core");
+const { DatabaseSync } = require("node:sqlite");
+const fs = require("node:fs");
+const path = require("node:path");
+const assert = require("node:assert/strict");
+
+function env(name) {
+  const value = process.env[name];
+  if (!value) throw new Error(`${name} is not set: run these with \`cargo xtask test --e2e\``);
+  return value;
+}
+
+const URL_BASE = env("ONCECLICK_URL");
+const MOCK = env("ONCECLICK_MOCK_URL");
+const PROXY = env("ONCECLICK_PROXY_URL");
+const TOKEN = env("ONCECLICK_E2E_TOKEN");
+const ADMIN = env("ONCECLICK_E2E_ADMIN");
+const OUT = env("ONCECLICK_E2E_OUT");
+/** The owner the token names (its `sub`). */
+const OWNER = JSON.parse(Buffer.from(TOKEN.split(".")[1], "base64url").toString()).sub;
+
+/** How long any one wait on the page may take. */
+const WAIT_MS = 20_000;
+
+/** Flags that keep Chromium off the network beyond loopback (shared/toolchain.md). */
+const FLAGS = [
+  "--no-sandbox",
+  "--disable-gpu",
+  "--disable-quic",
+  "--no-first-run",
+  "--disable-background-networking",
+  "--disable-component-update",
+  "--disable-sync",
+];
+
+function launch() {
+  return chromium.launch({
+    executablePath: env("ONCECLICK_CHROMIUM"),
+    headless: true,
+    chromiumSandbox: false,
+    args: FLAGS,
+  });
+}
+
+/** The fallback must be certified before the page may fail over or hedge to it. */
+async function certifyFallback() {
+  const r = await fetch(`${URL_BASE}/v1/providers/fallback/certify`, {
+    method: "POST",
+    headers: { Authorization: `Bearer ${ADMIN}`, "Content-Type": "application/json" },
+    body: "{}",
+  });
+  assert.equal(r.status, 200, `certify answered ${r.status}`);
+  const { reports } = await r.json();
+  for (const report of reports) assert.ok(report.passed, `fallback not certified for ${report.kind}`);
+}
+
+/** A text no other test (or run) uses, long enough for the mock's summary rule. */
+function uniqueText(label) {
+  const id = `${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 8)}`;
+  return `[e2e ${label} ${id}] The meeting ran long, but everyone left with a plan they liked.`;
+}
+
+/** Opens the page the way `cargo xtask dev` prints it: tokens and addresses after `#`. */
+async function open(context, problems) {
+  const page = await context.newPage();
+  page.on("console", (m) => {
+    if (m.type() === "error") problems.push(`console: ${m.text()}`);
+  });
+  page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
+  const fragment = new URLSearchParams({ token: TOKEN, admin: ADMIN, mock: MOCK, proxy: PROXY });
+  await page.goto(`${URL_BASE}/#${fragment}`);
+  await ready(page);
+  return page;
+}
+
+/** Waits until the page has loaded the SDK and set itself up. */
+async function ready(page) {
+  await page.waitForFunction(() => document.body.dataset.ready, null, { timeout: WAIT_MS });
+  assert.equal(await page.evaluate(() => document.body.dataset.ready), "yes", "the page loaded the SDK");
+}
+
+/**
+ * Runs `body(page, context)` in a fresh browser context (its own localStorage), then
+ * saves a screenshot under target/e2e/ whatever happened, and fails on any page error
+ * or console error except the network errors listed in `allow` (regular expressions:
+ * a failure the test provokes on purpose, which Chromium logs as a console error).
+ */
+async function withPage(browser, name, { allow = [] } = {}, body) {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 1000 } });
+  const problems = [];
+  let page;
+  try {
+    page = await open(context, problems);
+    await body(page, context, problems);
+  } finally {
+    if (page) {
+      await page.screenshot({ path: path.join(OUT, `${name}.png`), fullPage: true }).catch(() => {});
+    }
+    await context.close();
+  }
+  const unexpected = problems.filter((p) => !allow.some((re) => re.test(p)));
+  assert.deepEqual(unexpected, [], "no console or page errors");
+}
+
+async function ticket(page) {
+  return (await page.locator("#ticket-id").textContent()).trim();
+}
+
+/** Waits until the page shows a ticket (or that very ticket); returns it. */
+async function waitTicket(page, expected) {
+  await page.waitForFunction(
+    (want) => {
+      const id = document.querySelector("#ticket-id")?.textContent ?? "";
+      return want ? id === want : id.startsWith("job_");
+    },
+    expected ?? null,
+    { timeout: WAIT_MS },
+  );
+  return ticket(page);
+}
+
+async function waitStatus(page, status) {
+  await page.waitForFunction(
+    (want) => document.querySelector("#job-status")?.dataset.status === want,
+    status,
+    { timeout: WAIT_MS },
+  );
+}
+
+/** The timeline as the page shows it. */
+function rows(page) {
+  return page.$$eval("#timeline tbody tr", (trs) =>
+    trs.map((tr) => ({
+      n: tr.dataset.n,
+      provider: tr.dataset.provider,
+      state: tr.dataset.state,
+      winner: tr.dataset.winner === "true",
+      text: tr.innerText,
+    })),
+  );
+}
+
+/** Waits until the timeline has exactly `want.length` rows, each matching its entry. */
+async function waitRows(page, want) {
+  await page.waitForFunction(
+    (want) => {
+      const trs = [...document.querySelectorAll("#timeline tbody tr")];
+      return trs.length === want.length && want.every((w, i) =>
+        Object.entries(w).every(([k, v]) => trs[i].dataset[k] === String(v)));
+    },
+    want,
+    { timeout: WAIT_MS },
+  );
+  return rows(page);
+}
+
+/** Waits for the error box to show `code`; returns its text. */
+async function waitError(page, code) {
+  await page.waitForFunction((want) => document.querySelector("#error")?.dataset.code === want, code, { timeout: WAIT_MS });
+  return page.locator("#error").innerText();
+}
+
+/** Chooses what the mock does with the next Generate, through the page's lab. */
+async function arm(page, fault) {
+  await page.locator(`input[name="fault"][value="${fault}"]`).check();
+}
+
+/** The jobs of the test token's owner whose input text is `text`, in the D1 file. */
+function jobsWithText(text) {
+  const db = new DatabaseSync(d1File(), { readOnly: true });
+  try {
+    return db
+      .prepare("SELECT count(*) AS n FROM jobs WHERE owner_id = ? AND json_extract(input, '$.text') = ?")
+      .get(OWNER, text).n;
+  } finally {
+    db.close();
+  }
+}
+
+/** The one D1 database file that `wrangler dev --persist-to` keeps. */
+function d1File() {
+  const found = [];
+  const walk = (dir) => {
+    for (const entry of fs.readdirSync(dir, { withFileTypes: true })) {
+      const p = path.join(dir, entry.name);
+      if (entry.isDirectory()) walk(p);
+      else if (entry.name.endsWith(".sqlite") && entry.name !== "metadata.sqlite") found.push(p);
+    }
+  };
+  walk(path.join(env("ONCECLICK_D1_DIR"), "v3/d1"));
+  assert.equal(found.length, 1, `one D1 database file: ${found}`);
+  return found[0];
+}
+
+/** The calls the mock provider received for `text`. */
+async function providerCalls(text) {
+  const r = await fetch(`${MOCK}/_calls?contains=${encodeURIComponent(text)}`);
+  return (await r.json()).calls;
+}
+
+/** Saves a screenshot of what is on screen now (not the whole page). */
+async function snapshot(page, name) {
+  const file = path.join(OUT, `${name}.png`);
+  await page.screenshot({ path: file });
+  return file;
+}
+
+module.exports = {
+  WAIT_MS, launch, certifyFallback, uniqueText, withPage, open, ready, ticket, waitTicket,
+  waitStatus, rows, waitRows, waitError, arm, jobsWithText, providerCalls, snapshot,
+};
