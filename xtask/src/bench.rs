@@ -9,7 +9,8 @@
 //! each ratio is taken inside one round, since the machine is shared and noisy.
 //!
 //! The figures, each beside its target, go to `BENCHMARKS.md` and `bench/results.json`.
-//! `cargo xtask test` runs [`SHORT`] (no 1M seed, no report) and prints its ratios.
+//! `cargo xtask test` runs [`SHORT`] (no 1M seed, no sizes, no report) and prints its
+//! ratios.
 
 use crate::load::{self, Outcome, Spec};
 use crate::test_worker::{Launch, TestWorker};
@@ -33,7 +34,9 @@ pub(crate) struct Plan {
     e2e_jobs: usize,
     /// Seed a second D1 with this many jobs and measure create on it (0: skip).
     seeded_jobs: usize,
-    /// Write BENCHMARKS.md and bench/results.json.
+    /// The whole report: sizes and the wasm start, the dispatch's round trips, the
+    /// SDK's cost, and BENCHMARKS.md with bench/results.json. `cargo xtask test` checks
+    /// the sizes and the round trips itself, so its short run skips them.
     report: bool,
 }
 
@@ -113,7 +116,11 @@ pub(crate) fn run(tools: &Tools, plan: &Plan) -> Result<Value> {
     let built = started.elapsed();
     let started = Instant::now();
 
-    let sizes = sizes(tools)?;
+    let sizes = if plan.report {
+        sizes(tools)?
+    } else {
+        Value::Null
+    };
     let seed = match plan.seeded_jobs {
         0 => None,
         n => Some(seed_template(tools, &root, n)?),
@@ -128,10 +135,11 @@ pub(crate) fn run(tools: &Tools, plan: &Plan) -> Result<Value> {
         }
         let mut outcomes = BTreeMap::new();
         for name in order {
-            let Some(spec) = spec(&servers, plan, name, round) else {
+            let (Some(spec), Some((server, _))) =
+                (spec(&servers, plan, name, round), servers.target(name))
+            else {
                 continue;
             };
-            let server = servers.server(name);
             let cpu_before = server.cpu_time();
             let mut outcome = load::spawn(&spec)?;
             if outcome.requests == 0 || !outcome.unexpected.is_empty() {
@@ -158,7 +166,11 @@ pub(crate) fn run(tools: &Tools, plan: &Plan) -> Result<Value> {
         rounds.push(outcomes);
     }
     let e2e = end_to_end(&servers, plan)?;
-    let round_trips = dispatch_round_trips(tools, &root)?;
+    let round_trips = if plan.report {
+        dispatch_round_trips(tools, &root)?
+    } else {
+        Value::Null
+    };
     drop(servers);
 
     let mut results = results(
@@ -318,108 +330,82 @@ fn one_job(url: &str, token: &str) -> Result<(String, String)> {
 }
 
 impl Servers {
-    /// The server that workload `name` loads.
-    fn server(&self, name: &str) -> &Wrangler {
-        match name {
-            "ok" | "insert" => &self.baseline,
-            "create_1m" => self
-                .seeded
-                .as_ref()
-                .map_or(&self.onceclick.server, |w| &w.server),
-            "create_dispatched" => &self.dispatching.server,
-            _ => &self.onceclick.server,
-        }
+    /// The server that workload `name` loads and the bearer token it takes (none for
+    /// the baseline); `None` when that server is not running in this plan.
+    fn target(&self, name: &str) -> Option<(&Wrangler, &str)> {
+        Some(match name {
+            "ok" | "insert" => (&self.baseline, ""),
+            "create_1m" => (&self.seeded.as_ref()?.server, self.seeded_token.as_str()),
+            "create_dispatched" => (&self.dispatching.server, self.dispatching_token.as_str()),
+            _ => (&self.onceclick.server, self.token.as_str()),
+        })
     }
 }
 
 /// The load of workload `name` in `round`; `None` when its server is not running.
 fn spec(servers: &Servers, plan: &Plan, name: &str, round: usize) -> Option<Spec> {
-    let addr = |url: &str| url.trim_start_matches("http://").to_owned();
-    let auth = vec![(
-        "authorization".to_owned(),
-        format!("Bearer {}", servers.token),
-    )];
-    let create = |url: &str, prefix: String| Spec {
-        addr: addr(url),
+    let (server, token) = servers.target(name)?;
+    let mut headers = Vec::new();
+    if !token.is_empty() {
+        headers.push(("authorization".to_owned(), format!("Bearer {token}")));
+    }
+    let nonce = tools::random_secret().unwrap_or_default();
+    let nonce = &nonce[..8.min(nonce.len())];
+    // A create with a fresh key each time; every workload is a variation of it.
+    let create = Spec {
+        addr: server.url.trim_start_matches("http://").to_owned(),
         method: "POST".into(),
         path: "/v1/jobs".into(),
-        headers: auth.clone(),
+        headers,
         body: BODY.into(),
-        fresh_key: Some(prefix),
+        fresh_key: Some(format!("bench-{nonce}-{round}")),
         expect: 201,
         connections: CONNECTIONS,
         warmup_ms: plan.warmup_ms,
         duration_ms: plan.measured_ms,
         total: None,
     };
-    let nonce = tools::random_secret().unwrap_or_default();
-    let nonce = &nonce[..8.min(nonce.len())];
-    let baseline = &servers.baseline.url;
-    let onceclick = &servers.onceclick.server.url;
     Some(match name {
         "ok" => Spec {
             method: "GET".into(),
             path: "/ok".into(),
-            headers: Vec::new(),
             body: String::new(),
             fresh_key: None,
             expect: 200,
-            ..create(baseline, String::new())
+            ..create
         },
         "insert" => Spec {
             path: "/insert".into(),
-            headers: Vec::new(),
-            ..create(baseline, format!("bench-{nonce}-{round}"))
+            ..create
         },
-        "create" => create(onceclick, format!("bench-{nonce}-{round}")),
+        "create" | "create_dispatched" => create,
         "replay" => Spec {
-            fresh_key: None,
             headers: [
-                auth.clone(),
+                create.headers.clone(),
                 vec![("idempotency-key".into(), "bench-seed".into())],
             ]
             .concat(),
+            fresh_key: None,
             expect: 200,
-            ..create(onceclick, String::new())
+            ..create
         },
         "read_304" => Spec {
             method: "GET".into(),
             path: servers.job_path.clone(),
             headers: [
-                auth.clone(),
+                create.headers.clone(),
                 vec![("if-none-match".into(), servers.etag.clone())],
             ]
             .concat(),
             body: String::new(),
             fresh_key: None,
             expect: 304,
-            ..create(onceclick, String::new())
+            ..create
         },
         // One connection, so that p50 is the time one create takes, not a queue's.
-        "create_one" => Spec {
+        "create_one" | "create_1m" => Spec {
             connections: 1,
-            ..create(onceclick, format!("bench-{nonce}-{round}"))
-        },
-        "create_1m" => Spec {
-            headers: vec![(
-                "authorization".to_owned(),
-                format!("Bearer {}", servers.seeded_token),
-            )],
-            connections: 1,
-            ..create(
-                &servers.seeded.as_ref()?.server.url,
-                format!("bench-{nonce}-{round}"),
-            )
-        },
-        "create_dispatched" => Spec {
-            headers: vec![(
-                "authorization".to_owned(),
-                format!("Bearer {}", servers.dispatching_token),
-            )],
-            ..create(
-                &servers.dispatching.server.url,
-                format!("bench-{nonce}-{round}"),
-            )
+            ..create
         },
         _ => return None,
     })
@@ -449,15 +435,12 @@ fn drain(worker: &TestWorker) -> Result<()> {
 fn end_to_end(servers: &Servers, plan: &Plan) -> Result<Value> {
     let worker = &servers.dispatching;
     let prefix = format!("e2e-{}", &tools::random_secret()?[..8]);
-    let token = onceclick_tests::auth::mint(&worker.secret, "bench", false, 3600)?;
     let spec = Spec {
-        addr: worker.server.url.trim_start_matches("http://").to_owned(),
-        headers: vec![("authorization".to_owned(), format!("Bearer {token}"))],
         fresh_key: Some(prefix.clone()),
         total: Some(plan.e2e_jobs),
         duration_ms: 60_000,
         warmup_ms: 0,
-        ..spec(servers, plan, "create", 0).context("the create workload")?
+        ..spec(servers, plan, "create_dispatched", 0).context("the create workload")?
     };
     let cpu_before = worker.server.cpu_time();
     let created = load::spawn(&spec)?;

@@ -40,36 +40,30 @@ pub(crate) struct Launch<'a> {
     pub(crate) provider_timeout_ms: u64,
 }
 
+impl Launch<'_> {
+    /// The Worker as the tests run it: the tests' extras, providers timing out after
+    /// `provider_timeout_ms`.
+    fn for_tests(provider_timeout_ms: u64) -> Self {
+        Launch {
+            log_level: None,
+            test_vars: true,
+            persist_from: None,
+            config: None,
+            provider_timeout_ms,
+        }
+    }
+}
+
 impl TestWorker {
     /// The Worker as the tests run it.
     pub(crate) fn start(tools: &Tools, root: &Path) -> Result<Self> {
-        Self::launch(
-            tools,
-            root,
-            &Launch {
-                log_level: None,
-                test_vars: true,
-                persist_from: None,
-                config: None,
-                provider_timeout_ms: TEST_TIMEOUT_MS,
-            },
-        )
+        Self::launch(tools, root, &Launch::for_tests(TEST_TIMEOUT_MS))
     }
 
     /// The Worker as the demo page's end-to-end tests run it: the tests' extras, with a
     /// longer provider timeout ([`E2E_TIMEOUT_MS`]).
     pub(crate) fn start_for_e2e(tools: &Tools, root: &Path) -> Result<Self> {
-        Self::launch(
-            tools,
-            root,
-            &Launch {
-                log_level: None,
-                test_vars: true,
-                persist_from: None,
-                config: None,
-                provider_timeout_ms: E2E_TIMEOUT_MS,
-            },
-        )
+        Self::launch(tools, root, &Launch::for_tests(E2E_TIMEOUT_MS))
     }
 
     pub(crate) fn launch(tools: &Tools, root: &Path, how: &Launch<'_>) -> Result<Self> {
