@@ -171,8 +171,23 @@ async function arm(page, fault) {
   await page.locator(`input[name="fault"][value="${fault}"]`).check();
 }
 
-/** The jobs of the test token's owner whose input text is `text`, in the D1 file. */
-function jobsWithText(text) {
+/**
+ * The jobs of the test token's owner whose input text is `text`, in the D1 file, once the
+ * file shows at least one. The file can trail the Worker's answer by a moment: CI once saw
+ * the page show "succeeded" while a read of the file found no row yet. So this waits for
+ * the job the page already showed to be readable, then counts; a duplicate would have been
+ * written before that answer, so it is counted too.
+ */
+async function jobsWithText(text) {
+  const deadline = Date.now() + WAIT_MS;
+  for (;;) {
+    const n = countJobsWithText(text);
+    if (n > 0 || Date.now() > deadline) return n;
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+
+function countJobsWithText(text) {
   const db = new DatabaseSync(d1File(), { readOnly: true });
   try {
     return db
