@@ -3,8 +3,9 @@
 use onceclick_protocol::Problem;
 use wasm_bindgen::prelude::*;
 
-/// Why a call failed. Branch on `code`: one of the API's problem codes, or `network`,
-/// `aborted`, `timeout`, `invalid_argument` from the SDK itself.
+/// Why a call failed. Branch on `code` (an `ErrorCode`): one of the API's problem codes,
+/// `network`, `aborted`, `timeout`, `invalid_argument`, `invalid_response` from the SDK
+/// itself, or `http_<status>` for an answer that was not problem+json.
 #[wasm_bindgen]
 #[derive(Debug, Clone)]
 pub struct OnceclickError {
@@ -18,7 +19,7 @@ pub struct OnceclickError {
 #[wasm_bindgen]
 impl OnceclickError {
     /// The stable machine code.
-    #[wasm_bindgen(getter, unchecked_return_type = "string")]
+    #[wasm_bindgen(getter, unchecked_return_type = "ErrorCode")]
     pub fn code(&self) -> JsValue {
         JsValue::from_str(&self.code)
     }

@@ -19,7 +19,11 @@ export type ErrorCode =
   | "attempt_in_flight" | "attempt_unresolved" | "job_finished" | "attempt_not_unknown"
   | "provider_not_certified" | "precondition_failed" | "contract_violation"
   | "service_unavailable" | "internal"
-  | "network" | "aborted" | "timeout" | "invalid_argument" | "invalid_response";
+  | "network" | "aborted" | "timeout" | "invalid_argument" | "invalid_response"
+  /** Only from the package's server build (`node` condition): no browser to run in. */
+  | "unsupported_environment"
+  /** An answer that was not problem+json (say, a proxy's 502): its bare status. */
+  | `http_${number}`;
 export interface AttemptError { code: string; message: string; retryable: boolean }
 export interface Attempt {
   id: string; n: number; provider: string; state: AttemptState;

@@ -68,14 +68,31 @@ function uniqueText(label) {
 
 /** Opens the page the way `cargo xtask dev` prints it: tokens and addresses after `#`. */
 async function open(context, problems) {
+  const page = await watched(context, problems);
+  const fragment = new URLSearchParams({ token: TOKEN, admin: ADMIN, mock: MOCK, proxy: PROXY });
+  await page.goto(`${URL_BASE}/#${fragment}`);
+  await ready(page);
+  return page;
+}
+
+/**
+ * Opens the example app (examples/vite-react, served by `vite preview` at
+ * ONCECLICK_EXAMPLE_URL) with the user's token after `#`, as its README says.
+ */
+async function openExample(context, problems) {
+  const page = await watched(context, problems);
+  await page.goto(`${env("ONCECLICK_EXAMPLE_URL")}/#${new URLSearchParams({ token: TOKEN })}`);
+  await page.locator("#generate").waitFor({ timeout: WAIT_MS });
+  return page;
+}
+
+/** A new page whose console errors and page errors go to `problems`. */
+async function watched(context, problems) {
   const page = await context.newPage();
   page.on("console", (m) => {
     if (m.type() === "error") problems.push(`console: ${m.text()}`);
   });
   page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
-  const fragment = new URLSearchParams({ token: TOKEN, admin: ADMIN, mock: MOCK, proxy: PROXY });
-  await page.goto(`${URL_BASE}/#${fragment}`);
-  await ready(page);
   return page;
 }
 
@@ -86,17 +103,18 @@ async function ready(page) {
 }
 
 /**
- * Runs `body(page, context)` in a fresh browser context (its own localStorage), then
+ * Runs `body(page, context)` on the page that `opener` opens (the demo page unless told:
+ * `openExample` for the example app) in a fresh browser context (its own localStorage), then
  * saves a screenshot under target/e2e/ whatever happened, and fails on any page error
  * or console error except the network errors listed in `allow` (regular expressions:
  * a failure the test provokes on purpose, which Chromium logs as a console error).
  */
-async function withPage(browser, name, { allow = [] } = {}, body) {
+async function withPage(browser, name, { allow = [], opener = open } = {}, body) {
   const context = await browser.newContext({ viewport: { width: 1280, height: 1000 } });
   const problems = [];
   let page;
   try {
-    page = await open(context, problems);
+    page = await opener(context, problems);
     await body(page, context, problems);
   } finally {
     if (page) {
@@ -213,6 +231,27 @@ function d1File() {
   return found[0];
 }
 
+/** Holds the next call of `text` on `provider` at a gate until [`release`]; returns the gate. */
+async function hold(provider, text) {
+  const gate = `${provider}-${Math.random().toString(36).slice(2, 10)}`;
+  await mockPost("/_script", { provider, contains: text, steps: [{ gate }, {}] });
+  return gate;
+}
+
+/** Lets the call held at `gate` answer. */
+async function release(gate) {
+  await mockPost("/_release", { gate });
+}
+
+async function mockPost(path, body) {
+  const r = await fetch(`${MOCK}${path}`, {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify(body),
+  });
+  assert.ok(r.ok, `the mock answered ${path} with ${r.status}`);
+}
+
 /** The calls the mock provider received for `text`. */
 async function providerCalls(text) {
   const r = await fetch(`${MOCK}/_calls?contains=${encodeURIComponent(text)}`);
@@ -227,6 +266,6 @@ async function snapshot(page, name) {
 }
 
 module.exports = {
-  WAIT_MS, launch, certifyFallback, uniqueText, withPage, open, ready, ticket, waitTicket,
+  WAIT_MS, TOKEN, launch, openExample, hold, release, certifyFallback, uniqueText, withPage, open, ready, ticket, waitTicket,
   waitStatus, rows, waitRows, waitError, arm, jobsWithText, providerCalls, snapshot,
 };

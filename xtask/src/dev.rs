@@ -34,7 +34,8 @@ pub(crate) fn run(flags: &crate::Dev) -> Result<()> {
     let root = project_root();
     let secret = secret(&root)?;
     wrangler::build_edge(&tools)?;
-    if let Err(e) = sdk::build_for_demo(&tools) {
+    // The package (and its tarball, for examples/vite-react), copied to www/pkg.
+    if let Err(e) = sdk::build(&tools).and_then(|()| sdk::copy_for_demo(&root)) {
         eprintln!("xtask: the demo page will run without the SDK: {e:#}");
     }
     let persist = root.join(".wrangler/state");

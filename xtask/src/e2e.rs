@@ -1,6 +1,7 @@
-//! The demo page's end-to-end tests: `tests/e2e/*.test.js` under Node's own test runner
-//! (the pinned Node 22), driving Debian's Chromium through the pinned `playwright-core`
-//! against the Worker under test, its mock provider and a fault proxy in front of it.
+//! The end-to-end tests of the demo page and of the example app: `tests/e2e/*.test.js`
+//! under Node's own test runner (the pinned Node 22), driving Debian's Chromium through
+//! the pinned `playwright-core` against the Worker under test, its mock provider and a
+//! fault proxy in front of it, and the example app under `vite preview`.
 
 use crate::test_worker::TestWorker;
 use crate::tools::{run, Tools};
@@ -32,9 +33,16 @@ fn test_files(root: &Path) -> Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-/// Runs the end-to-end tests against `worker`. The page must already be in `www/`
-/// with the SDK in `www/pkg` ([`crate::sdk::build_for_demo`]) when the Worker started.
-pub(crate) fn run_tests(tools: &Tools, worker: &TestWorker) -> Result<()> {
+/// Runs the end-to-end tests against `worker`: the demo page, which must already be in
+/// `www/` with the SDK in `www/pkg` ([`crate::sdk::copy_for_demo`]) when the Worker
+/// started, and the example app built in `example` ([`crate::example::build`]) and
+/// served at `example_url`.
+pub(crate) fn run_tests(
+    tools: &Tools,
+    worker: &TestWorker,
+    example: &Path,
+    example_url: &str,
+) -> Result<()> {
     if !Path::new(CHROMIUM).exists() {
         bail!("the demo page's end-to-end tests need Debian's chromium: apt-get install chromium (.ci/run does)");
     }
@@ -47,7 +55,7 @@ pub(crate) fn run_tests(tools: &Tools, worker: &TestWorker) -> Result<()> {
     let _ = std::fs::remove_dir_all(&out);
     std::fs::create_dir_all(&out)?;
     eprintln!(
-        "xtask: the demo page's end-to-end tests (playwright-core, {CHROMIUM}); screenshots in {}",
+        "xtask: the end-to-end tests of the demo page and the example app (playwright-core, {CHROMIUM}); screenshots in {}",
         out.display()
     );
     let started = std::time::Instant::now();
@@ -74,7 +82,9 @@ pub(crate) fn run_tests(tools: &Tools, worker: &TestWorker) -> Result<()> {
         .env("ONCECLICK_E2E_ADMIN", admin)
         .env("ONCECLICK_D1_DIR", &worker.persist)
         .env("ONCECLICK_E2E_OUT", &out)
-        .env("ONCECLICK_CHROMIUM", CHROMIUM));
+        .env("ONCECLICK_CHROMIUM", CHROMIUM)
+        .env("ONCECLICK_EXAMPLE_DIR", example)
+        .env("ONCECLICK_EXAMPLE_URL", example_url));
     eprintln!(
         "xtask: the end-to-end tests took {:.1} s",
         started.elapsed().as_secs_f64()

@@ -28,6 +28,7 @@ mod certify;
 mod crashes;
 mod dev;
 mod e2e;
+mod example;
 mod load;
 mod sdk;
 mod test;

@@ -3,8 +3,8 @@
 
 use crate::tools::{gzip_len, run, Tools};
 use crate::wrangler::free_port;
-use anyhow::{bail, Result};
-use std::path::Path;
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
 
 /// The size budget of the package: wasm plus JS glue of the `web` build, gzipped. It
 /// measured 43,416 B when set; the issue's target is 40 KB (ARCHITECTURE.md, "The SDK's
@@ -61,43 +61,121 @@ fn minify_glue(tools: &Tools, dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The SDK for the demo page: `www/pkg`, served by the Worker's assets.
-pub(crate) fn build_for_demo(tools: &Tools) -> Result<()> {
-    wasm_pack_build(tools, "web", "../www/pkg")
+/// Where [`build`] puts the package, relative to `sdk/`, and the package itself.
+const PACKAGE_DIR: &str = "pkg/onceclick";
+
+/// The package [`build`] made: `sdk/pkg/onceclick`.
+pub(crate) fn package_dir(root: &Path) -> PathBuf {
+    root.join("sdk").join(PACKAGE_DIR)
 }
 
-/// The `web` package just built by [`build`] (`sdk/pkg/web`), copied to `www/pkg`:
-/// what [`build_for_demo`] would build.
+/// The SDK as the demo page loads it, copied from the package [`build`] made to
+/// `www/pkg`: its glue, wasm and types.
 pub(crate) fn copy_for_demo(root: &Path) -> Result<()> {
     let to = root.join("www/pkg");
     if to.exists() {
         std::fs::remove_dir_all(&to)?;
     }
-    crate::tools::copy_dir(&root.join("sdk/pkg/web"), &to)
+    std::fs::create_dir_all(&to)?;
+    for name in ["onceclick.js", "onceclick_bg.wasm", "onceclick.d.ts"] {
+        std::fs::copy(package_dir(root).join(name), to.join(name))?;
+    }
+    Ok(())
 }
 
-/// `wasm-pack build` for `web` and `bundler` into `sdk/pkg/{web,bundler}`; prints the
-/// gzip bytes of the wasm and the JS glue, and fails over the budget.
+/// The files of the package that are written by hand, in `sdk/npm/`: the server build
+/// (the `node` export condition) and the React hook (`onceclick/react`).
+const HAND_WRITTEN: [&str; 3] = ["server.js", "react.js", "react.d.ts"];
+
+/// `wasm-pack build --target web` into `sdk/pkg/onceclick`, the hand-written files next
+/// to it, its `package.json` written for npm, and `npm pack` of it into
+/// `sdk/pkg/onceclick-<version>.tgz`. Prints the gzip bytes of the wasm and the JS glue,
+/// and fails over the budget.
+///
+/// Only the `web` build ships. It loads its wasm in `init()` from a URL next to its JS
+/// (`new URL("onceclick_bg.wasm", import.meta.url)`), which Vite, webpack 5, Parcel and
+/// Rollup's URL plugins turn into one asset, and which a plain page imports with no
+/// bundler. wasm-pack's `bundler` build imports the wasm as an ES module instead: that
+/// needs webpack's `asyncWebAssembly` or a Vite plugin with top-level await, and it
+/// instantiates at import time, which a server render cannot survive.
 pub(crate) fn build(tools: &Tools) -> Result<()> {
     let root = &tools.root;
-    for target in ["web", "bundler"] {
-        wasm_pack_build(tools, target, &format!("pkg/{target}"))?;
+    wasm_pack_build(tools, "web", PACKAGE_DIR)?;
+    let pkg = package_dir(root);
+    for name in HAND_WRITTEN {
+        std::fs::copy(root.join("sdk/npm").join(name), pkg.join(name))?;
     }
-    let pkg = root.join("sdk/pkg/web");
+    std::fs::copy(root.join("sdk/README.md"), pkg.join("README.md"))?;
+    let version = write_manifest(root, &pkg)?;
+    let tarball = pack(tools, &pkg, &version)?;
     let (wasm, glue) = sizes(root)?;
     let total = wasm + glue;
     println!(
         "sdk size (gzip): wasm {wasm} B + JS glue {glue} B = {total} B (budget {BUDGET_BYTES} B)"
     );
-    println!(
-        "package: {} and {}",
-        pkg.display(),
-        root.join("sdk/pkg/bundler").display()
-    );
+    println!("package: {} ({})", pkg.display(), tarball.display());
     if total > BUDGET_BYTES {
         bail!("the SDK is {total} B gzip, over its {BUDGET_BYTES} B budget (xtask/src/sdk.rs)");
     }
     Ok(())
+}
+
+/// The tarball [`build`] packs: `sdk/pkg/onceclick-<version>.tgz`.
+pub(crate) fn tarball(root: &Path) -> Result<PathBuf> {
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(package_dir(root).join("package.json"))?)?;
+    let Some(version) = manifest["version"].as_str() else {
+        bail!("sdk/pkg/onceclick/package.json has no version: run `cargo xtask sdk`");
+    };
+    Ok(root.join(format!("sdk/pkg/onceclick-{version}.tgz")))
+}
+
+/// Writes the package's `package.json` from `sdk/npm/package.json`, filling its
+/// `"@field@"` placeholders with what wasm-pack took from `sdk/Cargo.toml` (version,
+/// description, license, repository). A template, not a serde map, because the order of
+/// the `exports` conditions is their meaning: the first that matches wins. Returns the
+/// version.
+///
+/// The conditions: a browser (or anything claiming to be one) gets the SDK; a server
+/// render (`node`) gets `server.js`, whose calls say why they cannot run there; every
+/// other runtime (workers, Deno) gets the SDK. `sideEffects: false`: no module runs
+/// anything a caller needs for its side effects, so a bundler may drop whatever the app
+/// does not import.
+fn write_manifest(root: &Path, pkg: &Path) -> Result<String> {
+    let path = pkg.join("package.json");
+    let cargo: serde_json::Value = serde_json::from_slice(&std::fs::read(&path)?)?;
+    let mut text = std::fs::read_to_string(root.join("sdk/npm/package.json"))?;
+    for field in ["version", "description", "license", "repository"] {
+        let Some(value) = cargo.get(field) else {
+            bail!("wasm-pack wrote no {field} into {}", path.display());
+        };
+        text = text.replace(&format!("\"@{field}@\""), &serde_json::to_string(value)?);
+    }
+    let manifest: serde_json::Value = serde_json::from_str(&text)
+        .context("sdk/npm/package.json with its placeholders filled is not JSON")?;
+    if text.contains("\"@") {
+        bail!("sdk/npm/package.json has a placeholder wasm-pack does not fill");
+    }
+    std::fs::write(&path, text)?;
+    Ok(manifest["version"].as_str().unwrap_or_default().to_owned())
+}
+
+/// `npm pack` of `pkg` into its parent folder; returns the tarball's path.
+fn pack(tools: &Tools, pkg: &Path, version: &str) -> Result<PathBuf> {
+    let Some(out) = pkg.parent() else {
+        bail!("{} has no parent folder", pkg.display());
+    };
+    let tarball = out.join(format!("onceclick-{version}.tgz"));
+    let _ = std::fs::remove_file(&tarball);
+    run(tools
+        .command("npm")
+        .args(["pack", "--silent", "--pack-destination"])
+        .arg(out)
+        .current_dir(pkg))?;
+    if !tarball.exists() {
+        bail!("npm pack did not write {}", tarball.display());
+    }
+    Ok(tarball)
 }
 
 /// Runs `sdk/tests/browser.rs` with `wasm-pack test --headless --chrome` against the
@@ -132,9 +210,9 @@ pub(crate) fn browser_tests(
         .env("ONCECLICK_MOCK_URL", mock_url))
 }
 
-/// gzip bytes of the built package (`sdk/pkg/web`): its wasm and its JS glue.
+/// gzip bytes of the built package (`sdk/pkg/onceclick`): its wasm and its JS glue.
 pub(crate) fn sizes(root: &Path) -> Result<(usize, usize)> {
-    let pkg = root.join("sdk/pkg/web");
+    let pkg = package_dir(root);
     Ok((
         gzip_len(&pkg.join("onceclick_bg.wasm"))?,
         gzip_len(&pkg.join("onceclick.js"))?,

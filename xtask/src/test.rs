@@ -5,7 +5,7 @@
 
 use crate::test_worker::TestWorker;
 use crate::tools::{self, project_root, run, Tools};
-use crate::{bench, crashes, e2e, sdk, wrangler};
+use crate::{bench, crashes, e2e, example, sdk, wrangler};
 use anyhow::{bail, Context, Result};
 use std::path::Path;
 use std::process::Command;
@@ -53,16 +53,17 @@ pub(crate) fn suites(flags: &crate::Test) -> Result<()> {
     }
     if run_e2e {
         // The page imports the SDK from www/pkg; wrangler serves what is there when it
-        // starts. The end-to-end tests get a Worker of their own (a longer provider
-        // timeout, see `TestWorker::start_for_e2e`), stopped before the next suite.
+        // starts. The example app installs the package's tarball. The end-to-end tests
+        // get a Worker of their own (a longer provider timeout, see
+        // `TestWorker::start_for_e2e`), stopped before the next suite.
         if some_only {
-            sdk::build_for_demo(&tools)?;
-        } else {
-            // Just built above, as `web`: the same files.
-            sdk::copy_for_demo(&root)?;
+            sdk::build(&tools)?;
         }
+        sdk::copy_for_demo(&root)?;
+        let example = example::build(&tools)?;
         let worker = TestWorker::start_for_e2e(&tools, &root)?;
-        e2e::run_tests(&tools, &worker)?;
+        let preview = example::Preview::start(&tools, &example, &worker.server.url)?;
+        e2e::run_tests(&tools, &worker, &example, &preview.url)?;
     }
     if some_only && !run_browser {
         return Ok(());

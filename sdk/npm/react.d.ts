@@ -1,0 +1,54 @@
+import type { Client, ErrorCode, Job, JobStatus, RetryOptions, SubmitOptions } from "./onceclick.js";
+
+/**
+ * Why the last call failed: an `OnceclickError` as the SDK rejected with it. Branch on
+ * `code`. Anything that is not one (say, the client promise rejected) comes in the same
+ * shape with code "internal" and its own message.
+ */
+export interface SubmitError {
+    readonly name: string;
+    readonly code: ErrorCode;
+    readonly message: string;
+    /** The HTTP status, when the server answered. */
+    readonly status: number | undefined;
+    /** Whether the same call may succeed later (the SDK has already retried it). */
+    readonly retryable: boolean;
+    readonly jobId: string | undefined;
+}
+
+/** "submitting" until the job is known, then the job's own status. */
+export type SubmitStatus = "idle" | "submitting" | JobStatus;
+
+export interface UseSubmit<Input, Result> {
+    /**
+     * Submits the intent `(kind, input)` and follows its job with `wait` until it settles
+     * (`succeeded`, `cancelled`, or `failed`/`unknown`, which wait for a decision). Safe to
+     * call on every click: the same input is the same intent, the same key and the same
+     * job. Never rejects: resolves to the settled job, or to null when it failed (see
+     * `error`) or a later call took over.
+     */
+    submit(input: Input, options?: SubmitOptions): Promise<Job<Result, Input> | null>;
+    /** A new attempt on the job shown (the fallback button); then follows it again. */
+    retry(options?: RetryOptions): Promise<Job<Result, Input> | null>;
+    /** Cancels the job shown. */
+    cancel(): Promise<Job<Result, Input> | null>;
+    /** Stops following and forgets what is shown (the intent's key stays stored). */
+    reset(): void;
+    /** The job shown, updated live. */
+    job: Job<Result, Input> | null;
+    status: SubmitStatus;
+    /** The last call's failure, cleared by the next call. */
+    error: SubmitError | null;
+    /** True while submitting, queued or running. */
+    pending: boolean;
+}
+
+/**
+ * A React hook over a `Client` for one job kind. Give it the client, or a promise of one
+ * (`init().then(() => new Client(...))`, made once at module level): it must not change
+ * between renders. Renders on a server: it calls nothing until `submit`.
+ */
+export function useSubmit<Input = unknown, Result = unknown>(
+    client: Client | PromiseLike<Client>,
+    kind: string,
+): UseSubmit<Input, Result>;

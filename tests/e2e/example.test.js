@@ -1,0 +1,120 @@
+// The SDK as a frontend developer gets it: examples/vite-react, installed from the npm
+// tarball that `cargo xtask sdk` packs, built with Vite and served by `vite preview`
+// (ONCECLICK_EXAMPLE_URL), which forwards /v1 to the real Worker. xtask has already
+// type-checked it under `strict`, built it, and checked that the build holds one copy of
+// the wasm; here it runs in Debian's Chromium, and its server build runs in plain Node.
+
+const { test, before, after } = require("node:test");
+const assert = require("node:assert/strict");
+const path = require("node:path");
+const { createRequire } = require("node:module");
+const { pathToFileURL } = require("node:url");
+const h = require("./harness.js");
+
+const TEST_MS = 90_000;
+/** The example's folder, as installed and built by xtask (a copy outside the repo's tree). */
+const DIR = process.env.ONCECLICK_EXAMPLE_DIR;
+/** A 409 is an answer Chromium logs as a failed load: the tests that provoke one allow it. */
+const CONFLICT_LOGGED = /Failed to load resource: the server responded with a status of 409/;
+
+let browser;
+
+before(async () => {
+  assert.ok(DIR && process.env.ONCECLICK_EXAMPLE_URL, "run these with `cargo xtask test --e2e`");
+  browser = await h.launch();
+});
+
+after(async () => {
+  await browser?.close();
+});
+
+/** Waits until the app shows `status` for its job. */
+function waitStatus(page, status) {
+  return page.locator(`#status[data-status="${status}"]`).waitFor({ timeout: h.WAIT_MS });
+}
+
+async function ticket(page) {
+  await page.locator("#ticket").waitFor({ timeout: h.WAIT_MS });
+  return (await page.locator("#ticket").textContent()).trim();
+}
+
+test("a server render imports the package and the hook without throwing; a call there says why it cannot run", async () => {
+  // What Node resolves `onceclick` to, under its own conditions: the server build.
+  const resolve = createRequire(path.join(DIR, "package.json")).resolve;
+  assert.equal(path.basename(resolve("onceclick")), "server.js");
+  assert.equal(path.basename(resolve("onceclick/react")), "react.js");
+
+  // The app's server bundle (vite build --ssr), as a framework's server would load it.
+  const ssr = await import(pathToFileURL(path.join(DIR, "dist-ssr/entry-server.js")).href);
+  const html = ssr.render();
+  assert.match(html, /<button id="generate" type="submit"/, "the app rendered its form");
+  const client = await ssr.client;
+  await assert.rejects(client.submit("summarize", { text: "on a server" }), (e) => {
+    assert.equal(e.name, "OnceclickError");
+    assert.equal(e.code, "unsupported_environment");
+    assert.match(e.message, /runs in the browser/);
+    return true;
+  });
+});
+
+test("example app: a real double click on Generate makes one job", { timeout: TEST_MS }, async () => {
+  await h.withPage(browser, "example-double-click", { opener: h.openExample }, async (page) => {
+    const text = h.uniqueText("example double-click");
+    const keys = [];
+    page.on("request", (r) => {
+      if (r.method() === "POST" && new URL(r.url()).pathname === "/v1/jobs") keys.push(r.headers()["idempotency-key"]);
+    });
+    await page.evaluate(() => {
+      window.submits = 0;
+      document.querySelector("form").addEventListener("submit", () => { window.submits += 1; });
+    });
+    await page.locator("#text").fill(text);
+    await page.locator("#generate").dblclick();
+    await waitStatus(page, "succeeded");
+    assert.equal(await page.evaluate(() => window.submits), 2, "the double click submitted the form twice");
+    assert.match(await ticket(page), /^job_/);
+    assert.ok((await page.locator("#result").innerText()).length > 0, "the result is shown");
+    assert.equal(await h.jobsWithText(text), 1, "one job in D1");
+    assert.equal((await h.providerCalls(text)).length, 1, "one provider call");
+    assert.ok(keys.length >= 1 && keys.every((k) => k === keys[0]), `every POST /v1/jobs carried one key: ${keys}`);
+  });
+});
+
+test("example app: a reload in mid-flight shows the same job", { timeout: TEST_MS }, async () => {
+  await h.withPage(browser, "example-reload", { opener: h.openExample }, async (page) => {
+    const text = h.uniqueText("example reload");
+    const gate = await h.hold("primary", text);
+    await page.locator("#text").fill(text);
+    await page.locator("#generate").click();
+    await waitStatus(page, "running");
+    const first = await ticket(page);
+    await page.reload();
+    await waitStatus(page, "running");
+    assert.equal(await ticket(page), first, "the reloaded page shows the same job");
+    await h.release(gate);
+    await waitStatus(page, "succeeded");
+    assert.equal(await ticket(page), first);
+    assert.equal(await h.jobsWithText(text), 1, "one job in D1");
+    assert.equal((await h.providerCalls(text)).length, 1, "one provider call");
+  });
+});
+
+test("example app: a 409 is shown as its code and a sentence, and the job goes on", { timeout: TEST_MS }, async () => {
+  await h.withPage(browser, "example-409", { opener: h.openExample, allow: [CONFLICT_LOGGED] }, async (page) => {
+    const text = h.uniqueText("example conflict");
+    const gate = await h.hold("primary", text);
+    await page.locator("#text").fill(text);
+    await page.locator("#generate").click();
+    await waitStatus(page, "running");
+    // The fallback while the first provider is still working: the API refuses (409).
+    await page.locator("#fallback").click();
+    const error = page.locator('#error[data-code="attempt_in_flight"]');
+    await error.waitFor({ timeout: h.WAIT_MS });
+    const words = await error.innerText();
+    assert.match(words, /still working on this/, "the sentence the app chose for the code");
+    assert.doesNotMatch(words, /\[object Object\]|undefined/);
+    await h.release(gate);
+    await waitStatus(page, "succeeded");
+    assert.equal(await h.jobsWithText(text), 1, "one job in D1");
+  });
+});
