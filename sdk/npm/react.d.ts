@@ -23,11 +23,15 @@ export interface UseSubmit<Input, Result> {
     /**
      * Submits the intent `(kind, input)` and follows its job with `wait` until it settles
      * (`succeeded`, `cancelled`, or `failed`/`unknown`, which wait for a decision). Safe to
-     * call on every click: the same input is the same intent, the same key and the same
-     * job. Never rejects: resolves to the settled job, or to null when it failed (see
-     * `error`) or a later call took over.
+     * call on every click: while the intent's job has not succeeded or been cancelled, the
+     * same input is the same key and the same job (after that, the SDK frees the key and
+     * the same input is a new intent: show the result instead of submitting again). Never
+     * rejects: resolves to the settled job, or to null when it failed (see `error`) or a
+     * later call took over.
      */
     submit(input: Input, options?: SubmitOptions): Promise<Job<Result, Input> | null>;
+    /** Shows job `jobId` and follows it until it settles (say, the job a reload left). */
+    follow(jobId: string): Promise<Job<Result, Input> | null>;
     /** A new attempt on the job shown (the fallback button); then follows it again. */
     retry(options?: RetryOptions): Promise<Job<Result, Input> | null>;
     /** Cancels the job shown. */
@@ -37,16 +41,22 @@ export interface UseSubmit<Input, Result> {
     /** The job shown, updated live. */
     job: Job<Result, Input> | null;
     status: SubmitStatus;
-    /** The last call's failure, cleared by the next call. */
+    /**
+     * The last call's failure. It stays until the next call or until the job it was
+     * about moves on. A failed `wait` (the network, for long) leaves the job as last
+     * seen: calling `follow` or `submit` again picks it up.
+     */
     error: SubmitError | null;
-    /** True while submitting, queued or running. */
+    /** True while submitting, and while the job shown is queued or running. */
     pending: boolean;
 }
 
 /**
  * A React hook over a `Client` for one job kind. Give it the client, or a promise of one
  * (`init().then(() => new Client(...))`, made once at module level): it must not change
- * between renders. Renders on a server: it calls nothing until `submit`.
+ * between renders. Each call starts a new turn: what an earlier call was waiting for is
+ * stopped and its late answers dropped, so the job shown is the last call's. Renders on
+ * a server: it calls nothing until a call is made.
  */
 export function useSubmit<Input = unknown, Result = unknown>(
     client: Client | PromiseLike<Client>,

@@ -2,10 +2,13 @@
 // SDK (it calls the client it is given), so it adds nothing to the core bundle; React is
 // an optional peer dependency that only apps importing "onceclick/react" need.
 //
-// One hook instance shows one job at a time. A double click, or any submit of the same
-// intent while one is in flight, gets the same job (the SDK shares the request and the
-// key), and the hook follows that job with one `wait`. Nothing here throws at the caller:
-// `submit`, `retry` and `cancel` resolve to a job or to null, and put a failure in `error`.
+// One hook instance shows one job at a time, and follows it with one `wait`. Every call
+// (`submit`, `follow`, `retry`, `cancel`, `reset`) starts a new "turn": whatever an
+// earlier turn was waiting for is stopped, and its late answers are dropped, so the job
+// shown is always the one the last call asked for. A double click is two submits of one
+// intent: the SDK shares one request and one key, so both name the same job. Nothing
+// here throws at the caller: calls resolve to a job or to null, and a failure goes to
+// `error`.
 
 import { useCallback, useEffect, useRef, useState } from "react";
 
@@ -29,142 +32,161 @@ function asError(e) {
 
 export function useSubmit(client, kind) {
   const [state, setState] = useState(IDLE);
-  // What is in flight, kept out of React's state so that a second click sees it at once.
+  // What is in flight, kept out of React's state so that a second click sees it at once:
+  // the current turn, its AbortController (for the wait it runs), the job it shows.
   const live = useRef(null);
   if (live.current === null) {
-    live.current = { latest: 0, jobId: null, waiting: null, controller: null, mounted: false };
+    live.current = { turn: 0, controller: null, job: null, mounted: true, client };
   }
+  live.current.client = client;
+
+  /** Starts a new turn: stops the previous one's wait. Returns a check for "still mine". */
+  const begin = useCallback(() => {
+    const l = live.current;
+    l.turn += 1;
+    l.controller?.abort();
+    l.controller = null;
+    const turn = l.turn;
+    return () => l.mounted && l.turn === turn;
+  }, []);
+
+  // Shows `job` and follows it with `wait` until it settles; `mine` guards every update.
+  const watch = useCallback(async (c, jobId, first, mine) => {
+    const l = live.current;
+    // An error stays on screen until the job it was about moves on.
+    const show = (job) => {
+      if (!mine()) return;
+      l.job = job;
+      setState((s) => ({
+        job,
+        status: job.status,
+        error: s.job !== null && s.job.id === job.id && s.job.version === job.version ? s.error : null,
+      }));
+    };
+    if (first) {
+      show(first);
+      if (SETTLED.has(first.status)) return first;
+    }
+    const controller = new AbortController();
+    l.controller = controller;
+    try {
+      const job = await c.wait(jobId, { signal: controller.signal, onUpdate: show });
+      show(job);
+      return mine() ? job : null;
+    } catch (e) {
+      // Aborted by a later turn or an unmount: that turn owns what is shown.
+      if (mine()) setState((s) => ({ ...s, error: asError(e) }));
+      return null;
+    } finally {
+      if (l.controller === controller) l.controller = null;
+    }
+  }, []);
 
   useEffect(() => {
     const l = live.current;
     l.mounted = true;
+    // Mounted again (StrictMode, Fast Refresh, a hidden subtree shown): the job shown
+    // is followed again if it was still running.
+    if (l.job !== null && !SETTLED.has(l.job.status) && l.controller === null) {
+      const mine = begin();
+      const job = l.job;
+      Promise.resolve(l.client).then((c) => (mine() ? watch(c, job.id, undefined, mine) : null), () => null);
+    }
     return () => {
       l.mounted = false;
-      l.latest += 1;
+      l.turn += 1;
       l.controller?.abort();
       l.controller = null;
-      l.jobId = null;
-      l.waiting = null;
     };
-  }, []);
-
-  // Shows job `jobId` (starting from `first`, when known) and follows it with one `wait`
-  // until it settles. Following another job stops the wait on the previous one.
-  const follow = useCallback((c, jobId, first) => {
-    const l = live.current;
-    if (l.jobId === jobId && l.waiting) return l.waiting;
-    l.controller?.abort();
-    l.controller = null;
-    l.waiting = null;
-    l.jobId = jobId;
-    const shown = () => l.mounted && l.jobId === jobId;
-    const show = (job) => {
-      if (shown()) setState({ job, status: job.status, error: null });
-    };
-    if (first) {
-      show(first);
-      if (SETTLED.has(first.status)) return Promise.resolve(first);
-    }
-    const controller = new AbortController();
-    l.controller = controller;
-    const waiting = c
-      .wait(jobId, { signal: controller.signal, onUpdate: show })
-      .then(
-        (job) => {
-          show(job);
-          return job;
-        },
-        (e) => {
-          if (!controller.signal.aborted && shown()) setState((s) => ({ ...s, error: asError(e) }));
-          return null;
-        },
-      )
-      .finally(() => {
-        if (l.waiting === waiting) {
-          l.waiting = null;
-          l.controller = null;
-        }
-      });
-    l.waiting = waiting;
-    return waiting;
-  }, []);
+  }, [begin, watch]);
 
   const submit = useCallback(
     async (input, options) => {
-      const l = live.current;
-      const mine = ++l.latest;
-      const current = () => l.mounted && l.latest === mine;
+      const mine = begin();
       setState((s) => ({ ...s, status: "submitting", error: null }));
       try {
         const c = await client;
         const job = await c.submit(kind, input, options);
-        // A later submit took over; it shows its own job (the same one, for the same intent).
-        if (!current()) return null;
-        return await follow(c, job.id, job);
+        // A later call took over: it shows what it asked for.
+        if (!mine()) return null;
+        return await watch(c, job.id, job, mine);
       } catch (e) {
-        if (current()) setState({ job: null, status: "idle", error: asError(e) });
+        if (mine()) {
+          live.current.job = null;
+          setState({ job: null, status: "idle", error: asError(e) });
+        }
         return null;
       }
     },
-    [client, kind, follow],
+    [client, kind, begin, watch],
   );
 
-  // `action(client, jobId)`, for the job shown; its failure goes to `error`, keeping the job.
-  const onShown = useCallback(
-    async (action) => {
-      const l = live.current;
-      const jobId = l.jobId;
-      if (jobId === null) return null;
-      const mine = ++l.latest;
-      const current = () => l.mounted && l.latest === mine && l.jobId === jobId;
+  const follow = useCallback(
+    async (jobId) => {
+      const mine = begin();
       setState((s) => ({ ...s, error: null }));
       try {
         const c = await client;
-        const job = await action(c, jobId);
-        return current() ? job : null;
+        return mine() ? await watch(c, jobId, undefined, mine) : null;
       } catch (e) {
-        if (current()) setState((s) => ({ ...s, error: asError(e) }));
+        if (mine()) setState((s) => ({ ...s, error: asError(e) }));
         return null;
       }
     },
-    [client],
+    [client, begin, watch],
+  );
+
+  // `action(client, jobId, mine)` on the job shown; its failure goes to `error`, and the
+  // job stays shown (and followed again if it was running).
+  const onShown = useCallback(
+    async (action) => {
+      const shown = live.current.job;
+      if (shown === null) return null;
+      const mine = begin();
+      setState((s) => ({ ...s, error: null }));
+      const c = await Promise.resolve(client).catch(() => null);
+      try {
+        if (c === null) throw new Error("the client did not load");
+        return await action(c, shown.id, mine);
+      } catch (e) {
+        if (!mine()) return null;
+        setState((s) => ({ ...s, error: asError(e) }));
+        // The refused action stopped the wait on a running job: follow it again (the
+        // error stays until the job moves on).
+        if (c !== null && !SETTLED.has(shown.status)) void watch(c, shown.id, undefined, mine);
+        return null;
+      }
+    },
+    [client, begin, watch],
   );
 
   const retry = useCallback(
     (options) =>
-      onShown(async (c, jobId) => {
+      onShown(async (c, jobId, mine) => {
         await c.retry(jobId, options);
-        const l = live.current;
-        // The job runs again: follow it afresh (no wait runs on a settled job).
-        l.controller?.abort();
-        l.waiting = null;
-        l.jobId = null;
-        return follow(c, jobId);
+        return mine() ? watch(c, jobId, undefined, mine) : null;
       }),
-    [onShown, follow],
+    [onShown, watch],
   );
 
   const cancel = useCallback(
     () =>
-      onShown(async (c, jobId) => {
+      onShown(async (c, jobId, mine) => {
         const job = await c.cancel(jobId);
-        const l = live.current;
-        if (l.mounted && l.jobId === jobId) setState({ job, status: job.status, error: null });
+        if (!mine()) return null;
+        live.current.job = job;
+        setState({ job, status: job.status, error: null });
         return job;
       }),
     [onShown],
   );
 
   const reset = useCallback(() => {
-    const l = live.current;
-    l.latest += 1;
-    l.controller?.abort();
-    l.controller = null;
-    l.jobId = null;
-    l.waiting = null;
+    begin();
+    live.current.job = null;
     setState(IDLE);
-  }, []);
+  }, [begin]);
 
   const pending = state.status === "submitting" || state.status === "queued" || state.status === "running";
-  return { ...state, pending, submit, retry, cancel, reset };
+  return { ...state, pending, submit, follow, retry, cancel, reset };
 }

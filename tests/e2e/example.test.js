@@ -57,6 +57,12 @@ test("a server render imports the package and the hook without throwing; a call 
   });
 });
 
+/** The Generate button's label and `aria-busy`, from the hook's `status` and `pending`. */
+async function button(page) {
+  const b = page.locator("#generate");
+  return { label: (await b.innerText()).trim(), busy: await b.getAttribute("aria-busy") };
+}
+
 test("example app: a real double click on Generate makes one job", { timeout: TEST_MS }, async () => {
   await h.withPage(browser, "example-double-click", { opener: h.openExample }, async (page) => {
     const text = h.uniqueText("example double-click");
@@ -72,15 +78,17 @@ test("example app: a real double click on Generate makes one job", { timeout: TE
     await page.locator("#generate").dblclick();
     await waitStatus(page, "succeeded");
     assert.equal(await page.evaluate(() => window.submits), 2, "the double click submitted the form twice");
-    assert.match(await ticket(page), /^job_/);
+    const shown = await ticket(page);
+    assert.match(shown, /^job_/);
     assert.ok((await page.locator("#result").innerText()).length > 0, "the result is shown");
-    assert.equal(await h.jobsWithText(text), 1, "one job in D1");
+    assert.deepEqual(await button(page), { label: "Generate", busy: "false" }, "the hook is no longer pending");
+    assert.equal(await h.jobsWithText(text, shown), 1, "one job in D1");
     assert.equal((await h.providerCalls(text)).length, 1, "one provider call");
     assert.ok(keys.length >= 1 && keys.every((k) => k === keys[0]), `every POST /v1/jobs carried one key: ${keys}`);
   });
 });
 
-test("example app: a reload in mid-flight shows the same job", { timeout: TEST_MS }, async () => {
+test("example app: a reload in mid-flight, and after the result, shows the same job", { timeout: TEST_MS }, async () => {
   await h.withPage(browser, "example-reload", { opener: h.openExample }, async (page) => {
     const text = h.uniqueText("example reload");
     const gate = await h.hold("primary", text);
@@ -91,11 +99,51 @@ test("example app: a reload in mid-flight shows the same job", { timeout: TEST_M
     await page.reload();
     await waitStatus(page, "running");
     assert.equal(await ticket(page), first, "the reloaded page shows the same job");
+    assert.deepEqual(await button(page), { label: "Working… (running)", busy: "true" });
     await h.release(gate);
     await waitStatus(page, "succeeded");
     assert.equal(await ticket(page), first);
-    assert.equal(await h.jobsWithText(text), 1, "one job in D1");
+
+    // After the result: a reload shows it again, and Generate on the same text keeps it.
+    await page.reload();
+    await waitStatus(page, "succeeded");
+    assert.equal(await ticket(page), first, "the result survives a reload");
+    await page.locator("#generate").click();
+    await waitStatus(page, "succeeded");
+    assert.equal(await ticket(page), first, "Generate on the text whose result is shown keeps it");
+    assert.equal(await h.jobsWithText(text, first), 1, "one job in D1");
     assert.equal((await h.providerCalls(text)).length, 1, "one provider call");
+  });
+});
+
+test("example app: another text while a job runs shows its own job, also when the first one finishes", { timeout: TEST_MS }, async () => {
+  await h.withPage(browser, "example-next-intent", { opener: h.openExample }, async (page) => {
+    const first = h.uniqueText("example first");
+    const gate = await h.hold("primary", first);
+    await page.locator("#text").fill(first);
+    await page.locator("#generate").click();
+    await waitStatus(page, "running");
+    const held = await ticket(page);
+
+    // Another text is another intent. (The local queue runs one dispatch at a time, so
+    // its job waits, queued, behind the held one.)
+    const second = h.uniqueText("example second");
+    await page.locator("#text").fill(second);
+    await page.locator("#generate").click();
+    await page.waitForFunction((old) => {
+      const id = document.querySelector("#ticket")?.textContent ?? "";
+      return id.startsWith("job_") && id !== old;
+    }, held, { timeout: h.WAIT_MS });
+    const shown = await ticket(page);
+
+    // The first job finishes while the page shows the second: it must not come back.
+    await h.release(gate);
+    await h.waitFor(() => h.jobStatus(held) === "succeeded", `job ${held} succeeded`);
+    await waitStatus(page, "succeeded");
+    assert.equal(await ticket(page), shown, "the page shows the second text's job");
+    assert.deepEqual(await button(page), { label: "Generate", busy: "false" });
+    assert.equal(await h.jobsWithText(second, shown), 1);
+    assert.equal(await h.jobsWithText(first, held), 1);
   });
 });
 
@@ -114,7 +162,9 @@ test("example app: a 409 is shown as its code and a sentence, and the job goes o
     assert.match(words, /still working on this/, "the sentence the app chose for the code");
     assert.doesNotMatch(words, /\[object Object\]|undefined/);
     await h.release(gate);
+    // The hook followed the job again after the refusal: the page sees it succeed.
     await waitStatus(page, "succeeded");
-    assert.equal(await h.jobsWithText(text), 1, "one job in D1");
+    assert.equal(await page.locator("#error").count(), 0, "the error went once the job moved on");
+    assert.equal(await h.jobsWithText(text, await ticket(page)), 1, "one job in D1");
   });
 });

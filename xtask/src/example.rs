@@ -1,5 +1,5 @@
-//! `examples/vite-react` as a frontend developer would use it: copied out of the repo,
-//! pointed at the npm tarball that `cargo xtask sdk` packs, installed with `npm ci` from
+//! `examples/vite-react` as a frontend developer would use it: copied away from its
+//! folder (to `target/xtask/vite-react`), pointed at the npm tarball that `cargo xtask sdk` packs, installed with `npm ci` from
 //! its own pinned lock, type-checked under `strict`, built with Vite (for the browser and
 //! for a server render), and served by `vite preview` for the end-to-end tests.
 
@@ -39,13 +39,12 @@ pub(crate) fn build(tools: &Tools) -> Result<PathBuf> {
     run(tools
         .command("npm")
         .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
-        .current_dir(&dir))?;
+        .current_dir(&dir)
+        .env_remove("NODE_PATH"))?;
     eprintln!("xtask: {SOURCE}: tsc --noEmit (strict)");
-    run(tools
-        .command("node")
+    run(node(tools, &dir)
         .arg(dir.join("node_modules/typescript/bin/tsc"))
-        .arg("--noEmit")
-        .current_dir(&dir))?;
+        .arg("--noEmit"))?;
     eprintln!("xtask: {SOURCE}: vite build");
     vite(tools, &dir, &["build", "--logLevel", "warn"])?;
     report_sizes(root, &dir)?;
@@ -67,11 +66,18 @@ pub(crate) fn build(tools: &Tools) -> Result<PathBuf> {
 }
 
 fn vite(tools: &Tools, dir: &Path, args: &[&str]) -> Result<()> {
-    run(tools
-        .command("node")
+    run(node(tools, dir)
         .arg(dir.join("node_modules/vite/bin/vite.js"))
-        .args(args)
-        .current_dir(dir))
+        .args(args))
+}
+
+/// The pinned Node in `dir`, resolving packages from the example's own `node_modules`
+/// only: without the `NODE_PATH` that points xtask's other commands at the pinned tools,
+/// a package the example forgot to declare fails here as it would for its users.
+fn node(tools: &Tools, dir: &Path) -> std::process::Command {
+    let mut cmd = tools.command("node");
+    cmd.current_dir(dir).env_remove("NODE_PATH");
+    cmd
 }
 
 /// The example's own files: what `git ls-files` would list, without its build output.
@@ -116,9 +122,14 @@ fn point_at(dir: &Path, tarball: &Path) -> Result<()> {
         bail!("{SOURCE}/package.json does not depend on \"onceclick\": \"{spec}\", the tarball `cargo xtask sdk` packs: update it, and its lock with npm install");
     }
     lock_names_tarball_without_integrity(&lock, &spec)?;
-    let absolute = format!("file:{}", tarball.display());
-    std::fs::write(&manifest_path, manifest.replace(&spec, &absolute))?;
-    std::fs::write(&lock_path, lock.replace(&spec, &absolute))?;
+    // Quoted as JSON strings, so that any path stays one JSON string.
+    let quoted = |s: &str| serde_json::to_string(s);
+    let (from, to) = (
+        quoted(&spec)?,
+        quoted(&format!("file:{}", tarball.display()))?,
+    );
+    std::fs::write(&manifest_path, manifest.replace(&from, &to))?;
+    std::fs::write(&lock_path, lock.replace(&from, &to))?;
     Ok(())
 }
 
@@ -195,12 +206,10 @@ impl Preview {
         let port = free_port()?;
         let log = dir.join("preview.log");
         let file = std::fs::File::create(&log)?;
-        let child = tools
-            .command("node")
+        let child = node(tools, dir)
             .arg(dir.join("node_modules/vite/bin/vite.js"))
             .args(["preview", "--host", "127.0.0.1", "--strictPort", "--port"])
             .arg(port.to_string())
-            .current_dir(dir)
             .env("ONCECLICK_URL", api)
             .stdin(Stdio::null())
             .stdout(file.try_clone()?)

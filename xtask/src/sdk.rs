@@ -136,11 +136,12 @@ pub(crate) fn tarball(root: &Path) -> Result<PathBuf> {
 /// the `exports` conditions is their meaning: the first that matches wins. Returns the
 /// version.
 ///
-/// The conditions: a browser (or anything claiming to be one) gets the SDK; a server
-/// render (`node`) gets `server.js`, whose calls say why they cannot run there; every
-/// other runtime (workers, Deno) gets the SDK. `sideEffects: false`: no module runs
-/// anything a caller needs for its side effects, so a bundler may drop whatever the app
-/// does not import.
+/// The conditions, tried in order: a server render on an edge runtime (`workerd`:
+/// Cloudflare; `edge-light`: Vercel) gets `server.js`, whose calls say why they cannot run
+/// there; a browser (or anything claiming to be one) gets the SDK; a server render in
+/// Node (and Deno and Bun, which match `node`) gets `server.js`; anything else gets the
+/// SDK. `sideEffects: false`: no module runs anything a caller needs for its side
+/// effects, so a bundler may drop whatever the app does not import.
 fn write_manifest(root: &Path, pkg: &Path) -> Result<String> {
     let path = pkg.join("package.json");
     let cargo: serde_json::Value = serde_json::from_slice(&std::fs::read(&path)?)?;

@@ -12,30 +12,51 @@ export interface Summary {
   sentiment: "positive" | "neutral" | "negative";
 }
 
-/** The draft and whether it was sent survive a reload, so the page picks its job up again. */
+/**
+ * What survives a reload: the draft, whether it was sent, and the job it made. A reload
+ * then shows that job again, or, if the answer had not come yet, submits the draft again:
+ * a replay under the same stored key, never a second job.
+ */
 const DRAFT = "example:draft";
+interface Draft {
+  text: string;
+  sent: boolean;
+  jobId: string | null;
+}
+
+function save(draft: Draft) {
+  sessionStorage.setItem(DRAFT, JSON.stringify(draft));
+}
 
 export function App() {
   const [text, setText] = useState("");
-  const { submit, retry, cancel, job, status, error, pending } = useSubmit<SummarizeInput, Summary>(
+  const { submit, follow, retry, cancel, job, status, error, pending } = useSubmit<SummarizeInput, Summary>(
     client,
     "summarize",
   );
 
-  // After a reload: the same text is the same intent, so submitting it again is a replay
-  // that shows the job already running (or finished), never a second one.
   useEffect(() => {
     const saved = sessionStorage.getItem(DRAFT);
     if (saved === null) return;
-    const draft = JSON.parse(saved) as { text: string; sent: boolean };
+    const draft = JSON.parse(saved) as Draft;
     setText(draft.text);
-    if (draft.sent) void submit({ text: draft.text });
-  }, [submit]);
+    if (draft.jobId !== null) void follow(draft.jobId);
+    else if (draft.sent) void submit({ text: draft.text });
+  }, [submit, follow]);
+
+  // Remember the job the sent draft made.
+  useEffect(() => {
+    if (job !== null) save({ text: job.input.text, sent: true, jobId: job.id });
+    // Only when another job is shown: a text edited since must not be overwritten.
+  }, [job?.id]);
 
   function onSubmit(event: FormEvent<HTMLFormElement>) {
     event.preventDefault();
-    sessionStorage.setItem(DRAFT, JSON.stringify({ text, sent: true }));
-    // Every click calls submit: a double click sends one request and shows one job.
+    // The result of this very text is on screen: it stands. (The SDK freed the key when
+    // the job succeeded, so submitting again would start a new job.)
+    if (job?.status === "succeeded" && job.input.text === text) return;
+    save({ text, sent: true, jobId: null });
+    // Every other click calls submit: a double click sends one request and shows one job.
     void submit({ text });
   }
 
@@ -51,7 +72,7 @@ export function App() {
           value={text}
           onChange={(e) => {
             setText(e.target.value);
-            sessionStorage.setItem(DRAFT, JSON.stringify({ text: e.target.value, sent: false }));
+            save({ text: e.target.value, sent: false, jobId: null });
           }}
         />
         <button id="generate" type="submit" aria-busy={pending} disabled={text.trim() === ""}>

@@ -15,6 +15,10 @@ export const client: Promise<Client> = init().then(
     }),
 );
 
+// If the wasm cannot load, the hook reports it on the first submit; until then the
+// rejection is not an unhandled one.
+client.catch(() => undefined);
+
 /**
  * Your sign-in gives the token. Here: `#token=…` in the address (what `cargo xtask dev`
  * prints), or VITE_ONCECLICK_TOKEN at build time.
