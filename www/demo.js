@@ -502,7 +502,7 @@ async function generate({ resumed = false } = {}) {
       client = new sdk.Client({ baseUrl: `${setting("proxy")}${path}`, getToken: () => setting("token") });
       note(`This Generate goes through the fault proxy (${setting("proxy")}${path}), which lets the Worker answer and then drops the answer.`);
     }
-    const onRetry = (info) => note(`No answer (${info.code}${info.status ? ` ${info.status}` : ""}): the SDK sends the same request again, with the same Idempotency-Key, in ${(info.delayMs / 1000).toFixed(2)} s (try ${info.attempt}).`);
+    const onRetry = (info) => note(`${info.status ? `The server answered ${info.status}` : `No answer (${info.code})`}: the SDK sends the same request again, with the same Idempotency-Key, in ${(info.delayMs / 1000).toFixed(2)} s (try ${info.attempt}).`);
     const job = await client.submit(kind, { text }, { onRetry });
     const now = tickets.get();
     if (now && now.text === text && now.kind === kind) tickets.put({ ...now, jobId: job.id, status: job.status });

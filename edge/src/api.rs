@@ -9,7 +9,7 @@ use crate::error::{ApiResult, AppError};
 use crate::fault;
 use crate::http::{json, Ctx};
 use crate::store::Store;
-use crate::{attempts, certify, jobs};
+use crate::{attempts, certify, jobs, limits, lists, stats};
 use onceclick_protocol::ErrorCode;
 use worker::{Env, Headers, Method, Request, Response};
 
@@ -87,44 +87,60 @@ async fn route(req: &mut Request, ctx: &Ctx<'_>) -> ApiResult<Response> {
             jobs::health(ctx).await
         }
         ["v1", "jobs"] => {
-            allow(&method, &[Method::Post])?;
-            let caller = caller(req, ctx)?;
-            jobs::create(req, ctx, &caller).await
+            allow(&method, &[Method::Post, Method::Get])?;
+            let caller = caller(req, ctx).await?;
+            if method == Method::Get {
+                lists::jobs(req, ctx, &caller).await
+            } else {
+                limits::check(ctx, &caller.owner).await?;
+                jobs::create(req, ctx, &caller).await
+            }
+        }
+        ["v1", "stats"] => {
+            allow(&method, &[Method::Get])?;
+            caller(req, ctx).await?.require_admin()?;
+            stats::get(req, ctx).await
+        }
+        ["v1", "attempts"] => {
+            allow(&method, &[Method::Get])?;
+            caller(req, ctx).await?.require_admin()?;
+            lists::attempts(req, ctx).await
         }
         ["v1", "jobs", id] => {
             allow(&method, &[Method::Get])?;
-            let caller = caller(req, ctx)?;
+            let caller = caller(req, ctx).await?;
             jobs::get(req, ctx, &caller, id).await
         }
         ["v1", "jobs", id, "events"] => {
             allow(&method, &[Method::Get])?;
-            let caller = caller(req, ctx)?;
+            let caller = caller(req, ctx).await?;
             jobs::events(ctx, &caller, id).await
         }
         ["v1", "jobs", id, "attempts"] => {
             allow(&method, &[Method::Post])?;
-            let caller = caller(req, ctx)?;
+            let caller = caller(req, ctx).await?;
+            limits::check(ctx, &caller.owner).await?;
             attempts::create(req, ctx, &caller, id).await
         }
         ["v1", "jobs", id, "cancel"] => {
             allow(&method, &[Method::Post])?;
-            let caller = caller(req, ctx)?;
+            let caller = caller(req, ctx).await?;
             jobs::cancel(ctx, &caller, id).await
         }
         ["v1", "attempts", id, "resolve"] => {
             allow(&method, &[Method::Post])?;
-            let caller = caller(req, ctx)?;
+            let caller = caller(req, ctx).await?;
             caller.require_admin()?;
             attempts::resolve(req, ctx, id).await
         }
         ["v1", "providers"] => {
             allow(&method, &[Method::Get])?;
-            caller(req, ctx)?;
+            caller(req, ctx).await?;
             certify::list(ctx).await
         }
         ["v1", "providers", name, "certify"] => {
             allow(&method, &[Method::Post])?;
-            let caller = caller(req, ctx)?;
+            let caller = caller(req, ctx).await?;
             caller.require_admin()?;
             certify::certify(ctx, name).await
         }
@@ -132,13 +148,13 @@ async fn route(req: &mut Request, ctx: &Ctx<'_>) -> ApiResult<Response> {
         // fault matrix reaches the cron's store calls too. Absent unless faults are.
         ["v1", "_reconcile"] if fault::allowed(ctx.env) => {
             allow(&method, &[Method::Post])?;
-            caller(req, ctx)?.require_admin()?;
+            caller(req, ctx).await?.require_admin()?;
             crate::reconcile::run(ctx.env, ctx.store).await?;
             json(200, r#"{"status":"reconciled"}"#.to_owned(), Headers::new())
         }
         ["v1", "attempts", id, "dispatch"] => {
             allow(&method, &[Method::Post])?;
-            let caller = caller(req, ctx)?;
+            let caller = caller(req, ctx).await?;
             caller.require_admin()?;
             attempts::redispatch(ctx, id).await
         }
@@ -157,13 +173,13 @@ fn allow(method: &Method, allowed: &[Method]) -> ApiResult<()> {
     ))
 }
 
-fn caller(req: &Request, ctx: &Ctx<'_>) -> ApiResult<Caller> {
-    let secret = ctx
-        .env
-        .secret("AUTH_SECRET")
-        .map(|s| s.to_string())
-        .or_else(|_| ctx.env.var("AUTH_SECRET").map(|v| v.to_string()))
-        .map_err(|_| AppError::internal("AUTH_SECRET is not set"))?;
+async fn caller(req: &Request, ctx: &Ctx<'_>) -> ApiResult<Caller> {
+    let config = auth::AuthConfig::from_env(ctx.env);
+    if config.secret.is_none() && config.jwks_url.is_none() {
+        return Err(AppError::internal(
+            "neither AUTH_SECRET nor JWKS_URL is set",
+        ));
+    }
     let header = req.headers().get("Authorization").ok().flatten();
-    auth::authenticate(header, &secret, clock::now_ms())
+    auth::authenticate(header.as_deref(), &config, clock::now_ms()).await
 }

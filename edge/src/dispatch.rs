@@ -361,6 +361,7 @@ async fn prepare_or_fail<'a>(
 /// fails over, if the kind allows.
 async fn call_and_record(env: &Env, store: &Store, p: &Prepared<'_>) -> ApiResult<()> {
     let api_key = providers::api_key(&p.provider, env);
+    let started = clock::now_ms();
     let outcome = openai::call(
         &p.provider,
         api_key.as_deref(),
@@ -369,6 +370,18 @@ async fn call_and_record(env: &Env, store: &Store, p: &Prepared<'_>) -> ApiResul
         &p.attempt.id,
     )
     .await;
+    let event = match &outcome {
+        CallOutcome::Output(_) => "call_answered",
+        CallOutcome::Failed(_) => "call_failed",
+        CallOutcome::Unknown(_) => "call_unknown",
+    };
+    crate::analytics::call(
+        env,
+        event,
+        p.kind.name(),
+        &p.provider.name,
+        clock::now_ms() - started,
+    );
     let retryable = matches!(&outcome, CallOutcome::Failed(e) if e.retryable);
     if record(env, store, p.attempt, outcome).await? && retryable {
         fail_over(env, store, p).await?;

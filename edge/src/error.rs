@@ -16,6 +16,8 @@ pub(crate) struct AppError {
     pub(crate) job_id: Option<String>,
     /// What really went wrong, for the log; `None` for a client's mistake.
     pub(crate) cause: Option<String>,
+    /// `Retry-After` in seconds for a retryable answer (1 unless set).
+    pub(crate) retry_after_s: Option<u32>,
 }
 
 impl AppError {
@@ -25,7 +27,14 @@ impl AppError {
             detail: detail.into(),
             job_id: None,
             cause: None,
+            retry_after_s: None,
         }
+    }
+
+    /// The same error, telling the client to wait `seconds` before sending it again.
+    pub(crate) fn retry_after(mut self, seconds: u32) -> Self {
+        self.retry_after_s = Some(seconds);
+        self
     }
 
     /// The same error, with `cause` kept for the log.
@@ -85,7 +94,8 @@ impl AppError {
             let _ = headers.set("WWW-Authenticate", "Bearer");
         }
         if self.code.retryable() {
-            let _ = headers.set("Retry-After", "1");
+            let seconds = self.retry_after_s.unwrap_or(1);
+            let _ = headers.set("Retry-After", &seconds.to_string());
         }
         worker::Response::builder()
             .with_status(self.code.status())

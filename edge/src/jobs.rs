@@ -1,5 +1,6 @@
 //! Handlers for jobs: create-or-return, read, the event log, and cancel.
 
+use crate::analytics;
 use crate::auth::Caller;
 use crate::clock;
 use crate::dispatch;
@@ -78,8 +79,16 @@ pub(crate) async fn create(
         .await?;
 
     if stored.job.id != job_id {
-        return replay(stored, &request);
+        let answer = replay(stored, &request);
+        let event = if answer.is_ok() {
+            "job_replayed"
+        } else {
+            "job_conflict"
+        };
+        analytics::create(ctx.env, &caller.owner, event, kind.name(), provider);
+        return answer;
     }
+    analytics::create(ctx.env, &caller.owner, "job_created", kind.name(), provider);
     if !fault::drops_enqueue(ctx.fault.as_deref()) {
         dispatch::enqueue_after_response(ctx.worker, ctx.env, &attempt_id, ctx.fault.as_deref());
     }
@@ -160,9 +169,11 @@ pub(crate) async fn events(ctx: &Ctx<'_>, caller: &Caller, id: &str) -> ApiResul
 /// `POST /v1/jobs/{id}/cancel`: the owner gives up. Cancelling a cancelled job answers
 /// the job again; a succeeded job cannot be cancelled.
 pub(crate) async fn cancel(ctx: &Ctx<'_>, caller: &Caller, job_id: &str) -> ApiResult<Response> {
+    // An admin may cancel any owner's job (the operator's way out of `unknown`).
+    let owner = (!caller.admin).then_some(caller.owner.as_str());
     let stored = ctx
         .store
-        .cancel(&caller.owner, job_id)
+        .cancel(owner, job_id)
         .await?
         .ok_or_else(|| AppError::not_found(&format!("job {job_id}")))?;
     if stored.job.status == JobStatus::Succeeded {

@@ -1,10 +1,11 @@
 //! The onceclick API on Cloudflare Workers: one intent, one job, however often it is sent.
 //!
-//! `api` routes and authenticates, `jobs` and `attempts` hold the handlers, `dispatch`
+//! `api` routes and authenticates, `jobs`, `attempts` and `lists` hold the handlers, `dispatch`
 //! consumes the queue and calls providers through `openai`, `reconcile` is the cron,
 //! `store` owns all SQL, `error` turns every failure into problem+json. See
 //! ARCHITECTURE.md for the codemap.
 
+mod analytics;
 mod api;
 mod attempts;
 mod auth;
@@ -16,10 +17,14 @@ mod error;
 mod fault;
 mod http;
 mod jobs;
+mod jwks;
 mod kinds;
+mod limits;
+mod lists;
 mod openai;
 mod providers;
 mod reconcile;
+mod stats;
 mod store;
 
 use serde_json::json;

@@ -73,6 +73,8 @@ pub(crate) async fn run(env: &Env, store: &Store) -> ApiResult<()> {
         }
     }
 
+    store.purge_stats(&cutoff).await?;
+
     console_log!(
         "{}",
         json!({"event": "reconciled", "redispatched": stuck.len(), "abandoned": abandoned,

@@ -24,6 +24,9 @@ pub enum ErrorCode {
     PayloadTooLarge,
     /// The body is not I-JSON (RFC 7493), or not the shape the endpoint takes.
     InvalidJson,
+    /// A query parameter of a list is unknown, repeated or out of range, or its cursor
+    /// is not one the API gave.
+    InvalidQuery,
     /// The job kind is not one this deployment declares.
     UnknownKind,
     /// The input fails the kind's input schema.
@@ -47,6 +50,9 @@ pub enum ErrorCode {
     PreconditionFailed,
     /// The provider's output broke the kind's contract (attempt error, not an HTTP answer).
     ContractViolation,
+    /// The owner sent more creates and attempts than the per-owner limit allows; nothing
+    /// was written. Send the same request again after `Retry-After` seconds.
+    RateLimited,
     /// A dependency (D1, the queue) did not answer. Generally transient; retry with backoff.
     ServiceUnavailable,
     /// A bug on our side. Nothing the client sent causes this.
@@ -64,6 +70,7 @@ impl ErrorCode {
         Self::IdempotencyKeyInvalid,
         Self::PayloadTooLarge,
         Self::InvalidJson,
+        Self::InvalidQuery,
         Self::UnknownKind,
         Self::InvalidInput,
         Self::UnknownProvider,
@@ -75,6 +82,7 @@ impl ErrorCode {
         Self::ProviderNotCertified,
         Self::PreconditionFailed,
         Self::ContractViolation,
+        Self::RateLimited,
         Self::ServiceUnavailable,
         Self::Internal,
     ];
@@ -90,6 +98,7 @@ impl ErrorCode {
             Self::IdempotencyKeyInvalid => "idempotency_key_invalid",
             Self::PayloadTooLarge => "payload_too_large",
             Self::InvalidJson => "invalid_json",
+            Self::InvalidQuery => "invalid_query",
             Self::UnknownKind => "unknown_kind",
             Self::InvalidInput => "invalid_input",
             Self::UnknownProvider => "unknown_provider",
@@ -101,6 +110,7 @@ impl ErrorCode {
             Self::ProviderNotCertified => "provider_not_certified",
             Self::PreconditionFailed => "precondition_failed",
             Self::ContractViolation => "contract_violation",
+            Self::RateLimited => "rate_limited",
             Self::ServiceUnavailable => "service_unavailable",
             Self::Internal => "internal",
         }
@@ -118,7 +128,10 @@ impl ErrorCode {
             Self::Forbidden => 403,
             Self::NotFound => 404,
             Self::MethodNotAllowed => 405,
-            Self::IdempotencyKeyMissing | Self::IdempotencyKeyInvalid | Self::InvalidJson => 400,
+            Self::IdempotencyKeyMissing
+            | Self::IdempotencyKeyInvalid
+            | Self::InvalidJson
+            | Self::InvalidQuery => 400,
             Self::PayloadTooLarge => 413,
             Self::UnknownKind
             | Self::InvalidInput
@@ -131,6 +144,7 @@ impl ErrorCode {
             | Self::JobFinished
             | Self::AttemptNotUnknown => 409,
             Self::PreconditionFailed => 412,
+            Self::RateLimited => 429,
             Self::ServiceUnavailable => 503,
             Self::Internal => 500,
         }
@@ -138,7 +152,10 @@ impl ErrorCode {
 
     /// Whether the same request may succeed if sent again later (it then carries `Retry-After`).
     pub fn retryable(self) -> bool {
-        matches!(self, Self::AttemptInFlight | Self::ServiceUnavailable)
+        matches!(
+            self,
+            Self::AttemptInFlight | Self::RateLimited | Self::ServiceUnavailable
+        )
     }
 
     /// A short human title, the same for every occurrence of the code (RFC 9457 `title`).
@@ -152,6 +169,7 @@ impl ErrorCode {
             Self::IdempotencyKeyInvalid => "Idempotency-Key header is malformed",
             Self::PayloadTooLarge => "Request body is too large",
             Self::InvalidJson => "Request body is not valid I-JSON",
+            Self::InvalidQuery => "A query parameter is not valid",
             Self::UnknownKind => "Unknown job kind",
             Self::InvalidInput => "Input does not match the kind's input schema",
             Self::UnknownProvider => "Unknown provider",
@@ -163,6 +181,7 @@ impl ErrorCode {
             Self::ProviderNotCertified => "Provider is not certified for this kind",
             Self::PreconditionFailed => "The job changed since the given ETag",
             Self::ContractViolation => "Output breaks the kind's contract",
+            Self::RateLimited => "Too many requests from this owner",
             Self::ServiceUnavailable => "Service temporarily unavailable",
             Self::Internal => "Internal error",
         }
@@ -237,7 +256,11 @@ mod tests {
         let retryable: Vec<_> = ErrorCode::ALL.iter().filter(|c| c.retryable()).collect();
         assert_eq!(
             retryable,
-            [&ErrorCode::AttemptInFlight, &ErrorCode::ServiceUnavailable]
+            [
+                &ErrorCode::AttemptInFlight,
+                &ErrorCode::RateLimited,
+                &ErrorCode::ServiceUnavailable
+            ]
         );
         assert!(!ErrorCode::AttemptUnresolved.retryable());
         assert!(!ErrorCode::IdempotencyKeyReused.retryable());

@@ -14,11 +14,11 @@ export type JobStatus = "queued" | "running" | "unknown" | "failed" | "succeeded
 export type AttemptState = "starting" | "running" | "succeeded" | "failed" | "unknown" | "abandoned" | "cancelled" | "superseded";
 export type ErrorCode =
   | "unauthorized" | "forbidden" | "not_found" | "method_not_allowed"
-  | "idempotency_key_missing" | "idempotency_key_invalid" | "payload_too_large" | "invalid_json"
+  | "idempotency_key_missing" | "idempotency_key_invalid" | "payload_too_large" | "invalid_json" | "invalid_query"
   | "unknown_kind" | "invalid_input" | "unknown_provider" | "idempotency_key_reused"
   | "attempt_in_flight" | "attempt_unresolved" | "job_finished" | "attempt_not_unknown"
   | "provider_not_certified" | "precondition_failed" | "contract_violation"
-  | "service_unavailable" | "internal"
+  | "rate_limited" | "service_unavailable" | "internal"
   | "network" | "aborted" | "timeout" | "invalid_argument" | "invalid_response"
   /** Only from the package's server build (`node` condition): no browser to run in. */
   | "unsupported_environment"

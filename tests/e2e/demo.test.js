@@ -36,7 +36,7 @@ test("a real double-click on Generate shows one ticket and makes one job", { tim
     await h.waitStatus(page, "succeeded");
     assert.equal(await page.evaluate(() => window.submits), 2, "the double-click submitted the form twice");
     assert.match(await h.ticket(page), /^job_/);
-    assert.equal(await h.jobsWithText(text), 1, "one job in D1");
+    assert.equal(await h.jobsWithText(text, await h.ticket(page)), 1, "one job in D1");
     assert.equal((await h.providerCalls(text)).length, 1, "one provider call");
     assert.ok(keys.length >= 1 && keys.every((k) => k === keys[0]), `every POST /v1/jobs carried one key: ${keys}`);
     await h.waitRows(page, [{ n: 1, provider: "primary", state: "succeeded", winner: true }]);
@@ -54,13 +54,13 @@ test("a real double-click on Generate shows one ticket and makes one job", { tim
       return id.startsWith("job_") && id !== old;
     }, first, { timeout: h.WAIT_MS });
     await h.waitStatus(page, "succeeded");
-    assert.equal(await h.jobsWithText(other), 1, "the other text made its own job");
+    assert.equal(await h.jobsWithText(other, await h.ticket(page)), 1, "the other text made its own job");
     // Generate again on the text whose result is shown: the same ticket, no new job.
     const second = await h.ticket(page);
     await page.locator("#generate").click();
     await page.locator("#notes li", { hasText: "Same text, same ticket" }).waitFor({ timeout: h.WAIT_MS });
     assert.equal(await h.ticket(page), second);
-    assert.equal(await h.jobsWithText(other), 1, "still one job for that text");
+    assert.equal(await h.jobsWithText(other, await h.ticket(page)), 1, "still one job for that text");
   });
 });
 
@@ -78,11 +78,11 @@ test("a reload in mid-flight shows the same ticket", { timeout: TEST_MS }, async
     assert.equal(await h.waitTicket(page, before), before, "the same ticket after the reload");
     await page.locator("#notes li", { hasText: "After the reload" }).waitFor({ timeout: h.WAIT_MS });
     assert.equal(await page.locator("#text").inputValue(), text, "the form kept its text");
-    assert.equal(await h.jobsWithText(text), 1, "still one job in D1");
+    assert.equal(await h.jobsWithText(text, await h.ticket(page)), 1, "still one job in D1");
 
     await page.locator("#release-primary").click();
     await h.waitStatus(page, "succeeded");
-    assert.equal(await h.jobsWithText(text), 1);
+    assert.equal(await h.jobsWithText(text, await h.ticket(page)), 1);
     assert.equal((await h.providerCalls(text)).length, 1, "one provider call");
   });
 });
@@ -101,11 +101,11 @@ test("the same text in a second tab shows the same ticket", { timeout: TEST_MS }
       await second.locator("#text").fill(text);
       await second.locator("#generate").click();
       assert.equal(await h.waitTicket(second, first), first, "the second tab shows the same ticket");
-      assert.equal(await h.jobsWithText(text), 1, "one job in D1");
+      assert.equal(await h.jobsWithText(text, await h.ticket(page)), 1, "one job in D1");
       await second.locator("#release-primary").click();
       await h.waitStatus(second, "succeeded");
       await h.waitStatus(page, "succeeded");
-      assert.equal(await h.jobsWithText(text), 1);
+      assert.equal(await h.jobsWithText(text, await h.ticket(page)), 1);
       assert.equal((await h.providerCalls(text)).length, 1, "one provider call");
     } finally {
       await second.screenshot({ path: path.join(process.env.ONCECLICK_E2E_OUT, "second-tab-second.png"), fullPage: true });
@@ -124,7 +124,7 @@ test("a swallowed answer is retried with the same key, and the page shows one jo
     await page.locator("#generate").click();
     await h.waitStatus(page, "succeeded");
     await page.locator("#notes li", { hasText: "the SDK sends the same request again, with the same Idempotency-Key" }).waitFor({ timeout: h.WAIT_MS });
-    assert.equal(await h.jobsWithText(text), 1, "one job in D1: the retry was a replay");
+    assert.equal(await h.jobsWithText(text, await h.ticket(page)), 1, "one job in D1: the retry was a replay");
     assert.equal((await h.providerCalls(text)).length, 1, "one provider call");
     await h.waitRows(page, [{ n: 1, provider: "primary", state: "succeeded", winner: true }]);
   });
@@ -159,7 +159,7 @@ test("hang → unknown → the fallback is refused in words → resolve → the 
       { n: 2, provider: "fallback", state: "succeeded", winner: true },
     ]);
     await page.locator('#events li[data-type="attempt_succeeded"]').waitFor({ timeout: h.WAIT_MS });
-    assert.equal(await h.jobsWithText(text), 1, "one job, two attempts");
+    assert.equal(await h.jobsWithText(text, await h.ticket(page)), 1, "one job, two attempts");
     assert.ok(await page.locator("#error").isHidden(), "the error is gone once the fallback ran");
   });
 });
@@ -195,21 +195,13 @@ test("a hedge race finished in reverse order shows one winner and one superseded
     assert.match(final[1].text, /winner/);
     await page.locator('#events li[data-type="race_lost"]').waitFor({ timeout: h.WAIT_MS });
     assert.match(await page.locator("#result-meta").innerText(), /attempt 2 on fallback/);
-    assert.equal(await h.jobsWithText(text), 1, "one job");
+    assert.equal(await h.jobsWithText(text, await h.ticket(page)), 1, "one job");
   });
 });
 
 test("the page passes an axe-core scan, works from the keyboard and logs no console error", { timeout: TEST_MS }, async () => {
   await h.withPage(browser, "accessibility", {}, async (page) => {
-    const scan = async () => {
-      if (!(await page.evaluate(() => typeof window.axe === "object"))) {
-        // axe-core's own build, next to its main file (found through NODE_PATH).
-        await page.addScriptTag({ path: path.join(path.dirname(require.resolve("axe-core")), "axe.min.js") });
-      }
-      const violations = await page.evaluate(async () => (await window.axe.run(document)).violations
-        .map((v) => ({ id: v.id, impact: v.impact, nodes: v.nodes.map((n) => n.target.join(" ")) })));
-      return violations.filter((v) => v.impact === "serious" || v.impact === "critical");
-    };
+    const scan = () => h.axeScan(page);
     assert.deepEqual(await scan(), [], "no serious or critical violation on load");
 
     // From the keyboard only: into the text, type, Tab to Generate, Enter.

@@ -66,10 +66,13 @@ function uniqueText(label) {
   return `[e2e ${label} ${id}] The meeting ran long, but everyone left with a plan they liked.`;
 }
 
-/** Opens the page the way `cargo xtask dev` prints it: tokens and addresses after `#`. */
-async function open(context, problems) {
+/**
+ * Opens the page the way `cargo xtask dev` prints it: tokens and addresses after `#`
+ * (the user's token is `token`, the test token's owner unless told).
+ */
+async function open(context, problems, token = TOKEN) {
   const page = await watched(context, problems);
-  const fragment = new URLSearchParams({ token: TOKEN, admin: ADMIN, mock: MOCK, proxy: PROXY });
+  const fragment = new URLSearchParams({ token, admin: ADMIN, mock: MOCK, proxy: PROXY });
   await page.goto(`${URL_BASE}/#${fragment}`);
   await ready(page);
   return page;
@@ -190,27 +193,43 @@ async function arm(page, fault) {
 }
 
 /**
- * The jobs of the test token's owner whose input text is `text`, in the D1 file, once the
- * file shows at least one. The file can trail the Worker's answer by a moment: CI once saw
- * the page show "succeeded" while a read of the file found no row yet. So this waits for
- * the job the page already showed to be readable, then counts; a duplicate would have been
- * written before that answer, so it is counted too.
+ * The jobs of `owner` (the test token's unless told) whose input text is `text`, in the D1 file, counted
+ * once the job the page shows (`shownId`, its ticket) is readable there. The file can
+ * trail the Worker's answer by a moment: CI once saw the page show "succeeded" while a
+ * read of the file found no row yet. A duplicate would have been written before the
+ * answer that showed the ticket, so it is counted too.
  */
-async function jobsWithText(text) {
+async function jobsWithText(text, shownId, owner = OWNER) {
+  assert.match(shownId ?? "", /^job_/, "jobsWithText needs the ticket the page shows");
+  await waitFor(() => jobStatus(shownId) !== undefined, `job ${shownId} in the D1 file`);
+  return countJobsWithText(text, owner);
+}
+
+/** The status of job `id` in the D1 file (undefined while it is not there). */
+function jobStatus(id) {
+  const db = new DatabaseSync(d1File(), { readOnly: true });
+  try {
+    return db.prepare("SELECT status FROM jobs WHERE id = ?").get(id)?.status;
+  } finally {
+    db.close();
+  }
+}
+
+/** Polls `check` (a read of the D1 file or the mock) until it holds, for at most WAIT_MS. */
+async function waitFor(check, what) {
   const deadline = Date.now() + WAIT_MS;
-  for (;;) {
-    const n = countJobsWithText(text);
-    if (n > 0 || Date.now() > deadline) return n;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`waited ${WAIT_MS} ms for ${what}`);
     await new Promise((r) => setTimeout(r, 25));
   }
 }
 
-function countJobsWithText(text) {
+function countJobsWithText(text, owner) {
   const db = new DatabaseSync(d1File(), { readOnly: true });
   try {
     return db
       .prepare("SELECT count(*) AS n FROM jobs WHERE owner_id = ? AND json_extract(input, '$.text') = ?")
-      .get(OWNER, text).n;
+      .get(owner, text).n;
   } finally {
     db.close();
   }
@@ -252,6 +271,17 @@ async function mockPost(path, body) {
   assert.ok(r.ok, `the mock answered ${path} with ${r.status}`);
 }
 
+/** The serious and critical violations an axe-core scan finds on the page as it is now. */
+async function axeScan(page) {
+  if (!(await page.evaluate(() => typeof window.axe === "object"))) {
+    // axe-core's own build, next to its main file (found through NODE_PATH).
+    await page.addScriptTag({ path: path.join(path.dirname(require.resolve("axe-core")), "axe.min.js") });
+  }
+  const violations = await page.evaluate(async () => (await window.axe.run(document)).violations
+    .map((v) => ({ id: v.id, impact: v.impact, nodes: v.nodes.map((n) => n.target.join(" ")) })));
+  return violations.filter((v) => v.impact === "serious" || v.impact === "critical");
+}
+
 /** The calls the mock provider received for `text`. */
 async function providerCalls(text) {
   const r = await fetch(`${MOCK}/_calls?contains=${encodeURIComponent(text)}`);
@@ -266,6 +296,6 @@ async function snapshot(page, name) {
 }
 
 module.exports = {
-  WAIT_MS, TOKEN, launch, openExample, hold, release, certifyFallback, uniqueText, withPage, open, ready, ticket, waitTicket,
+  WAIT_MS, TOKEN, ADMIN, MOCK, URL_BASE, d1File, axeScan, watched, launch, openExample, hold, release, jobStatus, waitFor, certifyFallback, uniqueText, withPage, open, ready, ticket, waitTicket,
   waitStatus, rows, waitRows, waitError, arm, jobsWithText, providerCalls, snapshot,
 };

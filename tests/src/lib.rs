@@ -6,6 +6,7 @@
 pub mod auth;
 pub mod client;
 pub mod db;
+pub mod idp;
 pub mod log;
 pub mod mock;
 pub mod probe;

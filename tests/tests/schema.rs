@@ -482,3 +482,111 @@ fn the_sql_state_lists_are_the_protocols() {
     assert_eq!(listed(sql::LIVE_STATES), by(|s| !s.is_final()));
     assert_eq!(listed(sql::IN_FLIGHT_STATES), by(|s| s.is_in_flight()));
 }
+
+/// The plan of `statement`, one line per step.
+fn plan(conn: &Connection, statement: &str) -> Vec<String> {
+    let mut plan = conn
+        .prepare(&format!("EXPLAIN QUERY PLAN {statement}"))
+        .unwrap_or_else(|e| panic!("{statement}: {e}"));
+    let mut rows = plan.raw_query();
+    let mut details = Vec::new();
+    while let Some(row) = rows.next().unwrap() {
+        details.push(row.get::<_, String>(3).unwrap());
+    }
+    details
+}
+
+#[test]
+fn each_list_is_one_range_read_of_one_index_with_no_sort() {
+    let conn = migrated();
+    let cases = [
+        (
+            "LIST_JOBS_OF_OWNER",
+            sql::LIST_JOBS_OF_OWNER,
+            "SEARCH jobs USING INDEX jobs_by_owner (owner_id=? AND id<?)",
+        ),
+        (
+            "LIST_JOBS_BY_STATUS",
+            sql::LIST_JOBS_BY_STATUS,
+            "SEARCH jobs USING INDEX jobs_by_status_id (status=? AND id<?)",
+        ),
+        (
+            "LIST_JOBS",
+            sql::LIST_JOBS,
+            "SEARCH jobs USING INDEX sqlite_autoindex_jobs_1 (id<?)",
+        ),
+        (
+            "LIST_ATTEMPTS",
+            sql::LIST_ATTEMPTS,
+            "SEARCH a USING INDEX attempts_by_state_id (state=? AND id>?)",
+        ),
+    ];
+    for (name, statement, read) in cases {
+        let steps = plan(&conn, statement);
+        assert_eq!(
+            steps.first().map(String::as_str),
+            Some(read),
+            "{name}: {steps:?}"
+        );
+        assert!(
+            steps.iter().all(|s| !s.contains("TEMP B-TREE")),
+            "{name} sorts: {steps:?}"
+        );
+        // Anything else it reads is by primary key (an attempt's job).
+        for step in &steps[1..] {
+            assert!(
+                step.contains("USING INDEX sqlite_autoindex_jobs_1 (id=?)"),
+                "{name}: {step}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_list_pages_by_cursor_without_gaps_or_repeats() {
+    let conn = migrated();
+    for i in 0..7 {
+        conn.execute(
+            "INSERT INTO jobs (id, owner_id, idempotency_key, fingerprint, kind, input, provider,
+                               status, created_at, updated_at)
+             VALUES (?1, 'pager', ?2, 'f', 'summarize', '{\"text\":\"t\"}', 'primary', ?3, 't', 't')",
+            rusqlite::params![
+                format!("job_0000000{i}"),
+                format!("k{i}"),
+                if i % 2 == 0 { "succeeded" } else { "failed" }
+            ],
+        )
+        .unwrap();
+    }
+    let page = |cursor: Option<&str>, status: Option<&str>| -> Vec<String> {
+        conn.prepare(sql::LIST_JOBS_OF_OWNER)
+            .unwrap()
+            .query_map(rusqlite::params!["pager", cursor, status, 3], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    let first = page(None, None);
+    assert_eq!(first, ["job_00000006", "job_00000005", "job_00000004"]);
+    let second = page(first.last().map(String::as_str), None);
+    assert_eq!(second, ["job_00000003", "job_00000002", "job_00000001"]);
+    assert_eq!(
+        page(second.last().map(String::as_str), None),
+        ["job_00000000"]
+    );
+    assert_eq!(
+        page(None, Some("failed")),
+        ["job_00000005", "job_00000003", "job_00000001"]
+    );
+    // The item is the job's summary, its input and result as JSON, not as text.
+    let item: String = conn
+        .query_row(
+            &format!("SELECT item FROM ({})", sql::LIST_JOBS_OF_OWNER),
+            rusqlite::params!["pager", None::<String>, None::<String>, 1],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let item: serde_json::Value = serde_json::from_str(&item).unwrap();
+    assert_eq!(item["input"]["text"], "t");
+    assert_eq!(item["owner_id"], "pager");
+}

@@ -226,7 +226,8 @@ fn start(tools: &Tools, root: &Path, seed: Option<&Path>) -> Result<Servers> {
         )?),
         None => None,
     };
-    let dispatching = TestWorker::launch(tools, root, &launch(None, None))?;
+    let unlimited = wrangler::unlimited_config(root)?;
+    let dispatching = TestWorker::launch(tools, root, &launch(None, Some(&unlimited)))?;
     let config = root.join("bench/baseline/wrangler.toml");
     let port = wrangler::free_port()?;
     let persist = root.join(format!("target/xtask/bench-baseline-{port}"));
@@ -265,41 +266,16 @@ fn start(tools: &Tools, root: &Path, seed: Option<&Path>) -> Result<Servers> {
     })
 }
 
-/// The root wrangler.toml without its queue consumer and cron (and without `[build]`:
-/// xtask has built the Worker), its paths made absolute, in
-/// `target/xtask/wrangler-no-consumer.toml`.
+/// The root wrangler.toml without its queue consumer and cron, and with no rate limit
+/// that a load of one owner would reach, in `target/xtask/wrangler-no-consumer.toml`.
 fn without_consumer(root: &Path) -> Result<PathBuf> {
-    let text = std::fs::read_to_string(root.join("wrangler.toml"))?;
-    let mut config: toml::Table = text.parse().context("wrangler.toml does not parse")?;
-    config.remove("build");
-    config.remove("triggers");
-    if let Some(toml::Value::Table(queues)) = config.get_mut("queues") {
-        queues.remove("consumers");
-    }
-    let absolute = |v: &mut toml::Value| {
-        if let Some(path) = v.as_str() {
-            *v = toml::Value::String(root.join(path).to_string_lossy().into_owned());
+    wrangler::derived_config(root, "wrangler-no-consumer.toml", |config| {
+        config.remove("triggers");
+        if let Some(toml::Value::Table(queues)) = config.get_mut("queues") {
+            queues.remove("consumers");
         }
-    };
-    if let Some(main) = config.get_mut("main") {
-        absolute(main);
-    }
-    if let Some(toml::Value::Table(assets)) = config.get_mut("assets") {
-        if let Some(dir) = assets.get_mut("directory") {
-            absolute(dir);
-        }
-    }
-    if let Some(toml::Value::Array(dbs)) = config.get_mut("d1_databases") {
-        for db in dbs {
-            if let Some(dir) = db.get_mut("migrations_dir") {
-                absolute(dir);
-            }
-        }
-    }
-    std::fs::create_dir_all(root.join("target/xtask"))?;
-    let path = root.join("target/xtask/wrangler-no-consumer.toml");
-    std::fs::write(&path, toml::to_string(&config)?)?;
-    Ok(path)
+        wrangler::raise_rate_limit(config);
+    })
 }
 
 /// Creates the job that replay and read use: its id and ETag.

@@ -75,6 +75,10 @@ pub(crate) fn run(flags: &crate::Dev) -> Result<()> {
         "demo page (open this address; it carries a token and an admin token for 7 days):\n  {}/#token={token}&admin={page_admin}",
         server.url
     );
+    println!(
+        "operator's page (unknown attempts and the figures; admin token):\n  {}/ops.html#admin={page_admin}",
+        server.url
+    );
     println!("mock provider (primary, fallback): http://127.0.0.1:{DEV_MOCK_PORT}");
     println!("fault proxy (the page's \"swallow the answer\"): http://127.0.0.1:{DEV_PROXY_PORT}");
     println!("token (owner dev-owner, 7 days):\n  export TOKEN={token}");

@@ -95,6 +95,7 @@ pub(crate) fn suites(flags: &crate::Test) -> Result<()> {
         persist,
         mock_port,
         log,
+        idp_url,
     } = worker;
     let mock_url = format!("http://127.0.0.1:{mock_port}");
 
@@ -112,6 +113,9 @@ pub(crate) fn suites(flags: &crate::Test) -> Result<()> {
         .env("ONCECLICK_AUTH_SECRET", &secret)
         .env("ONCECLICK_D1_DIR", &persist)
         .env("ONCECLICK_MOCK_URL", &mock_url)
+        .env("ONCECLICK_IDP_URL", idp_url.unwrap_or_default())
+        .env("ONCECLICK_JWT_ISSUER", crate::test_worker::TEST_ISSUER)
+        .env("ONCECLICK_JWT_AUDIENCE", crate::test_worker::TEST_AUDIENCE)
         .env("ONCECLICK_WRANGLER_LOG", &log)
         .env("ONCECLICK_REPORT_DIR", &reports)
         .env("ONCECLICK_SOAK", if soak { "1" } else { "0" })

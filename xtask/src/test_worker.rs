@@ -23,7 +23,13 @@ pub(crate) struct TestWorker {
     pub(crate) mock_port: u16,
     /// What the Worker printed: tests read its structured lines (`fault_fired`).
     pub(crate) log: PathBuf,
+    /// The local identity provider whose JWKS the Worker trusts (tests only).
+    pub(crate) idp_url: Option<String>,
 }
+
+/// How the tests' Worker is told about the local identity provider (`tests/src/idp.rs`).
+pub(crate) const TEST_ISSUER: &str = "https://idp.onceclick.test";
+pub(crate) const TEST_AUDIENCE: &str = "onceclick-tests";
 
 /// How a [`TestWorker`] differs between the tests and the bench.
 pub(crate) struct Launch<'a> {
@@ -55,13 +61,17 @@ impl Launch<'_> {
 }
 
 impl TestWorker {
-    /// The Worker as the tests run it.
+    /// The Worker as the integration tests run it: with no rate limit one owner's
+    /// storm would reach ([`wrangler::unlimited_config`]).
     pub(crate) fn start(tools: &Tools, root: &Path) -> Result<Self> {
-        Self::launch(tools, root, &Launch::for_tests(TEST_TIMEOUT_MS))
+        let mut how = Launch::for_tests(TEST_TIMEOUT_MS);
+        how.config = Some(wrangler::unlimited_config(root)?);
+        Self::launch(tools, root, &how)
     }
 
-    /// The Worker as the demo page's end-to-end tests run it: the tests' extras, with a
-    /// longer provider timeout ([`E2E_TIMEOUT_MS`]).
+    /// The Worker as the end-to-end tests run it: the tests' extras, with a longer
+    /// provider timeout ([`E2E_TIMEOUT_MS`]), and the committed wrangler.toml, rate
+    /// limit included.
     pub(crate) fn start_for_e2e(tools: &Tools, root: &Path) -> Result<Self> {
         Self::launch(tools, root, &Launch::for_tests(E2E_TIMEOUT_MS))
     }
@@ -92,6 +102,7 @@ impl TestWorker {
             ),
             ("FALLBACK_API_KEY".into(), "test-key".into()),
         ];
+        let mut idp_url = None;
         if how.test_vars {
             vars.extend([
                 ("ALLOW_FAULT_INJECTION".into(), "true".into()),
@@ -99,6 +110,22 @@ impl TestWorker {
                 // Small purge chunks, so that the retention test crosses several.
                 ("PURGE_CHUNK".into(), "2".into()),
             ]);
+            // Tokens from a local identity provider, besides the HS256 secret: its claims
+            // are named otherwise than the defaults, so the configuration is exercised.
+            let idp_port = wrangler::free_port()?;
+            onceclick_tests::idp::spawn(idp_port)?;
+            let url = format!("http://127.0.0.1:{idp_port}");
+            vars.extend([
+                ("JWKS_URL".into(), format!("{url}/jwks.json")),
+                ("JWT_ISSUER".into(), TEST_ISSUER.into()),
+                ("JWT_AUDIENCE".into(), TEST_AUDIENCE.into()),
+                ("JWT_OWNER_CLAIM".into(), "uid".into()),
+                ("JWT_ADMIN_CLAIM".into(), "groups".into()),
+                ("JWT_ADMIN_VALUE".into(), "onceclick-admins".into()),
+                // A rotation is seen within a second, not a minute, so the test is quick.
+                ("JWKS_REFETCH_MS".into(), "1000".into()),
+            ]);
+            idp_url = Some(url);
         }
         let server = Wrangler::start(
             tools,
@@ -118,6 +145,7 @@ impl TestWorker {
             persist,
             mock_port,
             log,
+            idp_url,
         })
     }
 }

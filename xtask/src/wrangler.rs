@@ -328,3 +328,61 @@ fn clock_ticks() -> f64 {
         .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
         .unwrap_or(100.0)
 }
+
+/// The root wrangler.toml as `edit` changes it, without `[build]` (xtask has built the
+/// Worker) and with its paths made absolute, in `target/xtask/<name>`.
+pub(crate) fn derived_config(
+    root: &Path,
+    name: &str,
+    edit: impl FnOnce(&mut toml::Table),
+) -> Result<PathBuf> {
+    let text = std::fs::read_to_string(root.join("wrangler.toml"))?;
+    let mut config: toml::Table = text.parse().context("wrangler.toml does not parse")?;
+    config.remove("build");
+    let absolute = |v: &mut toml::Value| {
+        if let Some(path) = v.as_str() {
+            *v = toml::Value::String(root.join(path).to_string_lossy().into_owned());
+        }
+    };
+    if let Some(main) = config.get_mut("main") {
+        absolute(main);
+    }
+    if let Some(toml::Value::Table(assets)) = config.get_mut("assets") {
+        if let Some(dir) = assets.get_mut("directory") {
+            absolute(dir);
+        }
+    }
+    if let Some(toml::Value::Array(dbs)) = config.get_mut("d1_databases") {
+        for db in dbs {
+            if let Some(dir) = db.get_mut("migrations_dir") {
+                absolute(dir);
+            }
+        }
+    }
+    edit(&mut config);
+    std::fs::create_dir_all(root.join("target/xtask"))?;
+    let path = root.join("target/xtask").join(name);
+    std::fs::write(&path, toml::to_string(&config)?)?;
+    Ok(path)
+}
+
+/// The root wrangler.toml with no rate limit that one owner's load would reach, in
+/// `target/xtask/wrangler-unlimited.toml`: what the integration suite (whose storms send
+/// one owner's creates by the thousand) and the bench run. The limiter is still asked on
+/// every create, as in production; the demo page's end-to-end tests run the committed
+/// limit and check it.
+pub(crate) fn unlimited_config(root: &Path) -> Result<PathBuf> {
+    derived_config(root, "wrangler-unlimited.toml", raise_rate_limit)
+}
+
+/// Raises every `[[ratelimits]]` limit out of reach: for runs that send one owner's
+/// traffic by the thousand (the storms, the bench). The limiter is still asked.
+pub(crate) fn raise_rate_limit(config: &mut toml::Table) {
+    if let Some(toml::Value::Array(limits)) = config.get_mut("ratelimits") {
+        for limit in limits {
+            if let Some(toml::Value::Table(simple)) = limit.get_mut("simple") {
+                simple.insert("limit".into(), toml::Value::Integer(1_000_000_000));
+            }
+        }
+    }
+}

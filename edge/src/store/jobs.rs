@@ -33,7 +33,8 @@ impl Store {
     /// already bound to. One batch, one round trip. The caller compares the returned
     /// job's id with `new.job_id` to learn which happened, and its fingerprint to learn
     /// whether a replay asked for the same thing. The `job_created` and
-    /// `attempt_started` events are written by triggers.
+    /// `attempt_started` events are written by triggers; a replay or a conflict is
+    /// counted for `GET /v1/stats` by the batch's last statement.
     pub(crate) async fn create_or_get_job(&self, new: &NewJob<'_>) -> ApiResult<StoredJob> {
         let insert_job = self.stmt(
             sql::INSERT_JOB,
@@ -52,8 +53,20 @@ impl Store {
             &[js(new.attempt_id), js(new.job_id)],
         )?;
         let read = self.stmt(sql::JOB_BY_KEY, &[js(new.owner), js(new.key)])?;
-        let [_, _, read] = self
-            .batch("create_or_get_job", [insert_job, insert_attempt, read])
+        let count = self.stmt(
+            sql::COUNT_REPEAT,
+            &[
+                js(new.owner),
+                js(new.key),
+                js(new.fingerprint),
+                js(new.job_id),
+            ],
+        )?;
+        let [_, _, read, _] = self
+            .batch(
+                "create_or_get_job",
+                [insert_job, insert_attempt, read, count],
+            )
             .await?;
         first_row::<DocRow>(&read)?
             .ok_or_else(|| AppError::internal("create_or_get_job: the batch returned no job"))
@@ -123,14 +136,19 @@ impl Store {
         Ok(())
     }
 
-    /// The owner gives up. One batch: the job becomes `cancelled` (unless it already
-    /// succeeded), `job_cancelled` is logged once, and every attempt still `starting`,
-    /// `running` or `unknown` becomes `cancelled`. Returns the job as it is after.
-    pub(crate) async fn cancel(&self, owner: &str, job_id: &str) -> ApiResult<Option<StoredJob>> {
-        let cancel = self.stmt(sql::CANCEL_JOB, &[js(job_id), js(owner)])?;
+    /// The owner (or, for `None`, an admin) gives up. One batch: the job becomes
+    /// `cancelled` (unless it already succeeded), `job_cancelled` is logged once, and
+    /// every attempt still `starting`, `running` or `unknown` becomes `cancelled`.
+    /// Returns the job as it is after.
+    pub(crate) async fn cancel(
+        &self,
+        owner: Option<&str>,
+        job_id: &str,
+    ) -> ApiResult<Option<StoredJob>> {
+        let cancel = self.stmt(sql::CANCEL_JOB, &[js(job_id), js_opt(owner)])?;
         let log = self.stmt(sql::LOG_CANCELLED, &[js(job_id)])?;
         let attempts = self.stmt(sql::CANCEL_ATTEMPTS, &[js(job_id)])?;
-        let read = self.stmt(sql::OWNED_JOB, &[js(job_id), js(owner)])?;
+        let read = self.stmt(sql::JOB_BY_ID, &[js(job_id), js_opt(owner)])?;
         let [_, _, _, read] = self.batch("cancel", [cancel, log, attempts, read]).await?;
         first_row::<DocRow>(&read)?.map(DocRow::stored).transpose()
     }

@@ -4,11 +4,13 @@
 //! Events and job status follow attempt moves through the triggers in
 //! `migrations/`, so each move is a single conditional UPDATE. The statements themselves
 //! are constants in [`sql`]; the files beside it group the calls by what they touch:
-//! [`jobs`], [`attempts`], [`certifications`] and the [`reconciler`]'s sweeps.
+//! [`jobs`], [`attempts`], [`certifications`], the [`reconciler`]'s sweeps, and the
+//! [`lists`] and figures that operators read.
 
 mod attempts;
 mod certifications;
 mod jobs;
+mod lists;
 mod reconciler;
 mod sql;
 
@@ -17,6 +19,7 @@ pub(crate) use attempts::{
 };
 pub(crate) use certifications::Certification;
 pub(crate) use jobs::NewJob;
+pub(crate) use lists::{AttemptFilter, JobFilter, Page, StatRow};
 pub(crate) use reconciler::ReconcileRule;
 
 use crate::clock;

@@ -87,4 +87,12 @@ impl Store {
         let [_, _, jobs] = self.batch("purge", [events, attempts, jobs]).await?;
         changes(&jobs)
     }
+
+    /// Drops the figures of the minutes before `cutoff` (RFC 3339). One statement.
+    pub(crate) async fn purge_stats(&self, cutoff: &str) -> ApiResult<()> {
+        let minute = cutoff.get(..16).unwrap_or(cutoff);
+        let stmt = self.stmt(sql::PURGE_STATS, &[js(minute)])?;
+        self.timed("purge_stats", stmt.run()).await?;
+        Ok(())
+    }
 }

@@ -60,14 +60,15 @@ macro_rules! provider_allowed {
 /// The one statement behind every attempt after a job's first: insert `?1` as the job
 /// `?2`'s next attempt, `starting` on provider `?3`, only while the job has not finished
 /// and the provider is allowed; `?6`/`?7` are the fallback button's request key and
-/// fingerprint. The guard that follows `AND` is the caller's, with parameters from `?8`.
+/// fingerprint. The guard that follows `AND` is the caller's, with parameters from `?8`;
+/// `started_by` names which of the three it is, for the figures.
 macro_rules! next_attempt {
-    ($($guard:tt)*) => {
+    ($started_by:literal, $($guard:tt)*) => {
         concat!(
             "INSERT INTO attempts (id, job_id, n, provider, state, started_at,
-                                   request_key, request_fingerprint)
+                                   request_key, request_fingerprint, started_by)
              SELECT ?1, j.id, (SELECT max(n) + 1 FROM attempts WHERE job_id = j.id), ?3,
-                    'starting', ", now!(), ", ?6, ?7
+                    'starting', ", now!(), ", ?6, ?7, '", $started_by, "'
                FROM job_documents AS j
               WHERE j.id = ?2 AND j.status NOT IN ", closed_statuses!(), "
                 AND ", provider_allowed!("?3", "?4", "?5"), "
@@ -129,9 +130,6 @@ pub(crate) const JOB_BY_KEY: &str = "SELECT fingerprint, doc, etag FROM job_docu
 pub(crate) const JOB_BY_ID: &str = "SELECT fingerprint, doc, etag FROM job_documents
                                      WHERE id = ?1 AND (?2 IS NULL OR owner_id = ?2)";
 
-pub(crate) const OWNED_JOB: &str =
-    "SELECT fingerprint, doc, etag FROM job_documents WHERE id = ?1 AND owner_id = ?2";
-
 pub(crate) const EVENTS: &str = "SELECT e.seq, e.type, e.at, e.attempt_id, e.details
                                    FROM job_events AS e JOIN jobs AS j ON j.id = e.job_id
                                   WHERE j.id = ?1 AND j.owner_id = ?2
@@ -148,7 +146,7 @@ pub(crate) const CANCEL_JOB: &str = concat!(
     "UPDATE jobs SET status = 'cancelled', version = version + 1, updated_at = ",
     now!(),
     "
-      WHERE id = ?1 AND owner_id = ?2 AND status NOT IN ",
+      WHERE id = ?1 AND (?2 IS NULL OR owner_id = ?2) AND status NOT IN ",
     closed_statuses!()
 );
 
@@ -300,34 +298,43 @@ pub(crate) const COMPLETED: &str =
 
 /// The fallback button: the owner `?8`'s job, nothing live, unchanged if `?9` (a JSON
 /// array of strong ETags) is given, and no attempt made yet for the request key `?6`.
-pub(crate) const NEXT_ATTEMPT_BY_OWNER: &str = next_attempt!(concat!(
-    "j.owner_id = ?8
+pub(crate) const NEXT_ATTEMPT_BY_OWNER: &str = next_attempt!(
+    "owner",
+    concat!(
+        "j.owner_id = ?8
      AND NOT EXISTS (SELECT 1 FROM attempts WHERE job_id = j.id AND state IN ",
-    live_states!(),
-    ")
+        live_states!(),
+        ")
      AND (?9 IS NULL OR j.etag IN (SELECT value FROM json_each(?9)))
      AND (?6 IS NULL OR NOT EXISTS (SELECT 1 FROM attempts
                                      WHERE job_id = j.id AND request_key = ?6))"
-));
+    )
+);
 
 /// A hedge next to `?8`: only while `?8` is still `running` and the only attempt in
 /// flight, and no attempt is `unknown`.
-pub(crate) const NEXT_ATTEMPT_HEDGE: &str = next_attempt!(concat!(
-    "(SELECT state FROM attempts WHERE id = ?8) = 'running'
+pub(crate) const NEXT_ATTEMPT_HEDGE: &str = next_attempt!(
+    "hedge",
+    concat!(
+        "(SELECT state FROM attempts WHERE id = ?8) = 'running'
      AND NOT EXISTS (SELECT 1 FROM attempts WHERE job_id = j.id AND state = 'unknown')
      AND (SELECT count(*) FROM attempts WHERE job_id = j.id AND state IN ",
-    in_flight_states!(),
-    ") = 1"
-));
+        in_flight_states!(),
+        ") = 1"
+    )
+);
 
 /// The automatic failover after `?8` failed: nothing live, fewer than `?9` attempts.
-pub(crate) const NEXT_ATTEMPT_FAILOVER: &str = next_attempt!(concat!(
-    "(SELECT state FROM attempts WHERE id = ?8) = 'failed'
+pub(crate) const NEXT_ATTEMPT_FAILOVER: &str = next_attempt!(
+    "failover",
+    concat!(
+        "(SELECT state FROM attempts WHERE id = ?8) = 'failed'
      AND NOT EXISTS (SELECT 1 FROM attempts WHERE job_id = j.id AND state IN ",
-    live_states!(),
-    ")
+        live_states!(),
+        ")
      AND (SELECT count(*) FROM attempts WHERE job_id = j.id) < ?9"
-));
+    )
+);
 
 /// Why the fallback button did or did not insert `?1`, read in the same batch.
 pub(crate) const NEXT_ATTEMPT_OUTCOME: &str = concat!(
@@ -388,6 +395,73 @@ pub(crate) const LOSE_RUNNING: &str = concat!(
      RETURNING id"
 );
 
+/// What a list shows of a job: its document without the attempts (`GET /v1/jobs/{id}`
+/// has them), rendered by the database like every job document.
+macro_rules! job_summary {
+    () => {
+        "SELECT id, json_object('id', id, 'owner_id', owner_id, 'kind', kind, 'status', status,
+                'provider', provider, 'version', version, 'input', json(input),
+                'result', json(result), 'completed_by', completed_by,
+                'created_at', created_at, 'updated_at', updated_at) AS item
+           FROM jobs"
+    };
+}
+
+/// Owner `?1`'s jobs before id `?2` (the cursor; from the newest when NULL), in status
+/// `?3` when given, newest first, `?4` of them.
+pub(crate) const LIST_JOBS_OF_OWNER: &str = concat!(
+    job_summary!(),
+    " WHERE owner_id = ?1 AND id < coalesce(?2, 'job_~') AND (?3 IS NULL OR status = ?3)
+      ORDER BY id DESC LIMIT ?4"
+);
+
+/// Every owner's jobs in status `?1` before id `?2`, newest first, `?3` of them.
+pub(crate) const LIST_JOBS_BY_STATUS: &str = concat!(
+    job_summary!(),
+    " WHERE status = ?1 AND id < coalesce(?2, 'job_~') ORDER BY id DESC LIMIT ?3"
+);
+
+/// Every job before id `?1`, newest first, `?2` of them.
+pub(crate) const LIST_JOBS: &str = concat!(
+    job_summary!(),
+    " WHERE id < coalesce(?1, 'job_~') ORDER BY id DESC LIMIT ?2"
+);
+
+/// Attempts in state `?1` after id `?2` (the cursor; from the oldest when NULL), of
+/// provider `?3` and started at or before `?4` when given, oldest first, `?5` of them;
+/// each with its job's owner, kind and status.
+pub(crate) const LIST_ATTEMPTS: &str = "
+    SELECT a.id, json_object('id', a.id, 'job_id', a.job_id, 'n', a.n, 'provider', a.provider,
+           'state', a.state, 'started_at', a.started_at, 'dispatched_at', a.dispatched_at,
+           'finished_at', a.finished_at, 'error', json(a.error), 'owner_id', j.owner_id,
+           'kind', j.kind, 'job_status', j.status) AS item
+      FROM attempts AS a JOIN jobs AS j ON j.id = a.job_id
+     WHERE a.state = ?1 AND a.id > coalesce(?2, '')
+       AND (?3 IS NULL OR a.provider = ?3) AND (?4 IS NULL OR a.started_at <= ?4)
+     ORDER BY a.id LIMIT ?5";
+
+// --- figures (migrations/0006_stats.sql) --------------------------------------------
+
+/// Counts a create whose key `?2` of owner `?1` was already bound: a replay when the
+/// request's fingerprint `?3` is the job's, a conflict otherwise. Nothing when the batch
+/// has just made the job (`?4`).
+pub(crate) const COUNT_REPEAT: &str = concat!(
+    "INSERT INTO stats (minute, kind, provider, metric, n)
+     SELECT substr(",
+    now!(),
+    ", 1, 16), kind, provider,
+            CASE WHEN fingerprint = ?3 THEN 'replays' ELSE 'conflicts' END, 1
+       FROM jobs WHERE owner_id = ?1 AND idempotency_key = ?2 AND id <> ?4
+     ON CONFLICT DO UPDATE SET n = n + 1"
+);
+
+/// Every counter of the minutes from `?1` on, summed by kind, provider and metric.
+pub(crate) const STATS: &str = "SELECT kind, provider, metric, sum(n) AS n FROM stats
+                                 WHERE minute >= ?1 GROUP BY kind, provider, metric";
+
+/// Drops the counters of the minutes before `?1`.
+pub(crate) const PURGE_STATS: &str = "DELETE FROM stats WHERE minute < ?1";
+
 /// Every statement above, by name, for the schema test's `EXPLAIN QUERY PLAN`.
 #[allow(dead_code)] // read only by tests/tests/schema.rs
 pub(crate) const ALL: &[(&str, &str)] = &[
@@ -396,7 +470,6 @@ pub(crate) const ALL: &[(&str, &str)] = &[
     ("INSERT_FIRST_ATTEMPT", INSERT_FIRST_ATTEMPT),
     ("JOB_BY_KEY", JOB_BY_KEY),
     ("JOB_BY_ID", JOB_BY_ID),
-    ("OWNED_JOB", OWNED_JOB),
     ("EVENTS", EVENTS),
     ("LOG_EVENT", LOG_EVENT),
     ("CANCEL_JOB", CANCEL_JOB),
@@ -425,4 +498,11 @@ pub(crate) const ALL: &[(&str, &str)] = &[
     ("STUCK_STARTING", STUCK_STARTING),
     ("ABANDON_UNKNOWN", ABANDON_UNKNOWN),
     ("LOSE_RUNNING", LOSE_RUNNING),
+    ("LIST_JOBS_OF_OWNER", LIST_JOBS_OF_OWNER),
+    ("LIST_JOBS_BY_STATUS", LIST_JOBS_BY_STATUS),
+    ("LIST_JOBS", LIST_JOBS),
+    ("LIST_ATTEMPTS", LIST_ATTEMPTS),
+    ("COUNT_REPEAT", COUNT_REPEAT),
+    ("STATS", STATS),
+    ("PURGE_STATS", PURGE_STATS),
 ];

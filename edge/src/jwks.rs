@@ -1,0 +1,239 @@
+//! Tokens from your identity provider: RS256 and ES256 JWTs verified against the keys it
+//! publishes at `JWKS_URL`, with the runtime's WebCrypto (`crypto.subtle`); no crypto is
+//! written here.
+//!
+//! The key set is cached per isolate. A token whose `kid` is not in the cache fetches the
+//! set again, at most once a minute (a rotation shows up at once, a flood of made-up
+//! `kid`s costs one fetch a minute); the cache is also refreshed after ten minutes, so a
+//! key the provider withdrew stops verifying. A key set that cannot be fetched answers
+//! 503, never lets a token through.
+
+use crate::error::{ApiResult, AppError};
+use futures_util::future::{select, Either};
+use onceclick_protocol::ErrorCode;
+use std::cell::RefCell;
+use wasm_bindgen::{JsCast, JsValue};
+use worker::js_sys::{self, Array, Object, Promise, Reflect, Uint8Array};
+use worker::wasm_bindgen_futures::JsFuture;
+
+/// No second fetch for an unknown `kid` sooner than this after the last one, unless
+/// `JWKS_REFETCH_MS` says otherwise.
+pub(crate) const REFETCH_AFTER_MS: f64 = 60_000.0;
+/// A cached key set is fetched again this long after it was fetched.
+const MAX_AGE_MS: f64 = 600_000.0;
+/// How long one fetch of the key set may take.
+const FETCH_TIMEOUT_MS: u64 = 5_000;
+
+/// One published key: its id, its `kty`, and the JWK as a JS object for `importKey`.
+struct Key {
+    kid: Option<String>,
+    kty: String,
+    jwk: JsValue,
+}
+
+struct KeySet {
+    url: String,
+    fetched_at_ms: f64,
+    keys: Vec<Key>,
+}
+
+thread_local! {
+    static CACHE: RefCell<Option<KeySet>> = const { RefCell::new(None) };
+}
+
+fn unavailable(why: impl std::fmt::Display) -> AppError {
+    AppError::new(
+        ErrorCode::ServiceUnavailable,
+        "the identity provider's keys could not be fetched; try again shortly",
+    )
+    .with_cause(why)
+}
+
+fn unauthorized(detail: &str) -> AppError {
+    AppError::new(ErrorCode::Unauthorized, detail)
+}
+
+/// The `kty` a JWT `alg` needs.
+fn kty_of(alg: &str) -> Option<&'static str> {
+    match alg {
+        "RS256" => Some("RSA"),
+        "ES256" => Some("EC"),
+        _ => None,
+    }
+}
+
+/// Whether the signature over `signed` (the token's `header.payload`) verifies with a key
+/// of `url`'s set: the one named `kid`, or, for a token without one, any key of the type
+/// `alg` needs.
+pub(crate) async fn verify(
+    url: &str,
+    refetch_after_ms: f64,
+    alg: &str,
+    kid: Option<&str>,
+    signed: &str,
+    signature: &[u8],
+    now_ms: f64,
+) -> ApiResult<bool> {
+    let Some(kty) = kty_of(alg) else {
+        return Err(unauthorized(
+            "only RS256 and ES256 tokens are verified against the JWKS",
+        ));
+    };
+    let fresh = CACHE.with(|c| {
+        c.borrow()
+            .as_ref()
+            .is_some_and(|set| set.url == url && now_ms - set.fetched_at_ms < MAX_AGE_MS)
+    });
+    if !fresh {
+        refresh(url, now_ms).await?;
+    }
+    let mut candidates = matching(kid, kty);
+    if candidates.is_empty() {
+        let may_refetch = CACHE.with(|c| {
+            c.borrow()
+                .as_ref()
+                .is_none_or(|set| now_ms - set.fetched_at_ms >= refetch_after_ms)
+        });
+        if may_refetch {
+            refresh(url, now_ms).await?;
+            candidates = matching(kid, kty);
+        }
+    }
+    if candidates.is_empty() {
+        return Err(unauthorized(
+            "the token's kid is not among the identity provider's keys",
+        ));
+    }
+    for jwk in candidates {
+        if verify_with(alg, &jwk, signed, signature).await? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// The cached keys that may have signed a token with `kid` (or none) and `kty`.
+fn matching(kid: Option<&str>, kty: &str) -> Vec<JsValue> {
+    CACHE.with(|c| {
+        c.borrow().as_ref().map_or_else(Vec::new, |set| {
+            set.keys
+                .iter()
+                .filter(|k| k.kty == kty && (kid.is_none() || k.kid.as_deref() == kid))
+                .map(|k| k.jwk.clone())
+                .collect()
+        })
+    })
+}
+
+/// Fetches the key set at `url` into the cache. Only keys for signatures (`use` absent
+/// or `sig`) of a type this module verifies are kept.
+async fn refresh(url: &str, now_ms: f64) -> ApiResult<()> {
+    let parsed = worker::Url::parse(url).map_err(|e| unavailable(format!("JWKS_URL: {e}")))?;
+    let request = worker::Fetch::Url(parsed);
+    let fetch = request.send();
+    let timeout = worker::Delay::from(std::time::Duration::from_millis(FETCH_TIMEOUT_MS));
+    let mut response = match select(Box::pin(fetch), Box::pin(timeout)).await {
+        Either::Left((answer, _)) => answer.map_err(unavailable)?,
+        Either::Right(_) => return Err(unavailable("the JWKS fetch timed out")),
+    };
+    if response.status_code() != 200 {
+        return Err(unavailable(format!(
+            "the JWKS answered {}",
+            response.status_code()
+        )));
+    }
+    let text = response.text().await.map_err(unavailable)?;
+    let parsed: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| unavailable(format!("the JWKS is not JSON: {e}")))?;
+    let Some(keys) = parsed["keys"].as_array() else {
+        return Err(unavailable("the JWKS has no keys array"));
+    };
+    let keys = keys
+        .iter()
+        .filter(|k| k["use"].is_null() || k["use"] == "sig")
+        .filter_map(|k| {
+            let kty = k["kty"].as_str()?;
+            let usable = match kty {
+                "RSA" => k["n"].is_string() && k["e"].is_string(),
+                "EC" => k["crv"] == "P-256" && k["x"].is_string() && k["y"].is_string(),
+                _ => false,
+            };
+            if !usable {
+                return None;
+            }
+            let jwk = js_sys::JSON::parse(&k.to_string()).ok()?;
+            Some(Key {
+                kid: k["kid"].as_str().map(str::to_owned),
+                kty: kty.to_owned(),
+                jwk,
+            })
+        })
+        .collect();
+    CACHE.with(|c| {
+        *c.borrow_mut() = Some(KeySet {
+            url: url.to_owned(),
+            fetched_at_ms: now_ms,
+            keys,
+        });
+    });
+    Ok(())
+}
+
+fn object(pairs: &[(&str, JsValue)]) -> JsValue {
+    let o = Object::new();
+    for (name, value) in pairs {
+        let _ = Reflect::set(&o, &JsValue::from_str(name), value);
+    }
+    o.into()
+}
+
+/// `crypto.subtle.importKey("jwk", …)` then `verify`. A key the runtime refuses to import,
+/// or a signature it cannot read, verifies nothing.
+async fn verify_with(alg: &str, jwk: &JsValue, signed: &str, signature: &[u8]) -> ApiResult<bool> {
+    let (import_alg, verify_alg) = match alg {
+        "RS256" => {
+            let a = object(&[
+                ("name", "RSASSA-PKCS1-v1_5".into()),
+                ("hash", "SHA-256".into()),
+            ]);
+            (a.clone(), a)
+        }
+        _ => (
+            object(&[("name", "ECDSA".into()), ("namedCurve", "P-256".into())]),
+            object(&[("name", "ECDSA".into()), ("hash", "SHA-256".into())]),
+        ),
+    };
+    let subtle = Reflect::get(&js_sys::global(), &"crypto".into())
+        .and_then(|c| Reflect::get(&c, &"subtle".into()))
+        .map_err(|_| AppError::internal("crypto.subtle is missing"))?;
+    let call = |name: &str, args: &[JsValue]| -> Result<Promise, JsValue> {
+        let f: js_sys::Function = Reflect::get(&subtle, &name.into())?.dyn_into()?;
+        let array: Array = args.iter().collect();
+        f.apply(&subtle, &array)?.dyn_into()
+    };
+    let usages: Array = [JsValue::from_str("verify")].iter().collect();
+    let import = call(
+        "importKey",
+        &[
+            "jwk".into(),
+            jwk.clone(),
+            import_alg,
+            false.into(),
+            usages.into(),
+        ],
+    );
+    let Ok(key) = (match import {
+        Ok(promise) => JsFuture::from(promise).await,
+        Err(e) => Err(e),
+    }) else {
+        return Ok(false);
+    };
+    let signature = Uint8Array::from(signature);
+    let data = Uint8Array::from(signed.as_bytes());
+    // A signature WebCrypto cannot even read (a wrong length) verifies nothing.
+    let verified = match call("verify", &[verify_alg, key, signature.into(), data.into()]) {
+        Ok(promise) => JsFuture::from(promise).await.unwrap_or(JsValue::FALSE),
+        Err(_) => JsValue::FALSE,
+    };
+    Ok(verified.as_bool() == Some(true))
+}

@@ -1,0 +1,249 @@
+//! The list endpoints: `GET /v1/jobs` (an owner's own jobs, or an admin's view of
+//! everyone's) and `GET /v1/attempts` (admin: above all the `unknown` attempts that wait
+//! for someone to resolve them). Each page is one indexed read; its cursor is opaque.
+
+use crate::auth::Caller;
+use crate::error::{ApiResult, AppError};
+use crate::http::{json, Ctx};
+use crate::store::{AttemptFilter, JobFilter, Page};
+use onceclick_protocol::{AttemptState, ErrorCode, JobStatus};
+use worker::{Headers, Request, Response};
+
+/// Items per page when the request does not say.
+pub(crate) const DEFAULT_LIMIT: u32 = 50;
+/// The most items one page may hold.
+pub(crate) const MAX_LIMIT: u32 = 200;
+
+fn invalid(detail: impl Into<String>) -> AppError {
+    AppError::new(ErrorCode::InvalidQuery, detail)
+}
+
+/// The query's parameters, each at most once and each one the endpoint knows.
+fn params(req: &Request, known: &[&str]) -> ApiResult<Vec<(String, String)>> {
+    let url = req.url().map_err(|e| invalid(e.to_string()))?;
+    let mut seen: Vec<(String, String)> = Vec::new();
+    for (name, value) in url.query_pairs() {
+        if !known.contains(&name.as_ref()) {
+            return Err(invalid(format!(
+                "unknown query parameter {name:?}; this list takes {}",
+                known.join(", ")
+            )));
+        }
+        if seen.iter().any(|(n, _)| n == name.as_ref()) {
+            return Err(invalid(format!(
+                "the query parameter {name:?} is given twice"
+            )));
+        }
+        seen.push((name.into_owned(), value.into_owned()));
+    }
+    Ok(seen)
+}
+
+fn param<'a>(params: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    params
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.as_str())
+}
+
+fn limit(params: &[(String, String)]) -> ApiResult<u32> {
+    match param(params, "limit") {
+        None => Ok(DEFAULT_LIMIT),
+        Some(text) => text
+            .parse::<u32>()
+            .ok()
+            .filter(|n| (1..=MAX_LIMIT).contains(n))
+            .ok_or_else(|| {
+                invalid(format!(
+                    "limit must be a whole number from 1 to {MAX_LIMIT}"
+                ))
+            }),
+    }
+}
+
+/// A value of one of the protocol's string enums (`JobStatus`, `AttemptState`).
+fn one_of<T: serde::de::DeserializeOwned>(name: &str, text: &str, all: &str) -> ApiResult<T> {
+    serde_json::from_value(serde_json::Value::String(text.to_owned()))
+        .map_err(|_| invalid(format!("{name} must be one of {all}")))
+}
+
+/// The cursor of a page that follows the item `id`: the id in hex behind a version
+/// prefix, so that clients treat it as opaque and a later format can be told apart.
+fn cursor(id: &str) -> String {
+    let mut out = String::with_capacity(3 + 2 * id.len());
+    out.push_str("c1.");
+    for byte in id.bytes() {
+        out.push_str(&format!("{byte:02x}"));
+    }
+    out
+}
+
+/// The item id a cursor continues after; it must name an id with `prefix`.
+fn after(params: &[(String, String)], prefix: &str) -> ApiResult<Option<String>> {
+    let Some(text) = param(params, "cursor") else {
+        return Ok(None);
+    };
+    let bad = || invalid("cursor is not one this list gave: pass next_cursor as it came");
+    let hex = text.strip_prefix("c1.").ok_or_else(bad)?;
+    if hex.len() % 2 != 0 || hex.len() > 256 {
+        return Err(bad());
+    }
+    let bytes = (0..hex.len())
+        .step_by(2)
+        .map(|i| {
+            hex.get(i..i + 2)
+                .and_then(|b| u8::from_str_radix(b, 16).ok())
+        })
+        .collect::<Option<Vec<u8>>>()
+        .ok_or_else(bad)?;
+    let id = String::from_utf8(bytes).map_err(|_| bad())?;
+    let well_formed = id.strip_prefix(prefix).is_some_and(|rest| {
+        !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
+    });
+    if !well_formed {
+        return Err(bad());
+    }
+    Ok(Some(id))
+}
+
+/// `{"items": [...], "next_cursor": "…" | null}`.
+fn page_response(page: Page) -> ApiResult<Response> {
+    let next = match &page.next_after {
+        Some(id) => format!("\"{}\"", cursor(id)),
+        None => "null".to_owned(),
+    };
+    let body = format!(
+        "{{\"items\":[{}],\"next_cursor\":{next}}}",
+        page.items.join(",")
+    );
+    let headers = Headers::new();
+    headers.set("Cache-Control", "no-store")?;
+    json(200, body, headers)
+}
+
+/// `GET /v1/jobs`: the caller's own jobs, newest first, in one `status` when given. An
+/// admin sees every owner's, or one `owner`'s.
+pub(crate) async fn jobs(req: &Request, ctx: &Ctx<'_>, caller: &Caller) -> ApiResult<Response> {
+    let params = params(req, &["status", "owner", "limit", "cursor"])?;
+    let limit = limit(&params)?;
+    let after = after(&params, "job_")?;
+    let status = param(&params, "status")
+        .map(|s| {
+            one_of::<JobStatus>(
+                "status",
+                s,
+                "queued, running, unknown, failed, succeeded, cancelled",
+            )
+            .map(|_| s)
+        })
+        .transpose()?;
+    let owner = param(&params, "owner");
+    if let Some(owner) = owner {
+        if owner.is_empty() || owner.chars().count() > 128 {
+            return Err(invalid("owner must be 1 to 128 characters"));
+        }
+        if !caller.admin && owner != caller.owner {
+            return Err(AppError::new(
+                ErrorCode::Forbidden,
+                "only an admin may list another owner's jobs",
+            ));
+        }
+    }
+    let filter = match (caller.admin, owner, status) {
+        (false, _, status) => JobFilter::Owner {
+            owner: &caller.owner,
+            status,
+        },
+        (true, Some(owner), status) => JobFilter::Owner { owner, status },
+        (true, None, Some(status)) => JobFilter::Status(status),
+        (true, None, None) => JobFilter::All,
+    };
+    let page = ctx
+        .store
+        .list_jobs(&filter, after.as_deref(), limit)
+        .await?;
+    page_response(page)
+}
+
+/// `GET /v1/attempts` (admin): attempts in one `state` (`unknown` unless told), oldest
+/// first, of one `provider` and at least `min_age_ms` old when given, each with its
+/// job's owner, kind and status.
+pub(crate) async fn attempts(req: &Request, ctx: &Ctx<'_>) -> ApiResult<Response> {
+    let params = params(req, &["state", "provider", "min_age_ms", "limit", "cursor"])?;
+    let limit = limit(&params)?;
+    let after = after(&params, "att_")?;
+    let state = param(&params, "state").unwrap_or("unknown");
+    one_of::<AttemptState>(
+        "state",
+        state,
+        "starting, running, succeeded, failed, unknown, abandoned, cancelled, superseded",
+    )?;
+    let provider = param(&params, "provider");
+    if provider.is_some_and(|p| p.is_empty() || p.len() > 64) {
+        return Err(invalid("provider must be 1 to 64 characters"));
+    }
+    let started_by = match param(&params, "min_age_ms") {
+        None => None,
+        Some(text) => {
+            let age = text
+                .parse::<u64>()
+                .ok()
+                .filter(|ms| *ms <= 10 * 365 * 86_400_000)
+                .ok_or_else(|| {
+                    invalid("min_age_ms must be a whole number of milliseconds, at most ten years")
+                })?;
+            Some(crate::clock::rfc3339(crate::clock::now_ms() - age as f64))
+        }
+    };
+    let filter = AttemptFilter {
+        state,
+        provider,
+        started_by: started_by.as_deref(),
+    };
+    let page = ctx
+        .store
+        .list_attempts(&filter, after.as_deref(), limit)
+        .await?;
+    page_response(page)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_cursor(value: &str) -> Vec<(String, String)> {
+        vec![("cursor".to_owned(), value.to_owned())]
+    }
+
+    #[test]
+    fn a_cursor_comes_back_as_the_id_it_was_made_from() {
+        let id = "job_0192f0c4-7b1e-7c3d-9a4b-0123456789ab";
+        let text = cursor(id);
+        assert!(text.starts_with("c1.") && !text.contains("job_"));
+        assert_eq!(
+            after(&with_cursor(&text), "job_").ok().flatten().as_deref(),
+            Some(id)
+        );
+    }
+
+    #[test]
+    fn a_cursor_the_api_did_not_give_is_refused() {
+        let attempt = cursor("att_0192f0c4-7b1e-7c3d-9a4b-0123456789ab");
+        for bad in [
+            "",
+            "c1.",
+            "c1.zz",
+            "c1.6a6f625",
+            "job_1",
+            "c2.6a6f625f31",
+            &attempt,
+            "c1.6a6f625f27",
+        ] {
+            let refused = after(&with_cursor(bad), "job_");
+            assert!(
+                matches!(&refused, Err(e) if e.code == ErrorCode::InvalidQuery),
+                "{bad:?} was taken"
+            );
+        }
+    }
+}

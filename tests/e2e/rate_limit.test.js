@@ -1,0 +1,123 @@
+// The per-owner rate limit, as wrangler.toml configures it (60 creates and attempts per
+// 10 s per owner) on the real Worker's rate limiting binding: over the limit a request
+// gets 429 `rate_limited` with `Retry-After`, and writes nothing; the SDK in Chromium waits
+// as told and then sends the same request again, with the same key.
+//
+// The binding counts in fixed windows, so a run that straddles a window's end sees more
+// than the limit pass; the tests spend the owner's budget right before each check, and
+// try again (a bounded number of times) when a window ended in between.
+
+const { test, before, after } = require("node:test");
+const assert = require("node:assert/strict");
+const { DatabaseSync } = require("node:sqlite");
+const h = require("./harness.js");
+
+/** wrangler.toml's [[ratelimits]] and RATE_LIMIT_PERIOD_S. */
+const LIMIT = 60;
+const PERIOD_S = 10;
+const LIMITED = process.env.ONCECLICK_E2E_LIMITED_TOKEN;
+const TEST_MS = 120_000;
+
+let browser;
+
+before(async () => {
+  assert.ok(LIMITED, "run these with `cargo xtask test --e2e`");
+  browser = await h.launch();
+});
+
+after(async () => {
+  await browser?.close();
+});
+
+let serial = 0;
+function key(label) {
+  serial += 1;
+  return `rl-${label}-${Date.now().toString(36)}-${serial}`;
+}
+
+function create(idempotencyKey, text) {
+  return fetch(`${h.URL_BASE}/v1/jobs`, {
+    method: "POST",
+    headers: { Authorization: `Bearer ${LIMITED}`, "Content-Type": "application/json", "Idempotency-Key": idempotencyKey },
+    body: JSON.stringify({ kind: "summarize", input: { text } }),
+  });
+}
+
+/** Sends creates for the limited owner until one is refused; returns what passed and the refusal. */
+async function spend() {
+  const admitted = [];
+  for (let i = 0; i < 3 * LIMIT; i++) {
+    const k = key("spend");
+    const r = await create(k, h.uniqueText(`rate limit ${i}`));
+    if (r.status === 429) return { admitted, refused: { key: k, response: r, body: await r.json() } };
+    assert.equal(r.status, 201, `create ${i} answered ${r.status}`);
+    admitted.push(await r.json());
+  }
+  assert.fail(`${3 * LIMIT} creates in a row passed a limit of ${LIMIT} per ${PERIOD_S} s`);
+}
+
+function jobsWithKey(idempotencyKey) {
+  const db = new DatabaseSync(h.d1File(), { readOnly: true });
+  try {
+    return db.prepare("SELECT count(*) AS n FROM jobs WHERE idempotency_key = ?").get(idempotencyKey).n;
+  } finally {
+    db.close();
+  }
+}
+
+test("over the limit, a create or an attempt gets 429 rate_limited with Retry-After, and writes nothing", { timeout: TEST_MS }, async () => {
+  for (let round = 1; ; round++) {
+    const { admitted, refused } = await spend();
+    assert.equal(refused.response.headers.get("content-type"), "application/problem+json");
+    assert.equal(refused.body.code, "rate_limited");
+    assert.equal(refused.body.retryable, true);
+    assert.equal(refused.response.headers.get("retry-after"), String(PERIOD_S));
+    assert.equal(jobsWithKey(refused.key), 0, "the refused create wrote nothing");
+    // The fallback button is limited by the same budget.
+    const job = admitted.at(-1) ?? (await (await fetch(`${h.URL_BASE}/v1/jobs?limit=1`, { headers: { Authorization: `Bearer ${LIMITED}` } })).json()).items[0];
+    const attempt = await fetch(`${h.URL_BASE}/v1/jobs/${job.id}/attempts`, {
+      method: "POST",
+      headers: { Authorization: `Bearer ${LIMITED}`, "Content-Type": "application/json", "Idempotency-Key": key("attempt") },
+      body: "{}",
+    });
+    if (attempt.status !== 429 && round < 3) continue; // a window ended in between
+    assert.equal(attempt.status, 429, `the attempt answered ${attempt.status}`);
+    assert.equal((await attempt.json()).code, "rate_limited");
+    // A fresh owner: at least the limit passes before the first refusal.
+    if (round === 1) assert.ok(admitted.length >= LIMIT, `only ${admitted.length} passed before the first 429`);
+    return;
+  }
+});
+
+test("the SDK waits as Retry-After tells, then sends the same request again and gets its job", { timeout: TEST_MS }, async () => {
+  const allow = [/Failed to load resource: the server responded with a status of 429/];
+  const opener = (context, problems) => h.open(context, problems, LIMITED);
+  await h.withPage(browser, "rate-limited", { allow, opener }, async (page) => {
+    for (let round = 1; ; round++) {
+      const posts = [];
+      page.on("response", (r) => {
+        const req = r.request();
+        if (req.method() === "POST" && new URL(r.url()).pathname === "/v1/jobs") {
+          posts.push({ at: Date.now(), status: r.status(), key: req.headers()["idempotency-key"] });
+        }
+      });
+      const text = h.uniqueText(`rate limited ${round}`);
+      await page.locator("#text").fill(text);
+      await spend();
+      await page.locator("#generate").click();
+      await h.waitStatus(page, "succeeded");
+      page.removeAllListeners("response");
+      const refused = posts.filter((p) => p.status === 429);
+      if (refused.length === 0 && round < 3) continue; // the window ended before the click
+      assert.ok(refused.length >= 1, `the page's create was refused first: ${JSON.stringify(posts)}`);
+      const admitted = posts.find((p) => p.status === 201 || p.status === 200);
+      assert.ok(admitted, "then admitted");
+      assert.ok(posts.every((p) => p.key === posts[0].key), "every send carried one key");
+      const waited = admitted.at - refused.at(-1).at;
+      assert.ok(waited >= PERIOD_S * 1000 - 250, `the SDK waited ${waited} ms after the 429, not the ${PERIOD_S} s Retry-After told`);
+      await page.locator("#notes li", { hasText: `The server answered 429: the SDK sends the same request again, with the same Idempotency-Key, in ${PERIOD_S}.00 s` }).waitFor({ timeout: h.WAIT_MS });
+      assert.equal(await h.jobsWithText(text, await h.ticket(page), "e2e-limited"), 1);
+      return;
+    }
+  });
+});
