@@ -106,3 +106,17 @@ pub(crate) fn json(status: u16, body: String, headers: Headers) -> ApiResult<Res
         .with_status(status)
         .with_headers(headers))
 }
+
+/// The request's query parameters, decoded (`a=1&b=x%20y`), in order. Read from the raw
+/// URL with `form_urlencoded`: parsing the whole URL with the `url` crate would link its
+/// IDNA tables into the Worker for a query string.
+pub(crate) fn query_pairs(req: &Request) -> Vec<(String, String)> {
+    let url = req.inner().url();
+    let without_fragment = url.split('#').next().unwrap_or_default();
+    let query = without_fragment
+        .split_once('?')
+        .map_or("", |(_, query)| query);
+    form_urlencoded::parse(query.as_bytes())
+        .map(|(name, value)| (name.into_owned(), value.into_owned()))
+        .collect()
+}

@@ -128,8 +128,11 @@ fn matching(kid: Option<&str>, kty: &str) -> Vec<JsValue> {
 /// Fetches the key set at `url` into the cache. Only keys for signatures (`use` absent
 /// or `sig`) of a type this module verifies are kept.
 async fn refresh(url: &str, now_ms: f64) -> ApiResult<()> {
-    let parsed = worker::Url::parse(url).map_err(|e| unavailable(format!("JWKS_URL: {e}")))?;
-    let request = worker::Fetch::Url(parsed);
+    // A `Request` from the string, not a parsed `worker::Url`: the `url` crate would link
+    // its IDNA tables into the Worker.
+    let request = worker::Request::new(url, worker::Method::Get)
+        .map_err(|e| unavailable(format!("JWKS_URL: {e}")))?;
+    let request = worker::Fetch::Request(request);
     let fetch = request.send();
     let timeout = worker::Delay::from(std::time::Duration::from_millis(FETCH_TIMEOUT_MS));
     let mut response = match select(Box::pin(fetch), Box::pin(timeout)).await {

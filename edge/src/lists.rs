@@ -4,7 +4,7 @@
 
 use crate::auth::Caller;
 use crate::error::{ApiResult, AppError};
-use crate::http::{json, Ctx};
+use crate::http::{json, query_pairs, Ctx};
 use crate::store::{AttemptFilter, JobFilter, Page};
 use onceclick_protocol::{AttemptState, ErrorCode, JobStatus};
 use worker::{Headers, Request, Response};
@@ -19,27 +19,26 @@ fn invalid(detail: impl Into<String>) -> AppError {
 }
 
 /// The query's parameters, each at most once and each one the endpoint knows.
-fn params(req: &Request, known: &[&str]) -> ApiResult<Vec<(String, String)>> {
-    let url = req.url().map_err(|e| invalid(e.to_string()))?;
+pub(crate) fn params(req: &Request, known: &[&str]) -> ApiResult<Vec<(String, String)>> {
     let mut seen: Vec<(String, String)> = Vec::new();
-    for (name, value) in url.query_pairs() {
-        if !known.contains(&name.as_ref()) {
+    for (name, value) in query_pairs(req) {
+        if !known.contains(&name.as_str()) {
             return Err(invalid(format!(
-                "unknown query parameter {name:?}; this list takes {}",
+                "unknown query parameter {name:?}; this takes {}",
                 known.join(", ")
             )));
         }
-        if seen.iter().any(|(n, _)| n == name.as_ref()) {
+        if seen.iter().any(|(n, _)| *n == name) {
             return Err(invalid(format!(
                 "the query parameter {name:?} is given twice"
             )));
         }
-        seen.push((name.into_owned(), value.into_owned()));
+        seen.push((name, value));
     }
     Ok(seen)
 }
 
-fn param<'a>(params: &'a [(String, String)], name: &str) -> Option<&'a str> {
+pub(crate) fn param<'a>(params: &'a [(String, String)], name: &str) -> Option<&'a str> {
     params
         .iter()
         .find(|(n, _)| n == name)

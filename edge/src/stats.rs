@@ -35,32 +35,19 @@ fn invalid(detail: impl Into<String>) -> AppError {
 
 /// The window in seconds from `?window_s=`.
 fn window(req: &Request) -> ApiResult<u64> {
-    let url = req.url().map_err(|e| invalid(e.to_string()))?;
-    let mut window = None;
-    for (name, value) in url.query_pairs() {
-        match name.as_ref() {
-            "window_s" if window.is_none() => {
-                window = Some(
-                    value
-                        .parse::<u64>()
-                        .ok()
-                        .filter(|s| (60..=MAX_WINDOW_S).contains(s))
-                        .ok_or_else(|| {
-                            invalid(format!(
-                                "window_s must be a whole number from 60 to {MAX_WINDOW_S}"
-                            ))
-                        })?,
-                );
-            }
-            "window_s" => return Err(invalid("window_s is given twice")),
-            other => {
-                return Err(invalid(format!(
-                    "unknown query parameter {other:?}; this takes window_s"
-                )))
-            }
-        }
+    let params = crate::lists::params(req, &["window_s"])?;
+    match crate::lists::param(&params, "window_s") {
+        None => Ok(DEFAULT_WINDOW_S),
+        Some(text) => text
+            .parse::<u64>()
+            .ok()
+            .filter(|s| (60..=MAX_WINDOW_S).contains(s))
+            .ok_or_else(|| {
+                invalid(format!(
+                    "window_s must be a whole number from 60 to {MAX_WINDOW_S}"
+                ))
+            }),
     }
-    Ok(window.unwrap_or(DEFAULT_WINDOW_S))
 }
 
 /// The counters of one kind and provider (or of all), as the API shows them.

@@ -348,15 +348,7 @@ fn full_scans(conn: &Connection, statement: &str, aliases: &[(String, String)]) 
             .map_or(name, |(_, table)| table.as_str())
             .to_owned()
     };
-    let mut plan = conn
-        .prepare(&format!("EXPLAIN QUERY PLAN {statement}"))
-        .unwrap_or_else(|e| panic!("{statement}: {e}"));
-    // Unbound parameters are NULL: the plan does not depend on their values.
-    let mut rows = plan.raw_query();
-    let mut details = Vec::new();
-    while let Some(row) = rows.next().unwrap() {
-        details.push(row.get::<_, String>(3).unwrap());
-    }
+    let details = plan(conn, statement);
     // A subquery SQLite runs as a co-routine or materializes is scanned by its own name;
     // that scan reads what the subquery found, not a table. A statement must not give a
     // growing table the same alias, or the two scans could not be told apart.
@@ -483,7 +475,8 @@ fn the_sql_state_lists_are_the_protocols() {
     assert_eq!(listed(sql::IN_FLIGHT_STATES), by(|s| s.is_in_flight()));
 }
 
-/// The plan of `statement`, one line per step.
+/// The plan of `statement`, one line per step. Unbound parameters are NULL: the plan does
+/// not depend on their values.
 fn plan(conn: &Connection, statement: &str) -> Vec<String> {
     let mut plan = conn
         .prepare(&format!("EXPLAIN QUERY PLAN {statement}"))
