@@ -9,18 +9,20 @@ const FIGURES_EVERY_MS = 5000;
 
 // ---------------------------------------------------------------- the token
 
+// Kept for this tab only (sessionStorage), not beside the demo page's tokens: an admin
+// token is worth more than a user's.
 const STORE = "ops:admin";
 {
   const given = new URLSearchParams(location.hash.slice(1)).get("admin");
   try {
-    if (given) localStorage.setItem(STORE, given);
-    $("admin").value = localStorage.getItem(STORE) ?? "";
+    if (given) sessionStorage.setItem(STORE, given);
+    $("admin").value = sessionStorage.getItem(STORE) ?? "";
   } catch {
     $("admin").value = given ?? "";
   }
   if (location.hash) history.replaceState(null, "", location.pathname);
   $("admin").addEventListener("change", () => {
-    try { localStorage.setItem(STORE, $("admin").value.trim()); } catch { /* memory only */ }
+    try { sessionStorage.setItem(STORE, $("admin").value.trim()); } catch { /* memory only */ }
     refresh();
   });
 }
@@ -109,8 +111,12 @@ function button(label, onClick, describedBy) {
   return b;
 }
 
-async function decide(what, action) {
+/** Runs one decision on a row, its buttons disabled meanwhile (a second click is no second decision). */
+async function decide(tr, what, action) {
   clearError();
+  const buttons = [...tr.querySelectorAll("button")];
+  for (const b of buttons) b.disabled = true;
+  tr.setAttribute("aria-busy", "true");
   try {
     await action();
     say(what);
@@ -118,6 +124,9 @@ async function decide(what, action) {
   } catch (e) {
     showError(e);
     if (e.code === "attempt_not_unknown") await refresh();
+  } finally {
+    for (const b of buttons) b.disabled = false;
+    tr.removeAttribute("aria-busy");
   }
 }
 
@@ -142,13 +151,18 @@ function row(a) {
   const label = `job-${a.id}`;
   const row1 = document.createElement("div");
   row1.className = "row";
+  const resolve = (outcome, extra = {}) => call("POST", `/v1/attempts/${a.id}/resolve`, { outcome, ...extra });
   row1.append(
-    button("Resolve as failed", () => decide(`Attempt ${a.id} resolved as failed: its job may be tried again.`,
-      () => call("POST", `/v1/attempts/${a.id}/resolve`, { outcome: "failed" })), label),
-    button("Resolve as cancelled", () => decide(`Attempt ${a.id} resolved as cancelled.`,
-      () => call("POST", `/v1/attempts/${a.id}/resolve`, { outcome: "cancelled" })), label),
-    button("Cancel the job", () => decide(`Job ${a.job_id} cancelled.`,
-      () => call("POST", `/v1/jobs/${a.job_id}/cancel`)), label),
+    button("Resolve as failed", () => decide(tr, `Attempt ${a.id} resolved as failed: its job may be tried again.`,
+      () => resolve("failed")), label),
+    button("Resolve as cancelled", () => decide(tr, `Attempt ${a.id} resolved as cancelled.`,
+      () => resolve("cancelled")), label),
+    // The attempt is resolved first: that is refused (409) if someone decided already, so
+    // a stale row never cancels a job that has moved on (say, to the owner's new attempt).
+    button("Cancel the job", () => decide(tr, `Job ${a.job_id} cancelled.`, async () => {
+      await resolve("cancelled");
+      await call("POST", `/v1/jobs/${a.job_id}/cancel`);
+    }), label),
   );
   const details = document.createElement("details");
   const summary = document.createElement("summary");
@@ -160,11 +174,11 @@ function row(a) {
   const areaLabel = document.createElement("label");
   areaLabel.htmlFor = area.id;
   areaLabel.textContent = "The result, as JSON";
-  const send = button("Resolve as succeeded", () => decide(`Attempt ${a.id} resolved as succeeded: its job has its result.`, async () => {
+  const send = button("Resolve as succeeded", () => decide(tr, `Attempt ${a.id} resolved as succeeded: its job has its result.`, async () => {
     let result;
     try { result = JSON.parse(area.value); } catch { throw new Problem("invalid_json", SENTENCES.invalid_json); }
     if (result === null || typeof result !== "object" || Array.isArray(result)) throw new Problem("invalid_json", SENTENCES.invalid_json);
-    return call("POST", `/v1/attempts/${a.id}/resolve`, { outcome: "succeeded", result });
+    return resolve("succeeded", { result });
   }), label);
   details.append(summary, areaLabel, area, send);
   actions.append(row1, details);

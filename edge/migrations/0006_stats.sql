@@ -7,8 +7,10 @@
 -- the retention.
 --
 -- Metrics: jobs_created; replays and conflicts (a create's key already bound, to the same
--- or to another request: counted by the create's own batch); attempts_<state> for every
--- move into succeeded, failed, unknown, abandoned, superseded (a race lost) or cancelled;
+-- or to another request: counted by the create's own batch, which compares fingerprints
+-- as of today's providers); attempts_<state> for every move into succeeded, failed,
+-- unknown, abandoned, superseded (a race lost) or cancelled (moves, not attempts: an
+-- attempt that went unknown and was resolved is counted in both states);
 -- retries_started (the fallback button), failovers_started, hedges_started;
 -- failovers_skipped, hedges_skipped; latency_le_<ms>, a histogram of the provider call's
 -- time (claim to answer) of the attempts that got an answer (succeeded or failed).
@@ -62,11 +64,14 @@ BEGIN
              WHEN ms <= 1000 THEN '1000' WHEN ms <= 2500 THEN '2500' WHEN ms <= 5000 THEN '5000'
              WHEN ms <= 10000 THEN '10000' WHEN ms <= 30000 THEN '30000'
              WHEN ms <= 60000 THEN '60000' ELSE 'inf' END
-             FROM (SELECT (julianday(NEW.finished_at) - julianday(NEW.dispatched_at)) * 86400000.0 AS ms)),
+             FROM (SELECT round((julianday(NEW.finished_at) - julianday(NEW.dispatched_at)) * 86400000.0) AS ms)),
          1
     FROM jobs AS j
    WHERE j.id = NEW.job_id AND NEW.state IN ('succeeded', 'failed')
      AND OLD.state = 'running' AND NEW.dispatched_at IS NOT NULL AND NEW.finished_at IS NOT NULL
+     -- `dispatch_failed`: the Worker failed between the claim and the call, no provider
+     -- was called, so there is no latency to count.
+     AND coalesce(json_extract(NEW.error, '$.code'), '') <> 'dispatch_failed'
   ON CONFLICT DO UPDATE SET n = n + 1;
 END;
 

@@ -34,9 +34,19 @@ fn write(env: &Env, index: &str, event: &str, kind: &str, provider: &str, ms: f6
     let _ = dataset.write_data_point(&point);
 }
 
+/// Analytics Engine keeps at most 96 bytes of an index: the owner's first 96, cut on a
+/// character boundary (owners may be 128 characters).
+fn index_of(owner: &str) -> &str {
+    let mut end = owner.len().min(96);
+    while !owner.is_char_boundary(end) {
+        end -= 1;
+    }
+    &owner[..end]
+}
+
 /// A create's outcome: `job_created`, `job_replayed` or `job_conflict`.
 pub(crate) fn create(env: &Env, owner: &str, event: &str, kind: &str, provider: &str) {
-    write(env, owner, event, kind, provider, 0.0);
+    write(env, index_of(owner), event, kind, provider, 0.0);
 }
 
 /// A provider call's outcome (`call_answered`, `call_failed`, `call_unknown`) and time.

@@ -5,7 +5,9 @@
 //!   mints): the owner is `sub`, an admin has `role: "admin"`.
 //! - **RS256 and ES256** from your identity provider, verified against its key set at
 //!   `JWKS_URL` (see `jwks.rs`). `iss` must be `JWT_ISSUER` and `aud` must name
-//!   `JWT_AUDIENCE`, when they are set. The owner is the claim `JWT_OWNER_CLAIM` (`sub`
+//!   `JWT_AUDIENCE`; both are required with `JWKS_URL` (without them, any token the
+//!   provider signs for any other application would pass), and a deployment that sets
+//!   `JWKS_URL` alone answers its tokens with a 500 until they are set. The owner is the claim `JWT_OWNER_CLAIM` (`sub`
 //!   by default); an admin is a token whose claim `JWT_ADMIN_CLAIM` (`role` by default)
 //!   is, or is a list holding, `JWT_ADMIN_VALUE` (`admin` by default). `JWKS_REFETCH_MS`
 //!   (60000 by default, at least 1000) is the least time between two fetches of the key
@@ -170,6 +172,11 @@ async fn from_provider(
     config: &AuthConfig,
     now_ms: f64,
 ) -> ApiResult<Caller> {
+    let (Some(issuer), Some(audience)) = (&config.issuer, &config.audience) else {
+        return Err(AppError::internal(
+            "JWKS_URL is set without JWT_ISSUER and JWT_AUDIENCE: provider tokens are refused until both are",
+        ));
+    };
     let claims = untrusted
         .deserialize_claims_unchecked::<serde_json::Map<String, Value>>()
         .map_err(|_| unauthorized("the token's claims are not a JSON object"))?;
@@ -191,20 +198,16 @@ async fn from_provider(
     }
     check_times(&claims, now_ms)?;
     let custom = &claims.custom;
-    if let Some(issuer) = &config.issuer {
-        if custom.get("iss").and_then(Value::as_str) != Some(issuer) {
-            return Err(unauthorized("the token's iss is not the configured issuer"));
-        }
+    if custom.get("iss").and_then(Value::as_str) != Some(issuer.as_str()) {
+        return Err(unauthorized("the token's iss is not the configured issuer"));
     }
-    if let Some(audience) = &config.audience {
-        let named = match custom.get("aud") {
-            Some(Value::String(aud)) => aud == audience,
-            Some(Value::Array(auds)) => auds.iter().any(|a| a.as_str() == Some(audience)),
-            _ => false,
-        };
-        if !named {
-            return Err(unauthorized("the token's aud does not name this API"));
-        }
+    let named = match custom.get("aud") {
+        Some(Value::String(aud)) => aud == audience,
+        Some(Value::Array(auds)) => auds.iter().any(|a| a.as_str() == Some(audience.as_str())),
+        _ => false,
+    };
+    if !named {
+        return Err(unauthorized("the token's aud does not name this API"));
     }
     let owner = custom
         .get(&config.owner_claim)

@@ -37,9 +37,20 @@ struct KeySet {
     keys: Vec<Key>,
 }
 
+/// The last fetch this isolate tried: when, of which URL, and why it failed (if it did).
+struct Tried {
+    url: String,
+    at_ms: f64,
+    failed: Option<String>,
+}
+
 thread_local! {
     static CACHE: RefCell<Option<KeySet>> = const { RefCell::new(None) };
+    static TRIED: RefCell<Option<Tried>> = const { RefCell::new(None) };
 }
+
+/// The most bytes a key set may have.
+const MAX_BODY_BYTES: usize = 64 * 1024;
 
 fn unavailable(why: impl std::fmt::Display) -> AppError {
     AppError::new(
@@ -85,19 +96,12 @@ pub(crate) async fn verify(
             .is_some_and(|set| set.url == url && now_ms - set.fetched_at_ms < MAX_AGE_MS)
     });
     if !fresh {
-        refresh(url, now_ms).await?;
+        refresh_at_most(url, now_ms, refetch_after_ms).await?;
     }
     let mut candidates = matching(kid, kty);
     if candidates.is_empty() {
-        let may_refetch = CACHE.with(|c| {
-            c.borrow()
-                .as_ref()
-                .is_none_or(|set| now_ms - set.fetched_at_ms >= refetch_after_ms)
-        });
-        if may_refetch {
-            refresh(url, now_ms).await?;
-            candidates = matching(kid, kty);
-        }
+        refresh_at_most(url, now_ms, refetch_after_ms).await?;
+        candidates = matching(kid, kty);
     }
     if candidates.is_empty() {
         return Err(unauthorized(
@@ -125,28 +129,77 @@ fn matching(kid: Option<&str>, kty: &str) -> Vec<JsValue> {
     })
 }
 
-/// Fetches the key set at `url` into the cache. Only keys for signatures (`use` absent
-/// or `sig`) of a type this module verifies are kept.
+/// Fetches the key set again, unless this isolate tried less than `refetch_after_ms`
+/// ago: then that try stands. A recent failure answers 503 at once, without another
+/// fetch, so a provider that is down costs one fetch per interval however many tokens
+/// arrive; a recent success keeps the cache as it is (an unknown `kid` is then refused).
+/// Requests that arrive while a fetch is in flight use the keys cached before it.
+async fn refresh_at_most(url: &str, now_ms: f64, refetch_after_ms: f64) -> ApiResult<()> {
+    let recent = TRIED.with(|t| {
+        t.borrow()
+            .as_ref()
+            .filter(|t| t.url == url && now_ms - t.at_ms < refetch_after_ms)
+            .map(|t| t.failed.clone())
+    });
+    match recent {
+        Some(Some(why)) => return Err(unavailable(format!("the last fetch failed: {why}"))),
+        Some(None) => return Ok(()),
+        None => {}
+    }
+    TRIED.with(|t| {
+        *t.borrow_mut() = Some(Tried {
+            url: url.to_owned(),
+            at_ms: now_ms,
+            failed: None,
+        });
+    });
+    let result = refresh(url, now_ms).await;
+    if let Err(e) = &result {
+        TRIED.with(|t| {
+            *t.borrow_mut() = Some(Tried {
+                url: url.to_owned(),
+                at_ms: now_ms,
+                failed: Some(e.cause_or_detail().to_owned()),
+            });
+        });
+    }
+    result
+}
+
+/// Fetches the key set at `url` into the cache: headers and body within
+/// [`FETCH_TIMEOUT_MS`], the body at most [`MAX_BODY_BYTES`]. Only keys for signatures
+/// (`use` absent or `sig`) of a type this module verifies are kept.
 async fn refresh(url: &str, now_ms: f64) -> ApiResult<()> {
     // A `Request` from the string, not a parsed `worker::Url`: the `url` crate would link
     // its IDNA tables into the Worker.
     let request = worker::Request::new(url, worker::Method::Get)
         .map_err(|e| unavailable(format!("JWKS_URL: {e}")))?;
-    let request = worker::Fetch::Request(request);
-    let fetch = request.send();
+    let fetch = async move {
+        let mut response = worker::Fetch::Request(request)
+            .send()
+            .await
+            .map_err(unavailable)?;
+        if response.status_code() != 200 {
+            return Err(unavailable(format!(
+                "the JWKS answered {}",
+                response.status_code()
+            )));
+        }
+        let body = response.bytes().await.map_err(unavailable)?;
+        if body.len() > MAX_BODY_BYTES {
+            return Err(unavailable(format!(
+                "the JWKS is {} bytes, over {MAX_BODY_BYTES}",
+                body.len()
+            )));
+        }
+        Ok(body)
+    };
     let timeout = worker::Delay::from(std::time::Duration::from_millis(FETCH_TIMEOUT_MS));
-    let mut response = match select(Box::pin(fetch), Box::pin(timeout)).await {
-        Either::Left((answer, _)) => answer.map_err(unavailable)?,
+    let text = match select(Box::pin(fetch), Box::pin(timeout)).await {
+        Either::Left((body, _)) => body?,
         Either::Right(_) => return Err(unavailable("the JWKS fetch timed out")),
     };
-    if response.status_code() != 200 {
-        return Err(unavailable(format!(
-            "the JWKS answered {}",
-            response.status_code()
-        )));
-    }
-    let text = response.text().await.map_err(unavailable)?;
-    let parsed: serde_json::Value = serde_json::from_str(&text)
+    let parsed: serde_json::Value = serde_json::from_slice(&text)
         .map_err(|e| unavailable(format!("the JWKS is not JSON: {e}")))?;
     let Some(keys) = parsed["keys"].as_array() else {
         return Err(unavailable("the JWKS has no keys array"));

@@ -13,6 +13,10 @@ use crate::error::{ApiResult, AppError};
 use crate::http::Ctx;
 use onceclick_protocol::ErrorCode;
 
+thread_local! {
+    static WARNED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 /// The binding's name in wrangler.toml.
 const BINDING: &str = "RATE_LIMIT";
 
@@ -25,6 +29,14 @@ const DEFAULT_PERIOD_S: u32 = 60;
 /// write because the limiter stumbled would be the outage it exists to prevent.
 pub(crate) async fn check(ctx: &Ctx<'_>, owner: &str) -> ApiResult<()> {
     let Ok(limiter) = ctx.env.rate_limiter(BINDING) else {
+        // Said once per isolate: a binding that a `[env.…]` block did not repeat, or a
+        // typo, would otherwise turn the limit off without a word.
+        if !WARNED.replace(true) {
+            worker::console_warn!(
+                "{}",
+                serde_json::json!({"event": "rate_limit_off", "why": "no RATE_LIMIT binding"})
+            );
+        }
         return Ok(());
     };
     match limiter.limit(owner.to_owned()).await {

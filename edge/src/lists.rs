@@ -121,7 +121,7 @@ fn page_response(page: Page) -> ApiResult<Response> {
 }
 
 /// `GET /v1/jobs`: the caller's own jobs, newest first, in one `status` when given. An
-/// admin sees every owner's, or one `owner`'s.
+/// admin may name another `owner`, or every owner (`owner=*`).
 pub(crate) async fn jobs(req: &Request, ctx: &Ctx<'_>, caller: &Caller) -> ApiResult<Response> {
     let params = params(req, &["status", "owner", "limit", "cursor"])?;
     let limit = limit(&params)?;
@@ -144,18 +144,20 @@ pub(crate) async fn jobs(req: &Request, ctx: &Ctx<'_>, caller: &Caller) -> ApiRe
         if !caller.admin && owner != caller.owner {
             return Err(AppError::new(
                 ErrorCode::Forbidden,
-                "only an admin may list another owner's jobs",
+                "only an admin may list another owner's jobs (or every owner's, owner=*)",
             ));
         }
     }
-    let filter = match (caller.admin, owner, status) {
-        (false, _, status) => JobFilter::Owner {
+    // Everyone's jobs only when an admin asks for them by name (`owner=*`): an admin
+    // using an ordinary app's "my jobs" view sees their own, like anyone.
+    let filter = match (owner, status) {
+        (Some("*"), Some(status)) => JobFilter::Status(status),
+        (Some("*"), None) => JobFilter::All,
+        (Some(owner), status) => JobFilter::Owner { owner, status },
+        (None, status) => JobFilter::Owner {
             owner: &caller.owner,
             status,
         },
-        (true, Some(owner), status) => JobFilter::Owner { owner, status },
-        (true, None, Some(status)) => JobFilter::Status(status),
-        (true, None, None) => JobFilter::All,
     };
     let page = ctx
         .store

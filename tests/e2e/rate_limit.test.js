@@ -48,8 +48,9 @@ async function spend() {
   const admitted = [];
   for (let i = 0; i < 3 * LIMIT; i++) {
     const k = key("spend");
-    const r = await create(k, h.uniqueText(`rate limit ${i}`));
-    if (r.status === 429) return { admitted, refused: { key: k, response: r, body: await r.json() } };
+    const text = h.uniqueText(`rate limit ${i}`);
+    const r = await create(k, text);
+    if (r.status === 429) return { admitted, refused: { key: k, text, response: r, body: await r.json() } };
     assert.equal(r.status, 201, `create ${i} answered ${r.status}`);
     admitted.push(await r.json());
   }
@@ -72,7 +73,7 @@ test("over the limit, a create or an attempt gets 429 rate_limited with Retry-Af
     assert.equal(refused.body.code, "rate_limited");
     assert.equal(refused.body.retryable, true);
     assert.equal(refused.response.headers.get("retry-after"), String(PERIOD_S));
-    assert.equal(jobsWithKey(refused.key), 0, "the refused create wrote nothing");
+    assert.equal(jobsWithKey(refused.key), 0, "no job under the refused key in the D1 file");
     // The fallback button is limited by the same budget.
     const job = admitted.at(-1) ?? (await (await fetch(`${h.URL_BASE}/v1/jobs?limit=1`, { headers: { Authorization: `Bearer ${LIMITED}` } })).json()).items[0];
     const attempt = await fetch(`${h.URL_BASE}/v1/jobs/${job.id}/attempts`, {
@@ -85,6 +86,15 @@ test("over the limit, a create or an attempt gets 429 rate_limited with Retry-Af
     assert.equal((await attempt.json()).code, "rate_limited");
     // A fresh owner: at least the limit passes before the first refusal.
     if (round === 1) assert.ok(admitted.length >= LIMIT, `only ${admitted.length} passed before the first 429`);
+    // The refused create wrote nothing: sent again once the window has passed, the same
+    // key makes its job now (201), where a job it had written would be a replay (200).
+    const deadline = Date.now() + (PERIOD_S + 5) * 1000;
+    let again;
+    do {
+      await new Promise((r) => setTimeout(r, 250));
+      again = await create(refused.key, refused.text);
+    } while (again.status === 429 && Date.now() < deadline);
+    assert.equal(again.status, 201, "the refused key was free: nothing had been written");
     return;
   }
 });

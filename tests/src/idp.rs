@@ -4,9 +4,11 @@
 //! - `GET /jwks.json` — the published key set (what the Worker's `JWKS_URL` names).
 //! - `POST /_sign` `{"alg": "RS256"|"ES256", "claims": {…}, "key": "current"|"previous"|"unpublished", "kid": "…"?}`
 //!   → `{"token"}`. `previous` signs with the keys the last rotation withdrew;
-//!   `unpublished` with keys that were never in the set. `kid` overrides the header's.
+//!   `unpublished` with keys that were never in the set. `kid` overrides the header's;
+//!   `"no_kid": true` leaves it out.
 //! - `POST /_rotate` — new keys; the old ones leave the set (and become `previous`).
 //! - `POST /_fail` `{"on": bool}` — the JWKS answers 500 while on.
+//! - `POST /_hang` `{"on": bool}` — the JWKS sends nothing for 30 s while on.
 //! - `GET /_fetches` — `{"count"}`: how often the JWKS was fetched.
 //!
 //! The tests sign through it, so the private keys never leave this server.
@@ -65,8 +67,18 @@ impl Keys {
         out
     }
 
-    fn sign(&self, alg: &str, claims: Value, kid: Option<String>) -> Result<String, String> {
-        let header = Header::empty().with_key_id(kid.unwrap_or_else(|| self.kid(alg)));
+    fn sign(
+        &self,
+        alg: &str,
+        claims: Value,
+        kid: Option<String>,
+        no_kid: bool,
+    ) -> Result<String, String> {
+        let header = if no_kid {
+            Header::empty()
+        } else {
+            Header::empty().with_key_id(kid.unwrap_or_else(|| self.kid(alg)))
+        };
         let claims = Claims::new(claims);
         match alg {
             "RS256" => Rsa::rs256()
@@ -85,6 +97,7 @@ struct Idp {
     previous: Option<Keys>,
     unpublished: Keys,
     failing: bool,
+    hanging: bool,
     fetches: u64,
 }
 
@@ -99,6 +112,7 @@ pub fn spawn(port: u16) -> std::io::Result<()> {
         previous: None,
         unpublished: Keys::generate(0),
         failing: false,
+        hanging: false,
         fetches: 0,
     };
     let state: Shared = Arc::new(Mutex::new(idp));
@@ -124,6 +138,7 @@ fn router(state: Shared) -> Router {
         .route("/_sign", post(sign))
         .route("/_rotate", post(rotate))
         .route("/_fail", post(fail))
+        .route("/_hang", post(hang))
         .route("/_fetches", get(fetches))
         .with_state(state)
 }
@@ -135,8 +150,15 @@ fn locked(state: &Shared) -> std::sync::MutexGuard<'_, Idp> {
 }
 
 async fn jwks(State(state): State<Shared>) -> Response {
-    let mut idp = locked(&state);
-    idp.fetches += 1;
+    let hanging = {
+        let mut idp = locked(&state);
+        idp.fetches += 1;
+        idp.hanging
+    };
+    if hanging {
+        tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+    }
+    let idp = locked(&state);
     if idp.failing {
         return (StatusCode::INTERNAL_SERVER_ERROR, "the key store is down").into_response();
     }
@@ -151,6 +173,8 @@ struct SignRequest {
     key: Option<String>,
     #[serde(default)]
     kid: Option<String>,
+    #[serde(default)]
+    no_kid: bool,
 }
 
 async fn sign(State(state): State<Shared>, Json(req): Json<SignRequest>) -> Response {
@@ -164,7 +188,7 @@ async fn sign(State(state): State<Shared>, Json(req): Json<SignRequest>) -> Resp
     let Some(keys) = keys else {
         return (StatusCode::BAD_REQUEST, "no such key").into_response();
     };
-    match keys.sign(&req.alg, req.claims, req.kid) {
+    match keys.sign(&req.alg, req.claims, req.kid, req.no_kid) {
         Ok(token) => Json(json!({"token": token})).into_response(),
         Err(e) => (StatusCode::BAD_REQUEST, e).into_response(),
     }
@@ -189,6 +213,11 @@ struct FailRequest {
 
 async fn fail(State(state): State<Shared>, Json(req): Json<FailRequest>) -> Response {
     locked(&state).failing = req.on;
+    StatusCode::NO_CONTENT.into_response()
+}
+
+async fn hang(State(state): State<Shared>, Json(req): Json<FailRequest>) -> Response {
+    locked(&state).hanging = req.on;
     StatusCode::NO_CONTENT.into_response()
 }
 

@@ -38,10 +38,13 @@ impl Idp {
         json!({"iss": self.issuer, "aud": self.audience, "uid": owner, "exp": now() + 3600})
     }
 
+    /// A token from the provider; `kid` overrides the header's (`Some("")`: none at all).
     async fn sign(&self, alg: &str, claims: &Value, key: &str, kid: Option<&str>) -> String {
         let mut body = json!({"alg": alg, "claims": claims, "key": key});
-        if let Some(kid) = kid {
-            body["kid"] = json!(kid);
+        match kid {
+            Some("") => body["no_kid"] = json!(true),
+            Some(kid) => body["kid"] = json!(kid),
+            None => {}
         }
         let reply = self
             .http
@@ -207,6 +210,24 @@ async fn tokens_from_the_identity_provider() {
     let kid = Some("rs256-1");
     let forged = idp.sign("RS256", &base, "unpublished", kid).await;
     assert_eq!(list(&api, &forged).await, (401, "unauthorized".to_owned()));
+    // A header naming the other algorithm's key: no key of the right type, refused.
+    let crossed = idp.sign("RS256", &base, "current", Some("es256-1")).await;
+    assert_eq!(list(&api, &crossed).await, (401, "unauthorized".to_owned()));
+    // No kid at all: every key of the algorithm's type is tried.
+    for alg in ["RS256", "ES256"] {
+        let token = idp.sign(alg, &base, "current", Some("")).await;
+        assert_eq!(list(&api, &token).await.0, 200, "{alg} without a kid");
+    }
+    // `alg: none`, and an HS256 token signed with something else than AUTH_SECRET (such
+    // as a provider's public key): refused.
+    let good = idp.sign("RS256", &base, "current", None).await;
+    let payload = good.split('.').nth(1).unwrap();
+    let none = format!("eyJhbGciOiJub25lIn0.{payload}.");
+    assert_eq!(list(&api, &none).await, (401, "unauthorized".to_owned()));
+    let hs =
+        onceclick_tests::auth::mint("the provider's public key, say", "idp-hs", true, 600).unwrap();
+    assert_eq!(list(&api, &hs).await, (401, "unauthorized".to_owned()));
+
     // The admin rule: `groups` holding the configured value.
     let mut admin = idp.claims("idp-admin");
     admin["groups"] = json!(["staff", "onceclick-admins"]);
@@ -266,10 +287,35 @@ async fn tokens_from_the_identity_provider() {
     assert_eq!((status, code.as_str()), (503, "service_unavailable"));
     let reply = send(api.get(&unseen, "/v1/jobs")).await;
     assert!(reply.header("retry-after").is_some());
+    // While it is down, a flood costs at most one fetch per interval too.
+    let before = idp.fetches().await;
+    let started = Instant::now();
+    for _ in 0..20 {
+        assert_eq!(list(&api, &unseen).await.0, 503);
+    }
+    let fetched = idp.fetches().await - before;
+    assert!(
+        fetched <= started.elapsed().as_secs() + 1,
+        "{fetched} fetches while the provider was down"
+    );
     idp.post("/_fail", json!({"on": false})).await;
     assert_eq!(
         until(&api, &unseen, 200).await.0,
         200,
         "fetched again once the provider is back"
     );
+
+    // A key set that hangs: 503 after the fetch's time limit, not a request held forever.
+    idp.post("/_hang", json!({"on": true})).await;
+    idp.post("/_rotate", json!({})).await;
+    let hung = idp.sign("ES256", &base, "current", None).await;
+    let started = Instant::now();
+    let (status, code) = until(&api, &hung, 503).await;
+    assert_eq!((status, code.as_str()), (503, "service_unavailable"));
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "answered within the fetch's limit"
+    );
+    idp.post("/_hang", json!({"on": false})).await;
+    assert_eq!(until(&api, &hung, 200).await.0, 200);
 }

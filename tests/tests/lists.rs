@@ -105,8 +105,14 @@ async fn a_status_filter_keeps_the_order_and_the_cursor() {
     assert_eq!(ids(&items), failed);
     assert!(items.iter().all(|j| j["status"] == "failed"));
 
-    // An admin sees them by owner, and among every owner's failed jobs.
+    // An admin sees them by owner, and among every owner's failed jobs (`owner=*`); the
+    // admin's own list is the admin's own jobs.
     let admin = api.admin_token("ops");
+    let (own, _) = all_pages(&api, &admin, "/v1/jobs?status=failed", 200).await;
+    assert!(
+        own.iter().all(|j| j["owner_id"] == "ops"),
+        "an admin's own list is their own"
+    );
     let (by_owner, _) = all_pages(
         &api,
         &admin,
@@ -115,7 +121,7 @@ async fn a_status_filter_keeps_the_order_and_the_cursor() {
     )
     .await;
     assert_eq!(ids(&by_owner), failed);
-    let (everyone, _) = all_pages(&api, &admin, "/v1/jobs?status=failed", 200).await;
+    let (everyone, _) = all_pages(&api, &admin, "/v1/jobs?owner=*&status=failed", 200).await;
     let everyone = ids(&everyone);
     assert!(failed.iter().all(|f| everyone.contains(f)));
     let mut sorted = everyone.clone();

@@ -583,3 +583,84 @@ fn a_list_pages_by_cursor_without_gaps_or_repeats() {
     assert_eq!(item["input"]["text"], "t");
     assert_eq!(item["owner_id"], "pager");
 }
+
+/// The counters of `GET /v1/stats` for job_1's kind (`summarize`), by provider and
+/// metric, over every minute.
+fn counters(conn: &Connection) -> std::collections::BTreeMap<String, i64> {
+    let mut stmt = conn
+        .prepare("SELECT provider || ' ' || metric, sum(n) FROM stats WHERE kind = 'summarize' GROUP BY 1")
+        .unwrap();
+    stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+#[test]
+fn the_figures_count_each_move_once_where_it_is_made() {
+    let conn = migrated();
+    let run = |sql: &str| {
+        conn.execute_batch(sql)
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    };
+    // job_1 itself: one job created, on primary.
+    assert_eq!(counters(&conn).get("primary jobs_created"), Some(&1));
+
+    // An attempt answered in exactly 100 ms, another in 101 ms: the histogram's edges.
+    run("INSERT INTO attempts (id, job_id, n, provider, state, started_at)
+         VALUES ('att_1', 'job_1', 1, 'primary', 'starting', 't');
+         UPDATE attempts SET state = 'running', dispatched_at = '2026-01-01T00:00:00.000Z' WHERE id = 'att_1';
+         UPDATE attempts SET state = 'failed', finished_at = '2026-01-01T00:00:00.100Z',
+                error = '{\"code\":\"provider_unavailable\",\"message\":\"503\",\"retryable\":true}'
+          WHERE id = 'att_1';");
+    // The three kinds of next attempt, each named by the statement that inserts it.
+    run("INSERT INTO attempts (id, job_id, n, provider, state, started_at, started_by)
+         VALUES ('att_2', 'job_1', 2, 'fallback', 'starting', 't', 'owner');
+         UPDATE attempts SET state = 'running', dispatched_at = '2026-01-01T00:00:01.000Z' WHERE id = 'att_2';
+         INSERT INTO attempts (id, job_id, n, provider, state, started_at, started_by)
+         VALUES ('att_3', 'job_1', 3, 'primary', 'starting', 't', 'hedge');
+         UPDATE attempts SET state = 'running', dispatched_at = '2026-01-01T00:00:01.000Z' WHERE id = 'att_3';
+         UPDATE attempts SET state = 'succeeded', finished_at = '2026-01-01T00:00:01.101Z' WHERE id = 'att_2';
+         UPDATE attempts SET state = 'superseded', finished_at = '2026-01-01T00:00:02.000Z' WHERE id = 'att_3';");
+    // A call that timed out, then resolved: two moves, counted as such.
+    run("INSERT INTO jobs (id, owner_id, idempotency_key, fingerprint, kind, input, provider,
+                           status, created_at, updated_at)
+         VALUES ('job_2', 'o', 'k2', 'f', 'summarize', '{}', 'primary', 'queued', 't', 't');
+         INSERT INTO attempts (id, job_id, n, provider, state, started_at)
+         VALUES ('att_4', 'job_2', 1, 'primary', 'starting', 't');
+         UPDATE attempts SET state = 'running', dispatched_at = '2026-01-01T00:00:00.000Z' WHERE id = 'att_4';
+         UPDATE attempts SET state = 'unknown', finished_at = '2026-01-01T00:00:09.000Z' WHERE id = 'att_4';
+         UPDATE attempts SET state = 'failed' WHERE id = 'att_4';");
+    // A claim whose call never happened (dispatch_failed): an outcome, not a latency.
+    run("INSERT INTO jobs (id, owner_id, idempotency_key, fingerprint, kind, input, provider,
+                           status, created_at, updated_at)
+         VALUES ('job_3', 'o', 'k3', 'f', 'summarize', '{}', 'primary', 'queued', 't', 't');
+         INSERT INTO attempts (id, job_id, n, provider, state, started_at)
+         VALUES ('att_5', 'job_3', 1, 'primary', 'starting', 't');
+         UPDATE attempts SET state = 'running', dispatched_at = '2026-01-01T00:00:00.000Z' WHERE id = 'att_5';
+         UPDATE attempts SET state = 'failed', finished_at = '2026-01-01T00:00:00.002Z',
+                error = '{\"code\":\"dispatch_failed\",\"message\":\"x\",\"retryable\":true}'
+          WHERE id = 'att_5';
+         INSERT INTO job_events (job_id, at, type, attempt_id, details)
+         VALUES ('job_3', 't', 'failover_skipped', 'att_5', '{\"for\":\"failover\",\"reason\":\"none\"}'),
+                ('job_1', 't', 'failover_skipped', 'att_3', '{\"for\":\"hedge\",\"reason\":\"none\"}');");
+
+    let got = counters(&conn);
+    let want: std::collections::BTreeMap<String, i64> = [
+        ("primary jobs_created", 3),
+        ("primary attempts_failed", 3),
+        ("primary latency_le_100", 1),
+        ("fallback retries_started", 1),
+        ("fallback attempts_succeeded", 1),
+        ("fallback latency_le_250", 1),
+        ("primary hedges_started", 1),
+        ("primary attempts_superseded", 1),
+        ("primary attempts_unknown", 1),
+        ("primary failovers_skipped", 1),
+        ("primary hedges_skipped", 1),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    assert_eq!(got, want);
+}
