@@ -40,6 +40,9 @@ test("a real double-click on Generate shows one ticket and makes one job", { tim
     assert.equal((await h.providerCalls(text)).length, 1, "one provider call");
     assert.ok(keys.length >= 1 && keys.every((k) => k === keys[0]), `every POST /v1/jobs carried one key: ${keys}`);
     await h.waitRows(page, [{ n: 1, provider: "primary", state: "succeeded", winner: true }]);
+    // The event log is read after the job: wait for it, then count.
+    await page.locator('#events li[data-type="job_created"]').first().waitFor({ timeout: h.WAIT_MS });
+    await page.locator('#events li[data-type="attempt_succeeded"]').first().waitFor({ timeout: h.WAIT_MS });
     assert.equal(await page.locator('#events li[data-type="job_created"]').count(), 1);
     assert.ok((await page.locator("#result-summary").innerText()).length > 0, "the result card shows the summary");
     console.log(`double-click: ${keys.length} request(s) on the wire for 2 clicks, 1 job`);
