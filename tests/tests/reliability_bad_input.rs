@@ -402,11 +402,18 @@ fn create_and_read_case(class: usize, rng: &mut Rng, w: &World) -> Case {
             )
         }
         21 => {
-            let method =
-                [Method::PUT, Method::DELETE, Method::PATCH, Method::GET][rng.below(4)].clone();
+            // `/v1/jobs` takes GET (the list) and POST; the lists and figures take GET only.
+            let (method, path) = [
+                (Method::PUT, "/v1/jobs"),
+                (Method::DELETE, "/v1/jobs"),
+                (Method::PATCH, "/v1/jobs"),
+                (Method::POST, "/v1/attempts"),
+                (Method::POST, "/v1/stats"),
+            ][rng.below(5)]
+            .clone();
             case(
                 "route: wrong method",
-                w.api.request(method, "/v1/jobs", Some(&w.token)),
+                w.api.request(method, path, Some(&w.token)),
                 405,
                 "method_not_allowed",
             )
