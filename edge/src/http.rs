@@ -107,16 +107,65 @@ pub(crate) fn json(status: u16, body: String, headers: Headers) -> ApiResult<Res
         .with_headers(headers))
 }
 
-/// The request's query parameters, decoded (`a=1&b=x%20y`), in order. Read from the raw
-/// URL with `form_urlencoded`: parsing the whole URL with the `url` crate would link its
-/// IDNA tables into the Worker for a query string.
-pub(crate) fn query_pairs(req: &Request) -> Vec<(String, String)> {
+/// A query's parameters, decoded, each once (see [`query`]).
+pub(crate) type Query = Vec<(String, String)>;
+
+/// `400 invalid_query`: a bad query parameter.
+pub(crate) fn invalid_query(detail: impl Into<String>) -> AppError {
+    AppError::new(ErrorCode::InvalidQuery, detail)
+}
+
+/// The request's query parameters, each at most once and each one of `known`. Read from
+/// the raw URL with `form_urlencoded`: parsing the whole URL with the `url` crate would
+/// link its IDNA tables into the Worker for a query string.
+pub(crate) fn query(req: &Request, known: &[&str]) -> ApiResult<Query> {
     let url = req.inner().url();
     let without_fragment = url.split('#').next().unwrap_or_default();
-    let query = without_fragment
-        .split_once('?')
-        .map_or("", |(_, query)| query);
-    form_urlencoded::parse(query.as_bytes())
-        .map(|(name, value)| (name.into_owned(), value.into_owned()))
-        .collect()
+    let raw = without_fragment.split_once('?').map_or("", |(_, q)| q);
+    let mut seen: Query = Vec::new();
+    for (name, value) in form_urlencoded::parse(raw.as_bytes()) {
+        if !known.contains(&name.as_ref()) {
+            return Err(invalid_query(format!(
+                "unknown query parameter {name:?}; this takes {}",
+                known.join(", ")
+            )));
+        }
+        if seen.iter().any(|(n, _)| *n == name) {
+            return Err(invalid_query(format!(
+                "the query parameter {name:?} is given twice"
+            )));
+        }
+        seen.push((name.into_owned(), value.into_owned()));
+    }
+    Ok(seen)
+}
+
+/// The value of parameter `name`, if given.
+pub(crate) fn param<'a>(query: &'a Query, name: &str) -> Option<&'a str> {
+    query
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.as_str())
+}
+
+/// Parameter `name` as a whole number within `range`, if given.
+pub(crate) fn whole_number(
+    query: &Query,
+    name: &str,
+    range: std::ops::RangeInclusive<u64>,
+) -> ApiResult<Option<u64>> {
+    param(query, name)
+        .map(|text| {
+            text.parse::<u64>()
+                .ok()
+                .filter(|n| range.contains(n))
+                .ok_or_else(|| {
+                    invalid_query(format!(
+                        "{name} must be a whole number from {} to {}",
+                        range.start(),
+                        range.end()
+                    ))
+                })
+        })
+        .transpose()
 }

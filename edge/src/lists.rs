@@ -4,7 +4,7 @@
 
 use crate::auth::Caller;
 use crate::error::{ApiResult, AppError};
-use crate::http::{json, query_pairs, Ctx};
+use crate::http::{invalid_query, json, param, query, whole_number, Ctx, Query};
 use crate::store::{AttemptFilter, JobFilter, Page};
 use onceclick_protocol::{AttemptState, ErrorCode, JobStatus};
 use worker::{Headers, Request, Response};
@@ -14,56 +14,19 @@ pub(crate) const DEFAULT_LIMIT: u32 = 50;
 /// The most items one page may hold.
 pub(crate) const MAX_LIMIT: u32 = 200;
 
-fn invalid(detail: impl Into<String>) -> AppError {
-    AppError::new(ErrorCode::InvalidQuery, detail)
+/// Items per page: `limit`, or [`DEFAULT_LIMIT`].
+fn limit(query: &Query) -> ApiResult<u32> {
+    let limit = whole_number(query, "limit", 1..=u64::from(MAX_LIMIT))?;
+    Ok(limit.map_or(DEFAULT_LIMIT, |n| n as u32))
 }
 
-/// The query's parameters, each at most once and each one the endpoint knows.
-pub(crate) fn params(req: &Request, known: &[&str]) -> ApiResult<Vec<(String, String)>> {
-    let mut seen: Vec<(String, String)> = Vec::new();
-    for (name, value) in query_pairs(req) {
-        if !known.contains(&name.as_str()) {
-            return Err(invalid(format!(
-                "unknown query parameter {name:?}; this takes {}",
-                known.join(", ")
-            )));
-        }
-        if seen.iter().any(|(n, _)| *n == name) {
-            return Err(invalid(format!(
-                "the query parameter {name:?} is given twice"
-            )));
-        }
-        seen.push((name, value));
-    }
-    Ok(seen)
-}
-
-pub(crate) fn param<'a>(params: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    params
-        .iter()
-        .find(|(n, _)| n == name)
-        .map(|(_, v)| v.as_str())
-}
-
-fn limit(params: &[(String, String)]) -> ApiResult<u32> {
-    match param(params, "limit") {
-        None => Ok(DEFAULT_LIMIT),
-        Some(text) => text
-            .parse::<u32>()
-            .ok()
-            .filter(|n| (1..=MAX_LIMIT).contains(n))
-            .ok_or_else(|| {
-                invalid(format!(
-                    "limit must be a whole number from 1 to {MAX_LIMIT}"
-                ))
-            }),
-    }
-}
+/// The oldest age `min_age_ms` may ask for: ten years.
+const MAX_AGE_MS: u64 = 10 * 365 * 86_400_000;
 
 /// A value of one of the protocol's string enums (`JobStatus`, `AttemptState`).
 fn one_of<T: serde::de::DeserializeOwned>(name: &str, text: &str, all: &str) -> ApiResult<T> {
     serde_json::from_value(serde_json::Value::String(text.to_owned()))
-        .map_err(|_| invalid(format!("{name} must be one of {all}")))
+        .map_err(|_| invalid_query(format!("{name} must be one of {all}")))
 }
 
 /// The cursor of a page that follows the item `id`: the id in hex behind a version
@@ -78,11 +41,11 @@ fn cursor(id: &str) -> String {
 }
 
 /// The item id a cursor continues after; it must name an id with `prefix`.
-fn after(params: &[(String, String)], prefix: &str) -> ApiResult<Option<String>> {
+fn after(params: &Query, prefix: &str) -> ApiResult<Option<String>> {
     let Some(text) = param(params, "cursor") else {
         return Ok(None);
     };
-    let bad = || invalid("cursor is not one this list gave: pass next_cursor as it came");
+    let bad = || invalid_query("cursor is not one this list gave: pass next_cursor as it came");
     let hex = text.strip_prefix("c1.").ok_or_else(bad)?;
     if hex.len() % 2 != 0 || hex.len() > 256 {
         return Err(bad());
@@ -123,7 +86,7 @@ fn page_response(page: Page) -> ApiResult<Response> {
 /// `GET /v1/jobs`: the caller's own jobs, newest first, in one `status` when given. An
 /// admin may name another `owner`, or every owner (`owner=*`).
 pub(crate) async fn jobs(req: &Request, ctx: &Ctx<'_>, caller: &Caller) -> ApiResult<Response> {
-    let params = params(req, &["status", "owner", "limit", "cursor"])?;
+    let params = query(req, &["status", "owner", "limit", "cursor"])?;
     let limit = limit(&params)?;
     let after = after(&params, "job_")?;
     let status = param(&params, "status")
@@ -139,7 +102,7 @@ pub(crate) async fn jobs(req: &Request, ctx: &Ctx<'_>, caller: &Caller) -> ApiRe
     let owner = param(&params, "owner");
     if let Some(owner) = owner {
         if owner.is_empty() || owner.chars().count() > 128 {
-            return Err(invalid("owner must be 1 to 128 characters"));
+            return Err(invalid_query("owner must be 1 to 128 characters"));
         }
         if !caller.admin && owner != caller.owner {
             return Err(AppError::new(
@@ -170,7 +133,7 @@ pub(crate) async fn jobs(req: &Request, ctx: &Ctx<'_>, caller: &Caller) -> ApiRe
 /// first, of one `provider` and at least `min_age_ms` old when given, each with its
 /// job's owner, kind and status.
 pub(crate) async fn attempts(req: &Request, ctx: &Ctx<'_>) -> ApiResult<Response> {
-    let params = params(req, &["state", "provider", "min_age_ms", "limit", "cursor"])?;
+    let params = query(req, &["state", "provider", "min_age_ms", "limit", "cursor"])?;
     let limit = limit(&params)?;
     let after = after(&params, "att_")?;
     let state = param(&params, "state").unwrap_or("unknown");
@@ -181,21 +144,10 @@ pub(crate) async fn attempts(req: &Request, ctx: &Ctx<'_>) -> ApiResult<Response
     )?;
     let provider = param(&params, "provider");
     if provider.is_some_and(|p| p.is_empty() || p.len() > 64) {
-        return Err(invalid("provider must be 1 to 64 characters"));
+        return Err(invalid_query("provider must be 1 to 64 characters"));
     }
-    let started_by = match param(&params, "min_age_ms") {
-        None => None,
-        Some(text) => {
-            let age = text
-                .parse::<u64>()
-                .ok()
-                .filter(|ms| *ms <= 10 * 365 * 86_400_000)
-                .ok_or_else(|| {
-                    invalid("min_age_ms must be a whole number of milliseconds, at most ten years")
-                })?;
-            Some(crate::clock::rfc3339(crate::clock::now_ms() - age as f64))
-        }
-    };
+    let started_by = whole_number(&params, "min_age_ms", 0..=MAX_AGE_MS)?
+        .map(|age| crate::clock::rfc3339(crate::clock::now_ms() - age as f64));
     let filter = AttemptFilter {
         state,
         provider,
@@ -212,7 +164,7 @@ pub(crate) async fn attempts(req: &Request, ctx: &Ctx<'_>) -> ApiResult<Response
 mod tests {
     use super::*;
 
-    fn with_cursor(value: &str) -> Vec<(String, String)> {
+    fn with_cursor(value: &str) -> Query {
         vec![("cursor".to_owned(), value.to_owned())]
     }
 

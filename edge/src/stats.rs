@@ -2,10 +2,9 @@
 //! counters that triggers keep as things happen (`migrations/0006_stats.sql`). One read
 //! of the counters' primary key; `job_events` is never scanned for it.
 
-use crate::error::{ApiResult, AppError};
-use crate::http::{json, Ctx};
+use crate::error::ApiResult;
+use crate::http::{json, query, whole_number, Ctx};
 use crate::store::StatRow;
-use onceclick_protocol::ErrorCode;
 use serde_json::{json, Map, Value};
 use worker::{Headers, Request, Response};
 
@@ -29,25 +28,10 @@ const OUTCOMES: [&str; 6] = [
     "cancelled",
 ];
 
-fn invalid(detail: impl Into<String>) -> AppError {
-    AppError::new(ErrorCode::InvalidQuery, detail)
-}
-
 /// The window in seconds from `?window_s=`.
 fn window(req: &Request) -> ApiResult<u64> {
-    let params = crate::lists::params(req, &["window_s"])?;
-    match crate::lists::param(&params, "window_s") {
-        None => Ok(DEFAULT_WINDOW_S),
-        Some(text) => text
-            .parse::<u64>()
-            .ok()
-            .filter(|s| (60..=MAX_WINDOW_S).contains(s))
-            .ok_or_else(|| {
-                invalid(format!(
-                    "window_s must be a whole number from 60 to {MAX_WINDOW_S}"
-                ))
-            }),
-    }
+    let query = query(req, &["window_s"])?;
+    Ok(whole_number(&query, "window_s", 60..=MAX_WINDOW_S)?.unwrap_or(DEFAULT_WINDOW_S))
 }
 
 /// The counters of one kind and provider (or of all), as the API shows them.
