@@ -215,12 +215,15 @@ function jobStatus(id) {
   }
 }
 
-/** Polls `check` (a read of the D1 file or the mock) until it holds, for at most WAIT_MS. */
-async function waitFor(check, what) {
-  const deadline = Date.now() + WAIT_MS;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`waited ${WAIT_MS} ms for ${what}`);
-    await new Promise((r) => setTimeout(r, 25));
+/**
+ * Polls `check` (a read of the D1 file, or a call; it may return a promise) every
+ * `everyMs` until it holds, for at most `timeoutMs`.
+ */
+async function waitFor(check, what, { everyMs = 25, timeoutMs = WAIT_MS } = {}) {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`waited ${timeoutMs} ms for ${what}`);
+    await new Promise((r) => setTimeout(r, everyMs));
   }
 }
 

@@ -35,15 +35,11 @@ async function job(id) {
   return r.json();
 }
 
-/** Polls the job until `done(job)` holds. */
+/** Polls the job until `done(job)` holds; returns it. */
 async function waitJob(id, done, what) {
-  const deadline = Date.now() + 30_000;
-  for (;;) {
-    const j = await job(id);
-    if (done(j)) return j;
-    if (Date.now() > deadline) assert.fail(`job ${id} never became ${what}: ${JSON.stringify(j)}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
+  let j;
+  await h.waitFor(async () => done((j = await job(id))), `job ${id} ${what}`, { everyMs: 100, timeoutMs: 30_000 });
+  return j;
 }
 
 async function openOps(context, problems) {
