@@ -157,7 +157,7 @@ pub(crate) fn suites(flags: &crate::Test) -> Result<()> {
 /// 14's operations (lists, figures, the rate limit, JWKS verification: 318,412 B).
 /// Lowered as the Worker shrinks (BENCHMARKS.md), so that it cannot grow back unnoticed:
 /// the `url` crate, for one, would add about 75 KB with its IDNA tables (`req.url()`,
-/// `worker::Url`: use `http::query_pairs` and `Request::new`), and boon in the wasm
+/// `worker::Url`: use `http::query` and `Request::new`), and boon in the wasm
 /// about 475 KB.
 const WORKER_BUDGET: usize = 320 * 1024;
 
