@@ -21,9 +21,9 @@ pub(crate) async fn handle(mut req: Request, env: &Env, worker: &worker::Context
         Ok(faults) => faults.unwrap_or_default(),
         Err(why) => return AppError::new(ErrorCode::InvalidJson, why).into_response(),
     };
-    let store = match env.d1("DB") {
-        Ok(db) => Store::new(db).with_faults(faults, &req.path()),
-        Err(e) => return AppError::internal(e).into_response(),
+    let store = match Store::from_env(env) {
+        Ok(store) => store.with_faults(faults, &req.path()),
+        Err(e) => return e.into_response(),
     };
     let ctx = Ctx {
         env,
@@ -149,7 +149,10 @@ async fn route(req: &mut Request, ctx: &Ctx<'_>) -> ApiResult<Response> {
         ["v1", "_reconcile"] if fault::allowed(ctx.env) => {
             allow(&method, &[Method::Post])?;
             caller(req, ctx).await?.require_admin()?;
-            crate::reconcile::run(ctx.env, ctx.store).await?;
+            let body: serde_json::Value = req.json().await.unwrap_or_default();
+            let alarm_in_ms = body.get("alarm_in_ms").and_then(serde_json::Value::as_i64);
+            crate::reconcile::run_now(ctx.env, ctx.store, ctx.fault.as_deref(), alarm_in_ms)
+                .await?;
             json(200, r#"{"status":"reconciled"}"#.to_owned(), Headers::new())
         }
         ["v1", "attempts", id, "dispatch"] => {

@@ -2,7 +2,6 @@
 //! `unknown`.
 
 use crate::auth::Caller;
-use crate::clock;
 use crate::dispatch;
 use crate::error::{ApiResult, AppError};
 use crate::http::{job_headers, json, read_json, Ctx};
@@ -79,7 +78,7 @@ pub(crate) async fn create(
         }
     };
 
-    let attempt_id = clock::new_id("att");
+    let attempt_id = ctx.store.new_attempt_id(job_id);
     let digest = providers::digest(&configured, &provider);
     let next = NextAttempt {
         new_id: &attempt_id,

@@ -151,12 +151,12 @@ pub(crate) async fn consume(batch: MessageBatch<Dispatch>, env: &Env) {
             .filter(|_| fault::allowed(env))
             .and_then(|spec| fault::parse(spec).ok())
             .unwrap_or_default();
-        let store = match env.d1("DB") {
-            Ok(db) => Store::new(db).with_faults(faults, &dispatch.attempt_id),
+        let store = match Store::from_env(env) {
+            Ok(store) => store.with_faults(faults, &dispatch.attempt_id),
             Err(e) => {
                 console_error!(
                     "{}",
-                    json!({"event": "dispatch_no_db", "cause": e.to_string()})
+                    json!({"event": "dispatch_no_store", "cause": e.cause_or_detail()})
                 );
                 message.retry();
                 return;
@@ -457,7 +457,7 @@ async fn start_hedge(
         log_skipped(store, attempt, "hedge", &no_next_provider(running)).await?;
         return Ok(None);
     };
-    let hedge_id = clock::new_id("att");
+    let hedge_id = store.new_attempt_id(&attempt.job_id);
     let digest = providers::digest(&running.configured, &next);
     let inserted = store
         .insert_hedge(
@@ -499,7 +499,7 @@ async fn fail_over(env: &Env, store: &Store, failed: &Prepared<'_>) -> ApiResult
     let Some(next) = next_certified(store, failed).await? else {
         return log_skipped(store, attempt, "auto_failover", &no_next_provider(failed)).await;
     };
-    let new_id = clock::new_id("att");
+    let new_id = store.new_attempt_id(&attempt.job_id);
     let digest = providers::digest(&failed.configured, &next);
     let inserted = store
         .insert_failover(

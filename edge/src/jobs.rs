@@ -2,7 +2,6 @@
 
 use crate::analytics;
 use crate::auth::Caller;
-use crate::clock;
 use crate::dispatch;
 use crate::error::{ApiResult, AppError};
 use crate::fault;
@@ -61,8 +60,7 @@ pub(crate) async fn create(
     };
 
     let fingerprint = fingerprint(kind.name(), &request.input, provider);
-    let job_id = clock::new_id("job");
-    let attempt_id = clock::new_id("att");
+    let (job_id, attempt_id) = ctx.store.new_job_ids(&caller.owner, key.as_str());
     let input = request.input.to_string();
     let stored = ctx
         .store

@@ -2,7 +2,8 @@
 //!
 //! `api` routes and authenticates, `jobs`, `attempts` and `lists` hold the handlers, `dispatch`
 //! consumes the queue and calls providers through `openai`, `reconcile` is the cron,
-//! `store` owns all SQL, `error` turns every failure into problem+json. See
+//! `store` owns all SQL (on D1, or on the `shard` Durable Objects), `error` turns every
+//! failure into problem+json. See
 //! ARCHITECTURE.md for the codemap.
 
 mod analytics;
@@ -24,6 +25,7 @@ mod lists;
 mod openai;
 mod providers;
 mod reconcile;
+mod shard;
 mod stats;
 mod store;
 
@@ -46,11 +48,7 @@ async fn queue(batch: MessageBatch<dispatch::Dispatch>, env: Env, _ctx: Context)
 
 #[event(scheduled)]
 async fn scheduled(_event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
-    let outcome = match env.d1("DB") {
-        Ok(db) => reconcile::run(&env, &store::Store::new(db)).await,
-        Err(e) => Err(error::AppError::internal(e)),
-    };
-    if let Err(e) = outcome {
+    if let Err(e) = reconcile::cron(&env).await {
         worker::console_error!(
             "{}",
             json!({"event": "reconcile_failed", "code": e.code.as_str(), "cause": e.cause_or_detail()})

@@ -17,6 +17,47 @@ use crate::store::{ReconcileRule, Store};
 use serde_json::json;
 use worker::{console_log, Env};
 
+/// The cron: the one database's pass. Sharded, each shard runs its own pass from its
+/// alarm (`shard.rs`), and the cron only sweeps the previous layout's database, if the
+/// deployment keeps one.
+pub(crate) async fn cron(env: &Env) -> ApiResult<()> {
+    let store = Store::from_env(env)?;
+    if !store.is_sharded() {
+        return run(env, &store).await;
+    }
+    if store.has_previous() {
+        run(env, &Store::new(env.d1("DB")?)).await?;
+    }
+    Ok(())
+}
+
+/// The test-only `POST /v1/_reconcile`: one pass now, with the request's faults. Sharded:
+/// every shard's own pass, concurrently (each with the same faults), and the previous
+/// layout's database's; or, with `alarm_in_ms`, every shard's alarm moved that close, so
+/// that a test can watch the alarms do the work.
+pub(crate) async fn run_now(
+    env: &Env,
+    store: &Store,
+    fault: Option<&str>,
+    alarm_in_ms: Option<i64>,
+) -> ApiResult<()> {
+    let Some(shards) = store.shards() else {
+        return run(env, store).await;
+    };
+    if store.has_previous() {
+        run(env, &Store::new(env.d1("DB")?)).await?;
+    }
+    let calls = shards.all().map(|shard| {
+        let body =
+            json!({"shard": shard.object_name(), "fault": fault, "alarm_in_ms": alarm_in_ms});
+        async move { shards.send(shard, "/reconcile", &body).await }
+    });
+    for outcome in futures_util::future::join_all(calls).await {
+        outcome?;
+    }
+    Ok(())
+}
+
 /// An attempt `starting` for this long has probably lost its dispatch message.
 const DEFAULT_STARTING_AFTER_MS: f64 = 30_000.0;
 /// A `running` attempt this long past its provider's timeout has lost its dispatcher.
@@ -77,7 +118,7 @@ pub(crate) async fn run(env: &Env, store: &Store) -> ApiResult<()> {
 
     console_log!(
         "{}",
-        json!({"event": "reconciled", "redispatched": stuck.len(), "abandoned": abandoned,
+        json!({"event": "reconciled", "store": store.name(), "redispatched": stuck.len(), "abandoned": abandoned,
                "lost": lost, "purged": purged})
     );
     Ok(())

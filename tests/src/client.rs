@@ -156,8 +156,17 @@ impl Api {
     }
 
     /// Runs the Worker's cron handler once (`wrangler dev --test-scheduled`) and waits
-    /// for it to finish.
+    /// for it to finish. Against a sharded Worker (`ONCECLICK_STORE=durable`), whose
+    /// shards reconcile themselves, it asks every shard for a pass now instead (the
+    /// test-only `POST /v1/_reconcile`).
     pub async fn run_cron(&self) {
+        if std::env::var("ONCECLICK_STORE").is_ok_and(|s| s == "durable") {
+            let admin = self.admin_token("cron");
+            let reply =
+                send(self.post_json(&admin, "/v1/_reconcile", &serde_json::json!({}))).await;
+            assert_eq!(reply.status, 200, "{}", reply.text);
+            return;
+        }
         let reply = send(
             self.http
                 .get(format!("{}/__scheduled", self.base))

@@ -1,5 +1,8 @@
-//! A read-only look at the local D1 database behind `wrangler dev` (a SQLite file that
-//! miniflare keeps under `--persist-to`), so tests can count rows directly.
+//! A read-only look at the local store behind `wrangler dev` (SQLite files that miniflare
+//! keeps under `--persist-to`), so tests can count rows directly: the one D1 database,
+//! or, when the Worker runs sharded (`STORE=durable`), every shard's SQLite at once,
+//! attached to one connection under views that union them (`jobs`, `attempts`, …), so
+//! the same queries read the whole store either way.
 
 use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
@@ -24,6 +27,60 @@ pub fn open() -> Connection {
     open_in(Path::new(&dir))
 }
 
+/// The shards' SQLite files under `dir` (Durable Objects whose database has `jobs`),
+/// in a stable order.
+fn shard_files(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    find_sqlite(&dir.join("v3/do"), &mut found);
+    found.sort();
+    found.retain(|path| {
+        Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .and_then(|c| {
+                c.query_row(
+                    "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'jobs'",
+                    [],
+                    |r| r.get::<_, i64>(0),
+                )
+            })
+            .is_ok_and(|n| n == 1)
+    });
+    found
+}
+
+/// The tables the Worker writes, as the union views of a sharded store name them. The
+/// certifications are a copy per shard: their view keeps one of each.
+const SHARDED_TABLES: [(&str, &str); 5] = [
+    ("jobs", "UNION ALL"),
+    ("attempts", "UNION ALL"),
+    ("job_events", "UNION ALL"),
+    ("stats", "UNION ALL"),
+    ("certifications", "UNION"),
+];
+
+/// One connection over every shard of a sharded store, read-only.
+fn open_shards(files: &[PathBuf]) -> Connection {
+    let conn = opened(Connection::open_with_flags(
+        ":memory:",
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_URI,
+    ));
+    for (i, file) in files.iter().enumerate() {
+        let uri = format!("file:{}?mode=ro", file.display());
+        conn.execute("ATTACH DATABASE ?1 AS ?2", [uri, format!("s{i}")])
+            .unwrap_or_else(|e| panic!("attach {}: {e}", file.display()));
+    }
+    for (table, union) in SHARDED_TABLES {
+        let selects: Vec<String> = (0..files.len())
+            .map(|i| format!("SELECT * FROM s{i}.{table}"))
+            .collect();
+        conn.execute_batch(&format!(
+            "CREATE TEMP VIEW {table} AS {}",
+            selects.join(&format!(" {union} "))
+        ))
+        .unwrap_or_else(|e| panic!("the view {table}: {e}"));
+    }
+    conn
+}
+
 /// The one D1 database file that `wrangler dev --persist-to dir` keeps.
 fn sqlite_in(dir: &Path) -> PathBuf {
     let mut found = Vec::new();
@@ -37,15 +94,21 @@ fn sqlite_in(dir: &Path) -> PathBuf {
     found.remove(0)
 }
 
-/// Opens the D1 database that `wrangler dev --persist-to dir` keeps, read-only.
+/// Opens the store that `wrangler dev --persist-to dir` keeps, read-only: its shards if
+/// it has any, else its D1 database.
 pub fn open_in(dir: &Path) -> Connection {
+    let shards = shard_files(dir);
+    if !shards.is_empty() {
+        return open_shards(&shards);
+    }
     opened(Connection::open_with_flags(
         sqlite_in(dir),
         OpenFlags::SQLITE_OPEN_READ_ONLY,
     ))
 }
 
-/// Opens it for writing: for state the API cannot reach, and for the bench's seed.
+/// Opens the D1 database for writing: for state the API cannot reach, and for the
+/// bench's seed.
 pub fn open_writable_in(dir: &Path) -> Connection {
     opened(Connection::open(sqlite_in(dir)))
 }
@@ -71,11 +134,25 @@ pub fn execute(sql: &str, param: &str) -> usize {
 }
 
 /// Like [`execute`], with any number of text parameters.
+///
+/// On a sharded store the statement runs in every shard (a certification is a copy in
+/// each; a row named by id is in one), and the rows changed are summed.
 pub fn execute_with(sql: &str, params: &[&str]) -> usize {
     let dir = std::env::var("ONCECLICK_D1_DIR").expect("ONCECLICK_D1_DIR is not set");
-    open_writable_in(Path::new(&dir))
-        .execute(sql, rusqlite::params_from_iter(params.iter()))
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    let dir = Path::new(&dir);
+    let shards = shard_files(dir);
+    let conns = if shards.is_empty() {
+        vec![open_writable_in(dir)]
+    } else {
+        shards.iter().map(|f| opened(Connection::open(f))).collect()
+    };
+    conns
+        .iter()
+        .map(|conn| {
+            conn.execute(sql, rusqlite::params_from_iter(params.iter()))
+                .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        })
+        .sum()
 }
 
 /// The `at` of every event of `job_id`, in `seq` order.
@@ -104,7 +181,7 @@ pub fn jobs_with_key(key: &str) -> i64 {
 const TABLES: [(&str, &str); 4] = [
     ("jobs", "id"),
     ("attempts", "id"),
-    ("job_events", "seq"),
+    ("job_events", "seq, job_id"),
     ("certifications", "provider, kind, contract_version"),
 ];
 

@@ -22,11 +22,16 @@ pub struct RoundTrips {
     pub complete: u32,
 }
 
-/// N from a `Server-Timing` value `d1;dur=…;desc="round trips=N"`.
+/// The round trips of a `Server-Timing` value: N of `d1;dur=…;desc="round trips=N"`,
+/// or the sum over its metrics when the Worker is sharded (one per shard called,
+/// `s8.3;dur=…;desc="round trips=N"`).
 pub fn server_timing_round_trips(value: &str) -> Option<u32> {
-    let (_, rest) = value.split_once("round trips=")?;
-    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-    digits.parse().ok()
+    let mut total = None;
+    for part in value.split("round trips=").skip(1) {
+        let digits: String = part.chars().take_while(char::is_ascii_digit).collect();
+        *total.get_or_insert(0) += digits.parse::<u32>().ok()?;
+    }
+    total
 }
 
 /// Creates one job (as owner `probe-<random>`), replays it, waits for it to succeed,

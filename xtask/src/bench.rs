@@ -13,7 +13,7 @@
 //! ratios.
 
 use crate::load::{self, Outcome, Spec};
-use crate::test_worker::{Launch, TestWorker};
+use crate::test_worker::{Launch, StoreKind, TestWorker};
 use crate::tools::{self, Tools};
 use crate::wrangler::{self, DevOptions, Wrangler, BASELINE, EDGE};
 use anyhow::{bail, Context, Result};
@@ -211,6 +211,8 @@ pub(crate) fn run(tools: &Tools, plan: &Plan) -> Result<Value> {
 fn start(tools: &Tools, root: &Path, seed: Option<&Path>) -> Result<Servers> {
     let no_consumer = without_consumer(root)?;
     let launch = |persist_from, config: Option<&PathBuf>| Launch {
+        store: StoreKind::D1,
+        extra_vars: Vec::new(),
         log_level: Some("error"),
         test_vars: false,
         persist_from,
@@ -268,7 +270,7 @@ fn start(tools: &Tools, root: &Path, seed: Option<&Path>) -> Result<Servers> {
 
 /// The root wrangler.toml without its queue consumer and cron, and with no rate limit
 /// that a load of one owner would reach, in `target/xtask/wrangler-no-consumer.toml`.
-fn without_consumer(root: &Path) -> Result<PathBuf> {
+pub(crate) fn without_consumer(root: &Path) -> Result<PathBuf> {
     wrangler::derived_config(root, "wrangler-no-consumer.toml", |config| {
         config.remove("triggers");
         if let Some(toml::Value::Table(queues)) = config.get_mut("queues") {
@@ -279,7 +281,7 @@ fn without_consumer(root: &Path) -> Result<PathBuf> {
 }
 
 /// Creates the job that replay and read use: its id and ETag.
-fn one_job(url: &str, token: &str) -> Result<(String, String)> {
+pub(crate) fn one_job(url: &str, token: &str) -> Result<(String, String)> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -470,7 +472,7 @@ fn end_to_end(servers: &Servers, plan: &Plan) -> Result<Value> {
 /// D1 round trips of one dispatch, from the `dispatched` line the consumer logs (which
 /// `--log-level error` hides): a short-lived Worker at the default log level, one job.
 fn dispatch_round_trips(tools: &Tools, root: &Path) -> Result<Value> {
-    let worker = TestWorker::start(tools, root)?;
+    let worker = TestWorker::start(tools, root, StoreKind::D1)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -819,7 +821,7 @@ fn print(results: &Value) {
 }
 
 /// `date -u`, for the report's heading.
-fn today() -> String {
+pub(crate) fn today() -> String {
     std::process::Command::new("date")
         .args(["-u", "+%Y-%m-%d %H:%M UTC"])
         .output()

@@ -11,6 +11,7 @@
 //! It lives in xtask because it owns the Worker's processes. Its figures go to
 //! `target/reliability/crashes.json` like the other suites'.
 
+use crate::test_worker::StoreKind;
 use crate::tools::Tools;
 use crate::wrangler::{self, DevOptions, Wrangler};
 use anyhow::{Context, Result};
@@ -44,7 +45,7 @@ fn start(
     root: &Path,
     persist: &Path,
     vars: &[(String, String)],
-    life: usize,
+    life: &str,
 ) -> Result<Wrangler> {
     let port = wrangler::free_port()?;
     Wrangler::start(
@@ -61,9 +62,9 @@ fn start(
 }
 
 /// One run of the suite; writes its figures and fails on any violation.
-pub(crate) fn run(tools: &Tools, root: &Path, reports: &Path) -> Result<()> {
+pub(crate) fn run(tools: &Tools, root: &Path, reports: &Path, store: StoreKind) -> Result<()> {
     let started = Instant::now();
-    let persist = root.join("target/xtask/crash-d1");
+    let persist = root.join(format!("target/xtask/crash-{}", store.name()));
     let _ = std::fs::remove_dir_all(&persist);
     wrangler::migrate(tools, &persist, true)?;
     let secret = crate::tools::random_secret()?;
@@ -83,12 +84,27 @@ pub(crate) fn run(tools: &Tools, root: &Path, reports: &Path) -> Result<()> {
         ("RECONCILE_STARTING_AFTER_MS".into(), "1000".into()),
         ("RECONCILE_LOST_GRACE_MS".into(), "1000".into()),
     ];
+    // Sharded, nothing but the shards' own alarms reconciles (the cron has nothing to
+    // do): every second here, so that `settle` sees them finish the work.
+    let mut vars = vars;
+    vars.extend(
+        store
+            .vars()
+            .into_iter()
+            .filter(|(name, _)| name != "RECONCILE_EVERY_MS"),
+    );
+    if store == StoreKind::Durable {
+        vars.push(("RECONCILE_EVERY_MS".into(), "1000".into()));
+    }
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(7)
         | 1;
-    eprintln!("xtask: crash suite: {CRASHES} crashes (seed {seed})");
+    eprintln!(
+        "xtask: crash suite on {}: {CRASHES} crashes (seed {seed})",
+        store.name()
+    );
     let mut rng = Rng(seed);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -100,7 +116,13 @@ pub(crate) fn run(tools: &Tools, root: &Path, reports: &Path) -> Result<()> {
     let mut kills_mid_dispatch = 0usize;
 
     for life in 0..=CRASHES {
-        let worker = start(tools, root, &persist, &vars, life)?;
+        let worker = start(
+            tools,
+            root,
+            &persist,
+            &vars,
+            &format!("{}-{life}", store.name()),
+        )?;
         let api = Api {
             base: worker.url.clone(),
             secret: secret.clone(),
@@ -270,7 +292,8 @@ pub(crate) fn run(tools: &Tools, root: &Path, reports: &Path) -> Result<()> {
 }
 
 /// Runs the reconciler until no attempt is `starting` or `running` (at most 60 s): lost
-/// dispatches are sent again, dead dispatchers are found.
+/// dispatches are sent again, dead dispatchers are found. Sharded, the cron does nothing
+/// and the shards' alarms do the same work on their own.
 async fn settle(api: &Api, persist: &Path, created: &[String]) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {

@@ -44,12 +44,24 @@ pub(crate) fn run(flags: &crate::Dev) -> Result<()> {
     onceclick_tests::mock::spawn(DEV_MOCK_PORT).with_context(|| {
         format!("starting the mock provider on 127.0.0.1:{DEV_MOCK_PORT} (is the port taken?)")
     })?;
+    // `--store durable`: the same, with jobs in 8 Durable Object shards (their alarms
+    // reconcile every minute, as deployed).
+    let vars = match crate::test_worker::StoreKind::parse(flags.store.as_deref())? {
+        Some(crate::test_worker::StoreKind::Durable) => vec![
+            ("STORE".to_owned(), "durable".to_owned()),
+            (
+                "SHARDS".to_owned(),
+                crate::test_worker::TEST_SHARDS.to_string(),
+            ),
+        ],
+        _ => Vec::new(),
+    };
     let server = Wrangler::start(
         &tools,
         DevOptions {
             port,
             persist,
-            vars: Vec::new(),
+            vars,
             log: None,
             config: None,
             log_level: None,

@@ -2,19 +2,23 @@
 //!
 //! - `dev [--port N]`: install what is missing, build, migrate the local D1, start
 //!   `wrangler dev` on 127.0.0.1, print the URL and a ready token (`dev.rs`).
-//! - `test [--browser] [--e2e] [--soak] [--only NAME]` (`test.rs`): the same bootstrap,
+//! - `test [--browser] [--e2e] [--soak] [--only NAME[,NAME…]] [--store d1|durable]`
+//!   (`test.rs`): the same bootstrap,
 //!   then lint, unit tests, `wrangler deploy --dry-run`, the SDK's browser tests, the
 //!   demo page's end-to-end tests (`e2e.rs`) and the integration tests against a fresh
 //!   `wrangler dev` on a free port (`test_worker.rs`), then schemathesis and the crash
 //!   suite; `--browser` runs only the SDK's browser tests, `--e2e` only the end-to-end
 //!   tests (both flags: both), `--only NAME` only `tests/tests/NAME.rs`, `--soak` the
-//!   heavy reliability variants (see RELIABILITY.md).
+//!   heavy reliability variants (see RELIABILITY.md). The integration and crash suites
+//!   run on D1, then on 8 Durable Object shards; `--store` picks one.
 //! - `token --owner NAME [--admin] [--ttl SECONDS]`: a bearer token for the local secret.
 //! - `build-edge`: build the Worker (wrangler's `[build] command`).
 //! - `sdk`: build the npm package `onceclick` (web and bundler) and print its gzip size;
 //!   fails over its budget.
 //! - `bench`: onceclick against a baseline Worker in one run (`bench.rs`); writes
 //!   BENCHMARKS.md and bench/results.json. `load` is its load generator (`load.rs`).
+//!   `bench --store durable`: one shard against one D1 (`bench_durable.rs`), written to
+//!   bench/durable.json.
 //! - `lint`: `cargo fmt --check` and clippy (`-D warnings`) on every crate.
 //! - `certify --provider NAME [--url URL]`: prompt sizes against `max_prompt_tokens`,
 //!   then certification on a running Worker (default: the one `dev` serves).
@@ -23,6 +27,7 @@
 //! is an error. `cargo xtask --help` prints every command with its flags.
 
 mod bench;
+mod bench_durable;
 mod bench_report;
 mod certify;
 mod crashes;
@@ -41,7 +46,7 @@ use std::ffi::OsString;
 use tools::{project_root, Tools};
 
 /// Printed after every parse error; `usage_says_what_parses` keeps it true to the grammar.
-const USAGE: &str = "usage: cargo xtask <dev [--port N] | test [--browser] [--e2e] [--soak] [--only NAME] | token --owner NAME [--admin] [--ttl SECONDS] | build-edge | lint | sdk | bench | load | certify --provider NAME [--url URL]>";
+const USAGE: &str = "usage: cargo xtask <dev [--port N] [--store durable] | test [--browser] [--e2e] [--soak] [--only NAME] [--store d1|durable] | token --owner NAME [--admin] [--ttl SECONDS] | build-edge | lint | sdk | bench [--store durable] | load | certify --provider NAME [--url URL]>";
 
 // One struct per command with its own flags, and `XtaskCmd`, the enum of them: generated
 // below from this grammar by `UPDATE_XFLAGS=1 cargo build -p xtask`.
@@ -53,6 +58,8 @@ xflags::xflags! {
         cmd dev {
             /// The port `wrangler dev` serves on (default 8787).
             optional --port port: u16
+            /// `durable`: jobs in 8 Durable Object shards instead of D1.
+            optional --store store: String
         }
         /// Every test: lint, unit, deploy dry-run, browser, integration, crashes.
         cmd test {
@@ -64,6 +71,8 @@ xflags::xflags! {
             optional --soak
             /// Only the integration test binary `tests/tests/NAME.rs`.
             optional --only name: String
+            /// Only against this store: `d1` or `durable` (default: both, in turn).
+            optional --store store: String
         }
         /// A bearer token signed with the secret in `.dev.vars`.
         cmd token {
@@ -81,7 +90,10 @@ xflags::xflags! {
         /// Build the npm package `onceclick` and print its gzip size; fails over its budget.
         cmd sdk {}
         /// onceclick against a baseline Worker; writes BENCHMARKS.md.
-        cmd bench {}
+        cmd bench {
+            /// `durable`: one shard against one D1, side by side (SCALING.md).
+            optional --store store: String
+        }
         /// The bench's load generator: a spec on stdin, figures on stdout.
         cmd load {}
         /// Prompt sizes, then certification of a provider on a running Worker.
@@ -118,6 +130,7 @@ pub enum XtaskCmd {
 #[derive(Debug)]
 pub struct Dev {
     pub port: Option<u16>,
+    pub store: Option<String>,
 }
 
 #[derive(Debug)]
@@ -126,6 +139,7 @@ pub struct Test {
     pub e2e: bool,
     pub soak: bool,
     pub only: Option<String>,
+    pub store: Option<String>,
 }
 
 #[derive(Debug)]
@@ -145,7 +159,9 @@ pub struct Lint;
 pub struct Sdk;
 
 #[derive(Debug)]
-pub struct Bench;
+pub struct Bench {
+    pub store: Option<String>,
+}
 
 #[derive(Debug)]
 pub struct Load;
@@ -206,7 +222,12 @@ fn real_main() -> Result<()> {
         XtaskCmd::BuildEdge(_) => wrangler::build_edge(&Tools::bootstrap()?),
         XtaskCmd::Lint(_) => test::lint(&project_root()),
         XtaskCmd::Sdk(_) => sdk::build(&Tools::bootstrap()?),
-        XtaskCmd::Bench(_) => bench::run(&Tools::bootstrap()?, &bench::FULL).map(drop),
+        XtaskCmd::Bench(flags) => match test_worker::StoreKind::parse(flags.store.as_deref())? {
+            Some(test_worker::StoreKind::Durable) => {
+                bench_durable::run(&Tools::bootstrap()?).map(drop)
+            }
+            _ => bench::run(&Tools::bootstrap()?, &bench::FULL).map(drop),
+        },
         XtaskCmd::Load(_) => load::main(),
         XtaskCmd::Certify(flags) => {
             let root = project_root();
@@ -258,7 +279,10 @@ mod tests {
         assert!(matches!(
             parse_str("dev --port 9000"),
             Ok(Xtask {
-                subcommand: XtaskCmd::Dev(Dev { port: Some(9000) })
+                subcommand: XtaskCmd::Dev(Dev {
+                    port: Some(9000),
+                    store: None
+                })
             })
         ));
     }

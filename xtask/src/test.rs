@@ -3,7 +3,7 @@
 //! a fresh test Worker, schemathesis and the crash suite, then one line per reliability
 //! suite.
 
-use crate::test_worker::TestWorker;
+use crate::test_worker::{StoreKind, TestWorker};
 use crate::tools::{self, project_root, run, Tools};
 use crate::{bench, crashes, e2e, example, sdk, wrangler};
 use anyhow::{bail, Context, Result};
@@ -69,7 +69,12 @@ pub(crate) fn suites(flags: &crate::Test) -> Result<()> {
         return Ok(());
     }
 
-    let worker = TestWorker::start(&tools, &root)?;
+    // `--store`: one store; by default both, D1 first (the browser tests use its Worker).
+    let stores = match StoreKind::parse(flags.store.as_deref())? {
+        Some(store) => vec![store],
+        None => vec![StoreKind::D1, StoreKind::Durable],
+    };
+    let worker = TestWorker::start(&tools, &root, stores[0])?;
 
     if run_browser {
         // Known flake, being chased: about one run in ten, one browser test never
@@ -89,57 +94,16 @@ pub(crate) fn suites(flags: &crate::Test) -> Result<()> {
     if some_only {
         return Ok(());
     }
-    let TestWorker {
-        server,
-        secret,
-        persist,
-        mock_port,
-        log,
-        idp_url,
-    } = worker;
-    let mock_url = format!("http://127.0.0.1:{mock_port}");
-
-    eprintln!("xtask: integration tests against {}", server.url);
     let reports = root.join("target/reliability");
     let _ = std::fs::remove_dir_all(&reports);
-    let mut cargo = Command::new("cargo");
-    cargo.args(["test", "-p", "onceclick-tests"]);
-    match &only {
-        Some(name) => cargo.args(["--test", name]),
-        None => cargo.arg("--tests"),
-    };
-    let status = cargo
-        .env("ONCECLICK_URL", &server.url)
-        .env("ONCECLICK_AUTH_SECRET", &secret)
-        .env("ONCECLICK_D1_DIR", &persist)
-        .env("ONCECLICK_MOCK_URL", &mock_url)
-        .env("ONCECLICK_IDP_URL", idp_url.unwrap_or_default())
-        .env("ONCECLICK_JWT_ISSUER", crate::test_worker::TEST_ISSUER)
-        .env("ONCECLICK_JWT_AUDIENCE", crate::test_worker::TEST_AUDIENCE)
-        .env("ONCECLICK_WRANGLER_LOG", &log)
-        .env("ONCECLICK_REPORT_DIR", &reports)
-        .env("ONCECLICK_SOAK", if soak { "1" } else { "0" })
-        // schema_equivalence: the Worker's JSON Schema glue, bundled and run as it is there.
-        .env("ONCECLICK_NODE", tools.node_modules.join(".bin/node"))
-        .env("ONCECLICK_ESBUILD", tools.node_modules.join(".bin/esbuild"))
-        .env("ONCECLICK_NODE_PATH", &tools.node_modules)
-        .current_dir(&root)
-        .status()?;
-    let conformance = match &only {
-        Some(_) => Ok(()),
-        None => conformance(&root, &server.url, &secret, &reports),
-    };
-    drop(server);
-    if !status.success() {
-        print_reliability(&reports);
-        bail!("integration tests failed");
+    let mut worker = Some(worker);
+    for store in stores {
+        let worker = match worker.take() {
+            Some(worker) => worker,
+            None => TestWorker::start(&tools, &root, store)?,
+        };
+        integration(&tools, &root, worker, store, &only, soak, &reports)?;
     }
-    let crashed = match &only {
-        Some(_) => Ok(()),
-        None => crashes::run(&tools, &root, &reports),
-    };
-    print_reliability(&reports);
-    conformance.and(crashed)?;
     // About 20 s of load against the baseline: ratios printed, never asserted (timing
     // on a shared machine is noise). The deterministic part, D1 round trips, is
     // asserted by `tests/budgets.rs`; the sizes above.
@@ -152,14 +116,91 @@ pub(crate) fn suites(flags: &crate::Test) -> Result<()> {
     }
 }
 
+/// The integration suite against `worker` on `store`, then (on a full run) the crash
+/// suite on the same store, and schemathesis on D1. Each store's reliability figures go
+/// to `reports/<store>/`.
+fn integration(
+    tools: &Tools,
+    root: &Path,
+    worker: TestWorker,
+    store: StoreKind,
+    only: &Option<String>,
+    soak: bool,
+    reports: &Path,
+) -> Result<()> {
+    let TestWorker {
+        server,
+        secret,
+        persist,
+        mock_port,
+        log,
+        idp_url,
+    } = worker;
+    let mock_url = format!("http://127.0.0.1:{mock_port}");
+    let reports = reports.join(store.name());
+    eprintln!(
+        "xtask: integration tests against {} on {}",
+        server.url,
+        store.name()
+    );
+    let mut cargo = Command::new("cargo");
+    cargo.args(["test", "-p", "onceclick-tests"]);
+    match only {
+        // `--only a,b`: several test binaries.
+        Some(names) => names
+            .split(',')
+            .fold(&mut cargo, |c, name| c.args(["--test", name])),
+        None => cargo.arg("--tests"),
+    };
+    let status = cargo
+        .env("ONCECLICK_URL", &server.url)
+        .env("ONCECLICK_AUTH_SECRET", &secret)
+        .env("ONCECLICK_D1_DIR", &persist)
+        .env("ONCECLICK_STORE", store.name())
+        .env("ONCECLICK_MOCK_URL", &mock_url)
+        .env("ONCECLICK_IDP_URL", idp_url.unwrap_or_default())
+        .env("ONCECLICK_JWT_ISSUER", crate::test_worker::TEST_ISSUER)
+        .env("ONCECLICK_JWT_AUDIENCE", crate::test_worker::TEST_AUDIENCE)
+        .env("ONCECLICK_WRANGLER_LOG", &log)
+        .env("ONCECLICK_REPORT_DIR", &reports)
+        .env("ONCECLICK_SOAK", if soak { "1" } else { "0" })
+        // schema_equivalence: the Worker's JSON Schema glue, bundled and run as it is there.
+        .env("ONCECLICK_NODE", tools.node_modules.join(".bin/node"))
+        .env("ONCECLICK_ESBUILD", tools.node_modules.join(".bin/esbuild"))
+        .env("ONCECLICK_NODE_PATH", &tools.node_modules)
+        .current_dir(root)
+        .status()?;
+    // schemathesis checks the HTTP contract, which does not depend on the store.
+    let conformance = match (only, store) {
+        (None, StoreKind::D1) => conformance(root, &server.url, &secret, &reports),
+        _ => Ok(()),
+    };
+    drop(server);
+    if !status.success() {
+        print_reliability(&reports);
+        bail!("integration tests failed on {}", store.name());
+    }
+    let crashed = match only {
+        Some(_) => Ok(()),
+        None => crashes::run(tools, root, &reports, store),
+    };
+    print_reliability(&reports);
+    conformance.and(crashed)
+}
+
 /// gzip bytes of the Worker as `wrangler deploy` bundles it (wasm plus JS): 289,213 B
 /// when set (300 KiB), against issue 11's target of 400 KB; raised to 320 KiB for issue
-/// 14's operations (lists, figures, the rate limit, JWKS verification: 318,412 B).
+/// 14's operations (lists, figures, the rate limit, JWKS verification: 318,412 B); raised
+/// to 352 KiB for issue 13's second store (about 354,000 B): the `Shard` Durable Object
+/// class and its glue, the migration files compiled in for the shards (about 5 KB), the
+/// routing and the fan-out. Trimmed on the way: only `fetch` and `alarm` bound on the
+/// class (-3 KB), rows read through the same `serde_wasm_bindgen` code as D1's rather
+/// than through `serde_json::Value` (-13 KB), the stub called without `RequestInit`.
 /// Lowered as the Worker shrinks (BENCHMARKS.md), so that it cannot grow back unnoticed:
 /// the `url` crate, for one, would add about 75 KB with its IDNA tables (`req.url()`,
 /// `worker::Url`: use `http::query` and `Request::new`), and boon in the wasm
 /// about 475 KB.
-const WORKER_BUDGET: usize = 320 * 1024;
+const WORKER_BUDGET: usize = 352 * 1024;
 
 /// Fails when `bytes` is over `limit`.
 fn budget(what: &str, bytes: usize, limit: usize) -> Result<()> {

@@ -31,8 +31,58 @@ pub(crate) struct TestWorker {
 pub(crate) const TEST_ISSUER: &str = "https://idp.onceclick.test";
 pub(crate) const TEST_AUDIENCE: &str = "onceclick-tests";
 
+/// Which store the Worker runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum StoreKind {
+    /// Every job in the local D1 database (the default).
+    D1,
+    /// Jobs in [`TEST_SHARDS`] Durable Objects with SQLite storage (`STORE=durable`).
+    Durable,
+}
+
+/// Shards of the sharded test Worker: enough that jobs spread over many, and the
+/// fan-out reads (lists, figures, certifications) cross several.
+pub(crate) const TEST_SHARDS: u32 = 8;
+
+impl StoreKind {
+    /// `--store d1|durable`.
+    pub(crate) fn parse(flag: Option<&str>) -> anyhow::Result<Option<Self>> {
+        match flag {
+            None => Ok(None),
+            Some("d1") => Ok(Some(StoreKind::D1)),
+            Some("durable") => Ok(Some(StoreKind::Durable)),
+            Some(other) => anyhow::bail!("--store {other}: use d1 or durable"),
+        }
+    }
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            StoreKind::D1 => "d1",
+            StoreKind::Durable => "durable",
+        }
+    }
+
+    /// The vars that pick it. Sharded, the shards' own alarms are set an hour out, so
+    /// that the tests decide when a pass runs (`POST /v1/_reconcile`); one test moves
+    /// the alarms close and watches them run.
+    pub(crate) fn vars(self) -> Vec<(String, String)> {
+        match self {
+            StoreKind::D1 => vec![("STORE".into(), "d1".into())],
+            StoreKind::Durable => vec![
+                ("STORE".into(), "durable".into()),
+                ("SHARDS".into(), TEST_SHARDS.to_string()),
+                ("RECONCILE_EVERY_MS".into(), "3600000".into()),
+            ],
+        }
+    }
+}
+
 /// How a [`TestWorker`] differs between the tests and the bench.
 pub(crate) struct Launch<'a> {
+    /// The store it runs on.
+    pub(crate) store: StoreKind,
+    /// Vars set last, over the store's own (the bench's `SHARDS`).
+    pub(crate) extra_vars: Vec<(String, String)>,
     /// `wrangler dev --log-level` (see `DevOptions::log_level`).
     pub(crate) log_level: Option<&'static str>,
     /// The tests' extras: fault injection, a quick reconciler, small purge chunks.
@@ -51,6 +101,8 @@ impl Launch<'_> {
     /// `provider_timeout_ms`.
     fn for_tests(provider_timeout_ms: u64) -> Self {
         Launch {
+            store: StoreKind::D1,
+            extra_vars: Vec::new(),
             log_level: None,
             test_vars: true,
             persist_from: None,
@@ -63,8 +115,9 @@ impl Launch<'_> {
 impl TestWorker {
     /// The Worker as the integration tests run it: with no rate limit one owner's
     /// storm would reach ([`wrangler::unlimited_config`]).
-    pub(crate) fn start(tools: &Tools, root: &Path) -> Result<Self> {
+    pub(crate) fn start(tools: &Tools, root: &Path, store: StoreKind) -> Result<Self> {
         let mut how = Launch::for_tests(TEST_TIMEOUT_MS);
+        how.store = store;
         how.config = Some(wrangler::unlimited_config(root)?);
         Self::launch(tools, root, &how)
     }
@@ -102,6 +155,13 @@ impl TestWorker {
             ),
             ("FALLBACK_API_KEY".into(), "test-key".into()),
         ];
+        vars.extend(
+            how.store
+                .vars()
+                .into_iter()
+                .filter(|(name, _)| how.extra_vars.iter().all(|(n, _)| n != name)),
+        );
+        vars.extend(how.extra_vars.iter().cloned());
         let mut idp_url = None;
         if how.test_vars {
             vars.extend([

@@ -2,7 +2,8 @@
 //! a job's first (the fallback button, a hedge, a failover).
 
 use super::{
-    changes, first_row, js, js_flag, js_num, js_opt, json_text, sql, DocRow, Store, StoredJob,
+    changes, first_row, js, js_flag, js_num, js_opt, json_text, sql, DocRow, Route, Stmt, Store,
+    StoredJob,
 };
 use crate::error::{ApiResult, AppError};
 use onceclick_protocol::{AttemptError, AttemptState, JobStatus};
@@ -178,10 +179,13 @@ impl Store {
             request_fingerprint: Option<String>,
         }
         let stmt = self.stmt(sql::ATTEMPT_BY_REQUEST, &[js(job_id), js(owner), js(key)])?;
-        self.timed("attempt_by_request", stmt.first::<Row>(None))
-            .await?
-            .map(|r| Ok((r.doc.stored()?, r.attempt_id, r.request_fingerprint)))
-            .transpose()
+        first_row::<Row>(
+            &self
+                .one("attempt_by_request", Route::Id(job_id), stmt)
+                .await?,
+        )?
+        .map(|r| Ok((r.doc.stored()?, r.attempt_id, r.request_fingerprint)))
+        .transpose()
     }
 
     /// The job an attempt belongs to, for admin calls that name only the attempt.
@@ -195,10 +199,10 @@ impl Store {
             state: AttemptState,
         }
         let stmt = self.stmt(sql::ATTEMPT_JOB, &[js(attempt_id)])?;
-        Ok(self
-            .timed("attempt_job", stmt.first::<Row>(None))
-            .await?
-            .map(|r| (r.job_id, r.state)))
+        Ok(
+            first_row::<Row>(&self.one("attempt_job", Route::Id(attempt_id), stmt).await?)?
+                .map(|r| (r.job_id, r.state)),
+        )
     }
 
     /// The dispatcher's claim: `starting → running` with a fresh `token`, one
@@ -211,7 +215,9 @@ impl Store {
         let claim = self.stmt(sql::CLAIM, &[js(attempt_id), js(token)])?;
         let supersede = self.stmt(sql::CLAIM_SUPERSEDE, &[js(attempt_id), js(token)])?;
         let read = self.stmt(sql::CLAIMED, &[js(attempt_id)])?;
-        let [_, _, read] = self.batch("claim", [claim, supersede, read]).await?;
+        let [_, _, read] = self
+            .batch("claim", Route::Id(attempt_id), [claim, supersede, read])
+            .await?;
         Ok(match first_row::<AttemptRow>(&read)? {
             None => Claim::Missing,
             Some(row)
@@ -255,7 +261,8 @@ impl Store {
                 js_opt(error.as_deref()),
             ],
         )?;
-        self.changed_one("move_attempt", stmt).await
+        self.changed_one("move_attempt", Route::Id(attempt_id), stmt)
+            .await
     }
 
     /// Offers `output` as the result of `attempt_id` (see [`Offer`] for who may). One
@@ -302,7 +309,11 @@ impl Store {
             completed_by: Option<String>,
         }
         let [_, _, settle, _, read] = self
-            .batch("complete", [cas, supersede_starting, settle, discard, read])
+            .batch(
+                "complete",
+                Route::Id(job_id),
+                [cas, supersede_starting, settle, discard, read],
+            )
             .await?;
         let row = first_row::<Row>(&read)?
             .ok_or_else(|| AppError::internal("complete: the attempt vanished"))?;
@@ -327,11 +338,7 @@ impl Store {
     /// the job has not finished, the provider is the job's first or certified for the
     /// kind at `a.contract_version` with its current `a.provider_digest`, and `guard`
     /// holds.
-    fn next_attempt(
-        &self,
-        a: &NextAttempt<'_>,
-        guard: &Guard<'_>,
-    ) -> ApiResult<worker::D1PreparedStatement> {
+    fn next_attempt(&self, a: &NextAttempt<'_>, guard: &Guard<'_>) -> ApiResult<Stmt> {
         let (key, fingerprint) = a.request.unzip();
         let mut params = vec![
             js(a.new_id),
@@ -376,7 +383,9 @@ impl Store {
                 js(r.provider_digest),
             ],
         )?;
-        let [_, read] = self.batch("insert_attempt", [insert, read]).await?;
+        let [_, read] = self
+            .batch("insert_attempt", Route::Id(r.job_id), [insert, read])
+            .await?;
         let Some(row) = first_row::<NewAttemptRow>(&read)? else {
             return Ok(NewAttemptOutcome::NotFound);
         };
@@ -420,7 +429,8 @@ impl Store {
         running_id: &str,
     ) -> ApiResult<bool> {
         let stmt = self.next_attempt(hedge, &Guard::Hedge { running_id })?;
-        self.changed_one("insert_hedge", stmt).await
+        self.changed_one("insert_hedge", Route::Id(hedge.job_id), stmt)
+            .await
     }
 
     /// The automatic failover after `failed_id` failed retryably: a new attempt,
@@ -438,6 +448,7 @@ impl Store {
             max_attempts,
         };
         let stmt = self.next_attempt(next, &guard)?;
-        self.changed_one("insert_failover", stmt).await
+        self.changed_one("insert_failover", Route::Id(next.job_id), stmt)
+            .await
     }
 }

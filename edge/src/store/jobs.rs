@@ -1,6 +1,6 @@
 //! Jobs: create-or-return, reads, the event log and cancel.
 
-use super::{first_row, js, js_opt, json_text, sql, DocRow, Store, StoredJob};
+use super::{first_row, js, js_opt, json_text, sql, DocRow, Route, Store, StoredJob};
 use crate::error::{ApiResult, AppError};
 use onceclick_protocol::{Event, EventType};
 use serde::Deserialize;
@@ -35,7 +35,24 @@ impl Store {
     /// whether a replay asked for the same thing. The `job_created` and
     /// `attempt_started` events are written by triggers; a replay or a conflict is
     /// counted for `GET /v1/stats` by the batch's last statement.
+    ///
+    /// A sharded deployment that keeps the database it moved from asks it first, one
+    /// read: a key bound there is answered from there (no new create reaches that
+    /// database, so what it holds cannot change under this read).
     pub(crate) async fn create_or_get_job(&self, new: &NewJob<'_>) -> ApiResult<StoredJob> {
+        if self.has_previous() {
+            let params = [js(new.owner), js(new.key)];
+            let before = self
+                .read_job("job_by_key_before", Route::Before, sql::JOB_BY_KEY, &params)
+                .await?;
+            if let Some(found) = before {
+                return Ok(found);
+            }
+        }
+        let route = Route::Key {
+            owner: new.owner,
+            key: new.key,
+        };
         let insert_job = self.stmt(
             sql::INSERT_JOB,
             &[
@@ -65,6 +82,7 @@ impl Store {
         let [_, _, read, _] = self
             .batch(
                 "create_or_get_job",
+                route,
                 [insert_job, insert_attempt, read, count],
             )
             .await?;
@@ -76,14 +94,33 @@ impl Store {
     /// The job that (owner, key) is bound to, if any: how a request that no longer
     /// validates (a kind or provider removed since) is still answered with its replay.
     pub(crate) async fn job_by_key(&self, owner: &str, key: &str) -> ApiResult<Option<StoredJob>> {
-        self.read_job("job_by_key", sql::JOB_BY_KEY, &[js(owner), js(key)])
-            .await
+        let params = [js(owner), js(key)];
+        if self.has_previous() {
+            let before = self
+                .read_job("job_by_key_before", Route::Before, sql::JOB_BY_KEY, &params)
+                .await?;
+            if before.is_some() {
+                return Ok(before);
+            }
+        }
+        self.read_job(
+            "job_by_key",
+            Route::Key { owner, key },
+            sql::JOB_BY_KEY,
+            &params,
+        )
+        .await
     }
 
     /// The job `id` if `owner` owns it (any owner for `None`). One round trip.
     pub(crate) async fn job(&self, owner: Option<&str>, id: &str) -> ApiResult<Option<StoredJob>> {
-        self.read_job("job", sql::JOB_BY_ID, &[js(id), js_opt(owner)])
-            .await
+        self.read_job(
+            "job",
+            Route::Id(id),
+            sql::JOB_BY_ID,
+            &[js(id), js_opt(owner)],
+        )
+        .await
     }
 
     /// The event log of job `id` if `owner` owns it, oldest first. `None` when the job
@@ -91,7 +128,7 @@ impl Store {
     pub(crate) async fn events(&self, owner: &str, id: &str) -> ApiResult<Option<Vec<Event>>> {
         let stmt = self.stmt(sql::EVENTS, &[js(id), js(owner)])?;
         let rows = self
-            .timed("events", stmt.all())
+            .one("events", Route::Id(id), stmt)
             .await?
             .results::<EventRow>()?;
         if rows.is_empty() {
@@ -132,7 +169,7 @@ impl Store {
                 js(&json_text(details)?),
             ],
         )?;
-        self.timed("log_event", stmt.run()).await?;
+        self.one("log_event", Route::Id(job_id), stmt).await?;
         Ok(())
     }
 
@@ -149,7 +186,9 @@ impl Store {
         let log = self.stmt(sql::LOG_CANCELLED, &[js(job_id)])?;
         let attempts = self.stmt(sql::CANCEL_ATTEMPTS, &[js(job_id)])?;
         let read = self.stmt(sql::JOB_BY_ID, &[js(job_id), js_opt(owner)])?;
-        let [_, _, _, read] = self.batch("cancel", [cancel, log, attempts, read]).await?;
+        let [_, _, _, read] = self
+            .batch("cancel", Route::Id(job_id), [cancel, log, attempts, read])
+            .await?;
         first_row::<DocRow>(&read)?.map(DocRow::stored).transpose()
     }
 }

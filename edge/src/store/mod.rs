@@ -22,21 +22,30 @@ pub(crate) use jobs::NewJob;
 pub(crate) use lists::{AttemptFilter, JobFilter, Page, StatRow};
 pub(crate) use reconciler::ReconcileRule;
 
+mod backend;
+
+pub(crate) use backend::{Local, Route, WireBatch};
+
 use crate::clock;
 use crate::error::{ApiResult, AppError};
 use crate::fault::{Fault, When};
+use backend::{Backend, Target};
+use futures_util::future::LocalBoxFuture;
 use onceclick_protocol::Job;
 use serde::Deserialize;
 use serde_json::Value;
 use std::cell::{Cell, RefCell};
 use wasm_bindgen::JsValue;
-use worker::{D1Database, D1PreparedStatement, D1Result};
+use worker::{D1Database, D1Result};
 
-/// D1 plus a count of the round trips made and the time they took, for `Server-Timing`.
+/// The store: one D1 database, or the shards (Durable Objects with SQLite storage), or
+/// (inside a shard) that shard's own SQLite. It counts the round trips made and their
+/// time per database or shard, for `Server-Timing`.
 pub(crate) struct Store {
-    db: D1Database,
+    backend: Backend,
     round_trips: Cell<u32>,
-    millis: Cell<f64>,
+    /// Round trips and milliseconds per database or shard, in the order first used.
+    timing: RefCell<Vec<(String, u32, f64)>>,
     /// Test-only faults still armed (see `fault.rs`), and what they belong to (the
     /// request's path, or the dispatched attempt) for the `fault_fired` log line.
     faults: RefCell<Vec<Fault>>,
@@ -74,6 +83,39 @@ impl DocRow {
     }
 }
 
+/// One statement of [`sql`] with its parameters (text, numbers or null, bound `?1`…).
+pub(crate) struct Stmt {
+    pub(crate) sql: &'static str,
+    pub(crate) params: Vec<JsValue>,
+}
+
+/// What one statement returned, from D1 or from a shard's SQLite.
+pub(crate) enum Rows {
+    D1(D1Result),
+    /// Row objects as a shard's SQLite gave them: read with the same
+    /// `serde_wasm_bindgen` code as D1's rows, so each row type is compiled in once.
+    Js(worker::js_sys::Array),
+}
+
+impl Rows {
+    fn results<T: serde::de::DeserializeOwned>(&self) -> ApiResult<Vec<T>> {
+        match self {
+            Rows::D1(result) => Ok(result.results::<T>()?),
+            Rows::Js(rows) => rows
+                .iter()
+                .map(|row| serde_wasm_bindgen::from_value::<T>(row).map_err(AppError::internal))
+                .collect(),
+        }
+    }
+
+    fn len(&self) -> ApiResult<usize> {
+        match self {
+            Rows::D1(result) => Ok(result.results::<Value>()?.len()),
+            Rows::Js(rows) => Ok(rows.length() as usize),
+        }
+    }
+}
+
 fn js(s: &str) -> JsValue {
     JsValue::from_str(s)
 }
@@ -93,12 +135,12 @@ fn js_flag(b: bool) -> JsValue {
 /// How many rows a conditional write changed. Every such statement ends in
 /// `RETURNING id`: SQLite returns exactly the rows it changed, which is more dependable
 /// than D1's `meta.changes` (absent from batch results under local D1).
-fn changes(result: &D1Result) -> ApiResult<usize> {
-    Ok(result.results::<Value>()?.len())
+fn changes(result: &Rows) -> ApiResult<usize> {
+    result.len()
 }
 
 /// The first row of a statement's result, if any.
-fn first_row<T: serde::de::DeserializeOwned>(result: &D1Result) -> ApiResult<Option<T>> {
+fn first_row<T: serde::de::DeserializeOwned>(result: &Rows) -> ApiResult<Option<T>> {
     Ok(result.results::<T>()?.into_iter().next())
 }
 
@@ -107,14 +149,71 @@ fn json_text(value: &impl serde::Serialize) -> ApiResult<String> {
 }
 
 impl Store {
-    pub(crate) fn new(db: D1Database) -> Self {
+    fn with_backend(backend: Backend) -> Self {
         Self {
-            db,
+            backend,
             round_trips: Cell::new(0),
-            millis: Cell::new(0.0),
+            timing: RefCell::new(Vec::new()),
             faults: RefCell::new(Vec::new()),
             fault_scope: String::new(),
         }
+    }
+
+    /// The D1 backend: every job in one database.
+    pub(crate) fn new(db: D1Database) -> Self {
+        Self::with_backend(Backend::D1(db))
+    }
+
+    /// The store this deployment is configured with (`STORE`: `d1`, the default, or
+    /// `durable`; see [`backend`]).
+    pub(crate) fn from_env(env: &worker::Env) -> ApiResult<Self> {
+        Backend::from_env(env).map(Self::with_backend)
+    }
+
+    /// Inside a shard: its own SQLite, for the shard's reconciler.
+    pub(crate) fn local(local: Local) -> Self {
+        Self::with_backend(Backend::Local(local))
+    }
+
+    /// The name of the one place this store is (`d1`, a shard's), for log lines.
+    pub(crate) fn name(&self) -> String {
+        match &self.backend {
+            Backend::D1(_) => "d1".to_owned(),
+            Backend::Local(local) => local.name.clone(),
+            Backend::Shards(_) => "shards".to_owned(),
+        }
+    }
+
+    /// True when jobs live in shards that reconcile themselves (the cron has nothing
+    /// to do but the previous layout's D1, if any).
+    pub(crate) fn is_sharded(&self) -> bool {
+        matches!(self.backend, Backend::Shards(_))
+    }
+
+    /// True when a sharded deployment keeps the D1 database (`DB`) it moved from,
+    /// still answering that database's keys and jobs.
+    pub(crate) fn has_previous(&self) -> bool {
+        matches!(&self.backend, Backend::Shards(shards) if shards.previous.is_some())
+    }
+
+    /// The shards of a sharded deployment, by object name (for the test-only
+    /// reconcile-now call).
+    pub(crate) fn shards(&self) -> Option<&backend::Shards> {
+        match &self.backend {
+            Backend::Shards(shards) => Some(shards),
+            _ => None,
+        }
+    }
+
+    /// New ids for a job of (owner, key) and its first attempt: UUIDv7 on D1; in the
+    /// shard the pair hashes to otherwise.
+    pub(crate) fn new_job_ids(&self, owner: &str, key: &str) -> (String, String) {
+        self.backend.new_ids(Route::Key { owner, key })
+    }
+
+    /// A new attempt id in the same place as the job `job_id`.
+    pub(crate) fn new_attempt_id(&self, job_id: &str) -> String {
+        self.backend.new_ids(Route::Id(job_id)).1
     }
 
     /// Arms test-only faults (see `fault.rs`) for calls made on behalf of `scope`.
@@ -140,55 +239,139 @@ impl Store {
             When::After => "committed, and its reply was lost",
         };
         Some(AppError::unavailable(format!(
-            "injected fault: the D1 call {op} {what}"
+            "injected fault: the store call {op} {what}"
         )))
     }
 
-    /// Fires the fault armed for a step that is not a D1 call (`dispatch_prepare`).
+    /// Fires the fault armed for a step that is not a store call (`dispatch_prepare`).
     pub(crate) fn fault_at(&self, op: &str) -> ApiResult<()> {
         self.fault(op, When::Before).map_or(Ok(()), Err)
     }
 
-    /// The D1 round trips made so far.
+    /// The store round trips made so far.
     pub(crate) fn round_trips(&self) -> u32 {
         self.round_trips.get()
     }
 
-    /// `Server-Timing` value: `d1;dur=…;desc="round trips=N"`.
+    /// `Server-Timing` value: one metric per database or shard called,
+    /// `d1;dur=…;desc="round trips=N"` or `s8.3;dur=…;desc="round trips=N"` (the shard's
+    /// object name); past 8 shards, their sum as `shards;dur=…;desc="round trips=N over
+    /// M shards"`. No call at all is `store;dur=0;desc="round trips=0"`.
     pub(crate) fn server_timing(&self) -> String {
-        format!(
-            "d1;dur={:.1};desc=\"round trips={}\"",
-            self.millis.get(),
-            self.round_trips.get()
-        )
+        let timing = self.timing.borrow();
+        if timing.is_empty() {
+            let name = if self.is_sharded() { "shards" } else { "d1" };
+            return format!("{name};dur=0.0;desc=\"round trips=0\"");
+        }
+        if timing.len() > 8 {
+            let trips: u32 = timing.iter().map(|t| t.1).sum();
+            let millis: f64 = timing.iter().map(|t| t.2).sum();
+            return format!(
+                "shards;dur={millis:.1};desc=\"round trips={trips} over {} shards\"",
+                timing.len()
+            );
+        }
+        timing
+            .iter()
+            .map(|(name, trips, millis)| {
+                format!("{name};dur={millis:.1};desc=\"round trips={trips}\"")
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
-    /// One D1 round trip of the store operation `op`. D1 reports `meta.duration` as 0
-    /// locally, so round trips are timed here. A D1 failure is `service_unavailable`
+    fn record(&self, target: &str, millis: f64) {
+        self.round_trips.set(self.round_trips.get() + 1);
+        let mut timing = self.timing.borrow_mut();
+        match timing.iter_mut().find(|t| t.0 == target) {
+            Some(t) => {
+                t.1 += 1;
+                t.2 += millis;
+            }
+            None => timing.push((target.to_owned(), 1, millis)),
+        }
+    }
+
+    fn stmt(&self, sql: &'static str, params: &[JsValue]) -> ApiResult<Stmt> {
+        Ok(Stmt {
+            sql,
+            params: params.to_vec(),
+        })
+    }
+
+    /// One round trip of the store operation `op` to the one place `route` names: one
+    /// D1 batch, or one transaction in one shard. A failure is `service_unavailable`
     /// (503, retryable): the database may not have seen the call, or may have committed
-    /// it and lost the reply; every write here is safe to send again.
-    async fn timed<T>(
+    /// it and lost the reply; every write here is safe to send again. A route to no
+    /// place (an id this service never made) reads as no rows, with no round trip.
+    ///
+    /// Boxed, like [`Store::call`]: every store call awaits this one future instead of
+    /// having its body (both backends') compiled into its own state machine, which
+    /// cost the Worker tens of KB of wasm.
+    fn exec<'a>(
+        &'a self,
+        op: &'a str,
+        route: Route<'a>,
+        statements: Vec<Stmt>,
+    ) -> LocalBoxFuture<'a, ApiResult<Vec<Rows>>> {
+        Box::pin(async move {
+            if let Some(fault) = self.fault(op, When::Before) {
+                return Err(fault);
+            }
+            let target = self.backend.target(route)?;
+            let out = self.call(&target, statements).await?;
+            match self.fault(op, When::After) {
+                Some(fault) => Err(fault),
+                None => Ok(out),
+            }
+        })
+    }
+
+    fn call<'a>(
+        &'a self,
+        target: &'a Target<'a>,
+        statements: Vec<Stmt>,
+    ) -> LocalBoxFuture<'a, ApiResult<Vec<Rows>>> {
+        Box::pin(async move {
+            if let Target::Nowhere = target {
+                return Ok(statements
+                    .iter()
+                    .map(|_| Rows::Js(worker::js_sys::Array::new()))
+                    .collect());
+            }
+            let start = clock::now_ms();
+            let out = target.run(statements).await;
+            self.record(&target.name(), clock::now_ms() - start);
+            out
+        })
+    }
+
+    /// The same statements in every place (every shard, and the previous layout's D1);
+    /// the results per place. One round trip to each, concurrently.
+    async fn exec_everywhere(
         &self,
         op: &str,
-        call: impl std::future::Future<Output = worker::Result<T>>,
-    ) -> ApiResult<T> {
+        statements: impl Fn() -> ApiResult<Vec<Stmt>>,
+    ) -> ApiResult<Vec<Vec<Rows>>> {
         if let Some(fault) = self.fault(op, When::Before) {
             return Err(fault);
         }
-        let start = clock::now_ms();
-        let out = call.await;
-        self.round_trips.set(self.round_trips.get() + 1);
-        self.millis
-            .set(self.millis.get() + (clock::now_ms() - start));
-        let out = out.map_err(d1_error)?;
+        let targets = self.backend.everywhere();
+        let mut out = Vec::with_capacity(targets.len());
+        // At most 32 calls in flight at once.
+        for chunk in targets.chunks(32) {
+            let calls = chunk
+                .iter()
+                .map(|t| Ok(self.call(t, statements()?)))
+                .collect::<ApiResult<Vec<_>>>()?;
+            for result in futures_util::future::join_all(calls).await {
+                out.push(result?);
+            }
+        }
         match self.fault(op, When::After) {
             Some(fault) => Err(fault),
             None => Ok(out),
         }
-    }
-
-    fn stmt(&self, sql: &str, params: &[JsValue]) -> ApiResult<D1PreparedStatement> {
-        Ok(self.db.prepare(sql).bind(params)?)
     }
 
     /// One batch (one transaction) of exactly `N` statements; its results come back in
@@ -196,9 +379,10 @@ impl Store {
     async fn batch<const N: usize>(
         &self,
         op: &str,
-        statements: [D1PreparedStatement; N],
-    ) -> ApiResult<[D1Result; N]> {
-        let results = self.batch_of(op, statements.into()).await?;
+        route: Route<'_>,
+        statements: [Stmt; N],
+    ) -> ApiResult<[Rows; N]> {
+        let results = self.exec(op, route, statements.into()).await?;
         let got = results.len();
         results.try_into().map_err(|_| {
             AppError::internal(format!(
@@ -207,38 +391,34 @@ impl Store {
         })
     }
 
-    /// A batch whose length is known only at run time (the reconciler's, per provider).
-    async fn batch_of(
-        &self,
-        op: &str,
-        statements: Vec<D1PreparedStatement>,
-    ) -> ApiResult<Vec<D1Result>> {
-        self.timed(op, self.db.batch(statements)).await
+    /// One statement, one round trip.
+    async fn one(&self, op: &str, route: Route<'_>, stmt: Stmt) -> ApiResult<Rows> {
+        let [rows] = self.batch(op, route, [stmt]).await?;
+        Ok(rows)
     }
 
     /// Runs one conditional write (ending in `RETURNING id`); true if it changed a row.
-    async fn changed_one(&self, op: &str, stmt: D1PreparedStatement) -> ApiResult<bool> {
-        let result = self.timed(op, stmt.all()).await?;
-        Ok(changes(&result)? == 1)
+    async fn changed_one(&self, op: &str, route: Route<'_>, stmt: Stmt) -> ApiResult<bool> {
+        Ok(changes(&self.one(op, route, stmt).await?)? == 1)
     }
 
     /// One job read through `job_documents` by the statement `sql`.
     async fn read_job(
         &self,
         op: &str,
-        sql: &str,
+        route: Route<'_>,
+        sql: &'static str,
         params: &[JsValue],
     ) -> ApiResult<Option<StoredJob>> {
         let stmt = self.stmt(sql, params)?;
-        self.timed(op, stmt.first::<DocRow>(None))
-            .await?
+        first_row::<DocRow>(&self.one(op, route, stmt).await?)?
             .map(DocRow::stored)
             .transpose()
     }
 
     pub(crate) async fn ping(&self) -> ApiResult<()> {
         let stmt = self.stmt(sql::PING, &[])?;
-        self.timed("ping", stmt.first::<Value>(None)).await?;
+        self.one("ping", Route::Catalog, stmt).await?;
         Ok(())
     }
 }
@@ -248,6 +428,11 @@ impl Store {
 /// the database refuses for good (a constraint, a trigger's `RAISE`, a value too big,
 /// SQL it cannot run) would fail the same way again: that is our bug, a `500`.
 fn d1_error(e: worker::Error) -> AppError {
+    storage_error(e.to_string())
+}
+
+/// [`d1_error`] for the text of any storage failure (a shard's too).
+pub(crate) fn storage_error(text: String) -> AppError {
     const PERMANENT: &[&str] = &[
         "constraint",
         "TOOBIG",
@@ -256,7 +441,6 @@ fn d1_error(e: worker::Error) -> AppError {
         "no such",
         "AttemptState::MOVES",
     ];
-    let text = e.to_string();
     if PERMANENT.iter().any(|p| text.contains(p)) {
         AppError::internal(text)
     } else {

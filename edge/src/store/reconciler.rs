@@ -1,6 +1,6 @@
 //! The reconciler's sweeps: lost dispatches, dead dispatchers, abandonment and purge.
 
-use super::{changes, js, js_num, json_text, sql, Store};
+use super::{changes, js, js_num, json_text, sql, Route, Rows, Store};
 use crate::error::ApiResult;
 use onceclick_protocol::AttemptError;
 use serde::Deserialize;
@@ -24,7 +24,7 @@ impl Store {
         }
         let stmt = self.stmt(sql::STUCK_STARTING, &[js(cutoff), js_num(limit)])?;
         Ok(self
-            .timed("stuck_starting", stmt.all())
+            .one("stuck_starting", Route::Whole, stmt)
             .await?
             .results::<Row>()?
             .into_iter()
@@ -63,11 +63,9 @@ impl Store {
         if statements.is_empty() {
             return Ok((0, 0));
         }
-        let results = self.batch_of("reconcile", statements).await?;
+        let results = self.exec("reconcile", Route::Whole, statements).await?;
         let (abandoned, lost) = results.split_at(abandon_count.min(results.len()));
-        let count = |results: &[worker::D1Result]| -> ApiResult<usize> {
-            results.iter().map(changes).sum()
-        };
+        let count = |results: &[Rows]| -> ApiResult<usize> { results.iter().map(changes).sum() };
         Ok((count(abandoned)?, count(lost)?))
     }
 
@@ -84,7 +82,9 @@ impl Store {
         let events = self.stmt(sql::PURGE_EVENTS, &params)?;
         let attempts = self.stmt(sql::PURGE_ATTEMPTS, &params)?;
         let jobs = self.stmt(sql::PURGE_JOBS, &params)?;
-        let [_, _, jobs] = self.batch("purge", [events, attempts, jobs]).await?;
+        let [_, _, jobs] = self
+            .batch("purge", Route::Whole, [events, attempts, jobs])
+            .await?;
         changes(&jobs)
     }
 
@@ -92,7 +92,7 @@ impl Store {
     pub(crate) async fn purge_stats(&self, cutoff: &str) -> ApiResult<()> {
         let minute = cutoff.get(..16).unwrap_or(cutoff);
         let stmt = self.stmt(sql::PURGE_STATS, &[js(minute)])?;
-        self.timed("purge_stats", stmt.run()).await?;
+        self.one("purge_stats", Route::Whole, stmt).await?;
         Ok(())
     }
 }

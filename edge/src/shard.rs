@@ -1,0 +1,274 @@
+//! The shard: a Durable Object with SQLite storage that holds the jobs whose (owner, key)
+//! hash to it (`STORE=durable`; see `store/backend.rs`).
+//!
+//! Each object is a single-threaded writer with its own SQLite. It applies the same
+//! migration files as D1 on its first call, runs each batch the front Worker sends as one
+//! synchronous transaction, and reconciles itself with its own alarm: lost dispatches,
+//! dead dispatchers, `abandon_after_ms` and the retention purge, on its own rows only.
+
+use crate::error::AppError;
+use crate::fault;
+use crate::reconcile;
+use crate::store::{Local, Store, WireBatch};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::cell::Cell;
+use wasm_bindgen::{JsCast, JsValue};
+use worker::js_sys::{Array, Reflect};
+use worker::{durable_object, DurableObject, Env, Request, Response, Result, State};
+
+/// The migration files, in order: the same ones `wrangler d1 migrations apply` runs.
+pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
+    (
+        "0001_jobs_attempts_events.sql",
+        include_str!("../migrations/0001_jobs_attempts_events.sql"),
+    ),
+    (
+        "0002_certifications.sql",
+        include_str!("../migrations/0002_certifications.sql"),
+    ),
+    (
+        "0003_fault_paths.sql",
+        include_str!("../migrations/0003_fault_paths.sql"),
+    ),
+    (
+        "0004_one_rollup.sql",
+        include_str!("../migrations/0004_one_rollup.sql"),
+    ),
+    (
+        "0005_lists.sql",
+        include_str!("../migrations/0005_lists.sql"),
+    ),
+    (
+        "0006_stats.sql",
+        include_str!("../migrations/0006_stats.sql"),
+    ),
+];
+
+const MIGRATIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS onceclick_migrations (
+    name TEXT PRIMARY KEY,
+    applied_at TEXT NOT NULL)";
+const APPLIED: &str = "SELECT name FROM onceclick_migrations";
+const RECORD: &str = "INSERT INTO onceclick_migrations (name, applied_at)
+    VALUES (?1, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))";
+/// Whether the shard still holds any job (and so needs its alarm).
+const HAS_JOBS: &str = "SELECT EXISTS (SELECT 1 FROM jobs) AS any";
+
+/// How often a shard with jobs reconciles itself when `RECONCILE_EVERY_MS` is not set.
+const DEFAULT_EVERY_MS: f64 = 60_000.0;
+
+// Only `fetch` and `alarm` are bound: the WebSocket and socket handlers a bare
+// `#[durable_object]` adds would cost the Worker their glue for nothing.
+#[durable_object(alarm)]
+pub struct Shard {
+    state: State,
+    env: Env,
+    /// The object's name (`s8.3`), learnt from the first call.
+    name: std::cell::RefCell<String>,
+    migrated: Cell<bool>,
+    /// An alarm is known to be set.
+    armed: Cell<bool>,
+}
+
+/// `POST /reconcile`: the test-only "reconcile now" (faults armed as in a request), or
+/// with `alarm_in_ms` set, the shard's alarm moved to that many milliseconds from now.
+#[derive(Deserialize)]
+struct ReconcileNow {
+    shard: String,
+    #[serde(default)]
+    fault: Option<String>,
+    #[serde(default)]
+    alarm_in_ms: Option<i64>,
+}
+
+impl DurableObject for Shard {
+    fn new(state: State, env: Env) -> Self {
+        Self {
+            state,
+            env,
+            name: std::cell::RefCell::new(String::new()),
+            migrated: Cell::new(false),
+            armed: Cell::new(false),
+        }
+    }
+
+    async fn fetch(&self, mut req: Request) -> Result<Response> {
+        let text = req.text().await?;
+        let answer = match req.path().as_str() {
+            "/batch" => match serde_json::from_str::<WireBatch>(&text) {
+                Ok(batch) => self.batch(batch).await,
+                Err(e) => json!({"error": format!("a batch that does not parse: {e}")}).to_string(),
+            },
+            "/reconcile" => match serde_json::from_str::<ReconcileNow>(&text) {
+                Ok(now) => self.reconcile_now(now).await.to_string(),
+                Err(e) => json!({"error": format!("a reconcile call that does not parse: {e}")})
+                    .to_string(),
+            },
+            other => json!({"error": format!("no shard call {other}")}).to_string(),
+        };
+        Response::ok(answer)
+    }
+
+    async fn alarm(&self) -> Result<Response> {
+        self.armed.set(false);
+        let name = self.name.borrow().clone();
+        if let Err(e) = self.reconcile(None).await {
+            worker::console_error!(
+                "{}",
+                json!({"event": "reconcile_failed", "shard": name, "code": e.code.as_str(),
+                       "cause": e.cause_or_detail()})
+            );
+        }
+        // Still jobs here (retained, or in flight): the next pass. None: no alarm until
+        // the next write sets one.
+        let local = self.local();
+        let any = local
+            .run(vec![(HAS_JOBS.to_owned(), Vec::new())])
+            .ok()
+            .and_then(|sets| column(&sets.get(0).dyn_into::<Array>().ok()?.get(0), "any"))
+            .and_then(|v| v.as_f64())
+            .unwrap_or(1.0);
+        if any != 0.0 {
+            self.arm(self.every_ms()).await;
+        }
+        Response::ok("reconciled")
+    }
+}
+
+impl Shard {
+    fn local(&self) -> Local {
+        Local::new(&self.state.storage(), &self.name.borrow())
+    }
+
+    fn learn_name(&self, name: &str) {
+        if self.name.borrow().is_empty() {
+            *self.name.borrow_mut() = name.to_owned();
+        }
+    }
+
+    /// Applies the migrations this shard has not applied yet, each in one transaction
+    /// with the row that records it.
+    fn migrate(&self, local: &Local) -> std::result::Result<(), String> {
+        if self.migrated.get() {
+            return Ok(());
+        }
+        let sets = local.run(vec![
+            (MIGRATIONS_TABLE.to_owned(), Vec::new()),
+            (APPLIED.to_owned(), Vec::new()),
+        ])?;
+        let applied: Vec<String> = sets
+            .get(1)
+            .dyn_into::<Array>()
+            .map(|rows| {
+                rows.iter()
+                    .filter_map(|row| column(&row, "name")?.as_string())
+                    .collect()
+            })
+            .unwrap_or_default();
+        for (name, script) in MIGRATIONS {
+            if !applied.iter().any(|a| a == name) {
+                local.migrate(script, RECORD, name)?;
+            }
+        }
+        self.migrated.set(true);
+        Ok(())
+    }
+
+    /// The answer's JSON text: `{"results": [[row, …], …]}`, or `{"error": "…"}`.
+    async fn batch(&self, batch: WireBatch) -> String {
+        self.learn_name(&batch.shard);
+        let local = self.local();
+        let out = self.migrate(&local).and_then(|()| local.run_wire(batch));
+        match out {
+            Ok(results) => {
+                if !self.armed.get() {
+                    self.arm_if_unset().await;
+                }
+                format!("{{\"results\":{results}}}")
+            }
+            Err(error) => json!({ "error": error }).to_string(),
+        }
+    }
+
+    fn every_ms(&self) -> f64 {
+        self.env
+            .var("RECONCILE_EVERY_MS")
+            .ok()
+            .and_then(|v| v.to_string().parse::<f64>().ok())
+            .filter(|ms| *ms >= 1.0)
+            .unwrap_or(DEFAULT_EVERY_MS)
+    }
+
+    /// Sets the alarm `every_ms` from now unless one is already set.
+    async fn arm_if_unset(&self) {
+        let storage = self.state.storage();
+        match storage.get_alarm().await {
+            Ok(Some(_)) => self.armed.set(true),
+            Ok(None) => self.arm(self.every_ms()).await,
+            Err(e) => worker::console_error!(
+                "{}",
+                json!({"event": "alarm_failed", "shard": *self.name.borrow(), "cause": e.to_string()})
+            ),
+        }
+    }
+
+    async fn arm(&self, in_ms: f64) {
+        match self.state.storage().set_alarm(in_ms as i64).await {
+            Ok(()) => self.armed.set(true),
+            Err(e) => worker::console_error!(
+                "{}",
+                json!({"event": "alarm_failed", "shard": *self.name.borrow(), "cause": e.to_string()})
+            ),
+        }
+    }
+
+    /// One reconciler pass over this shard's rows.
+    async fn reconcile(&self, faults: Option<&str>) -> std::result::Result<(), AppError> {
+        let local = self.local();
+        self.migrate(&local).map_err(AppError::unavailable)?;
+        let faults = faults
+            .map(fault::parse)
+            .transpose()
+            .map_err(AppError::internal)?;
+        let scope = "/v1/_reconcile";
+        let store = Store::local(local).with_faults(faults.unwrap_or_default(), scope);
+        reconcile::run(&self.env, &store).await
+    }
+
+    async fn reconcile_now(&self, now: ReconcileNow) -> Value {
+        self.learn_name(&now.shard);
+        if let Some(ms) = now.alarm_in_ms {
+            self.arm(ms.max(0) as f64).await;
+            return json!({"status": "armed"});
+        }
+        match self.reconcile(now.fault.as_deref()).await {
+            Ok(()) => json!({"status": "reconciled"}),
+            Err(e) => json!({"error": e.cause_or_detail(), "code": e.code.as_str()}),
+        }
+    }
+}
+
+/// One column of a row object.
+fn column(row: &JsValue, name: &str) -> Option<JsValue> {
+    Reflect::get(row, &name.into()).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MIGRATIONS;
+
+    #[test]
+    fn every_migration_file_is_applied_by_the_shards() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+        let mut files: Vec<String> = std::fs::read_dir(&dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".sql"))
+            .collect();
+        files.sort();
+        let listed: Vec<String> = MIGRATIONS.iter().map(|(n, _)| (*n).to_owned()).collect();
+        assert_eq!(files, listed);
+    }
+}

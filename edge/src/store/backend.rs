@@ -1,0 +1,399 @@
+//! Where a store call goes: the seam between the store's calls and its two backends.
+//!
+//! - **D1** (`STORE` unset or `d1`): every call is one D1 batch on the `DB` database.
+//! - **Durable Objects** (`STORE=durable`): `SHARDS` objects of the class `Shard`
+//!   (binding `SHARD`), each with its own SQLite. A call goes to the one shard its
+//!   [`Route`] names (see `onceclick_protocol::shard`) and runs there as one synchronous
+//!   transaction (`transactionSync`), which is what a D1 batch is on the other side: the
+//!   same statements, the same atomicity, one round trip. Reads that span jobs (lists,
+//!   figures) and the certifications (a copy in every shard, so each shard's failover
+//!   guard reads its own) go everywhere.
+//! - **Local**: inside a shard, its own SQLite (the shard's reconciler).
+//!
+//! A sharded deployment may keep the D1 database it moved from (`PREVIOUS_STORE=d1`):
+//! its jobs (UUIDv7 ids) are still routed there, and a create first asks it whether
+//! the key is already bound (see `Store::create_or_get_job`).
+
+use super::{d1_error, storage_error, Rows, Stmt};
+use crate::error::{ApiResult, AppError};
+use onceclick_protocol::shard::{self, IdRoute, Shard, ShardCount};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use wasm_bindgen::{closure::Closure, JsCast, JsValue};
+use worker::js_sys::{Array, Function, Object, Promise, Reflect, JSON};
+use worker::wasm_bindgen_futures::JsFuture;
+use worker::{D1Database, Env, ObjectNamespace, SqlStorage};
+
+/// The shard count when `SHARDS` is not set.
+const DEFAULT_SHARDS: u32 = 256;
+
+/// Which place a store call is about.
+#[derive(Clone, Copy)]
+pub(crate) enum Route<'a> {
+    /// The job bound to (owner, key): a create, or a replay.
+    Key { owner: &'a str, key: &'a str },
+    /// The job or attempt with this id: its shard is in the id.
+    Id(&'a str),
+    /// Where the certifications are read: the database, or shard 0 (every shard holds
+    /// the same copy).
+    Catalog,
+    /// The store as one database: the reconciler's sweeps, which run on D1 or inside a
+    /// shard, never across shards.
+    Whole,
+    /// The previous layout's database, if the deployment keeps one: where a create
+    /// first looks for its key.
+    Before,
+}
+
+/// The shards of a sharded deployment.
+pub(crate) struct Shards {
+    namespace: ObjectNamespace,
+    count: ShardCount,
+    /// The D1 database of the layout before, still answering its keys and jobs.
+    pub(super) previous: Option<D1Database>,
+}
+
+impl Shards {
+    /// Every shard of the current layout.
+    pub(crate) fn all(&self) -> impl Iterator<Item = Shard> + '_ {
+        (0..self.count.get()).map(|index| Shard {
+            count: self.count,
+            index,
+        })
+    }
+
+    /// Sends `body` to the shard's object at `path`; its JSON answer, parsed by the
+    /// runtime (`JSON.parse`), so that rows reach their types through the same
+    /// `serde_wasm_bindgen` code as D1's. The call is made on the stub's own `fetch` with
+    /// a plain init object: `worker`'s `RequestInit` would bring its `cf` serializer
+    /// into the Worker for nothing.
+    pub(crate) async fn send(&self, shard: Shard, path: &str, body: &Value) -> ApiResult<JsValue> {
+        let name = shard.object_name();
+        let unavailable =
+            |e: JsValue| AppError::unavailable(format!("shard {name}: {}", js_text(&e)));
+        let stub: JsValue = self.namespace.id_from_name(&name)?.get_stub()?.into_rpc();
+        let init = Object::new();
+        Reflect::set(&init, &"method".into(), &"POST".into()).map_err(unavailable)?;
+        Reflect::set(&init, &"body".into(), &JsValue::from_str(&body.to_string()))
+            .map_err(unavailable)?;
+        let answer = async {
+            let fetch: Function = Reflect::get(&stub, &"fetch".into())?.dyn_into()?;
+            let url = JsValue::from_str(&format!("https://shard{path}"));
+            let promise: Promise = fetch.call2(&stub, &url, &init)?.dyn_into()?;
+            let reply = JsFuture::from(promise).await?;
+            let text: Function = Reflect::get(&reply, &"text".into())?.dyn_into()?;
+            let promise: Promise = text.call0(&reply)?.dyn_into()?;
+            let text = JsFuture::from(promise).await?;
+            JSON::parse(&text.as_string().unwrap_or_default())
+        }
+        .await
+        .map_err(unavailable)?;
+        match Reflect::get(&answer, &"error".into())
+            .ok()
+            .and_then(|e| e.as_string())
+        {
+            Some(error) => Err(storage_error(format!("shard {name}: {error}"))),
+            None => Ok(answer),
+        }
+    }
+}
+
+pub(super) enum Backend {
+    D1(D1Database),
+    Local(Local),
+    Shards(Shards),
+}
+
+/// One place a call runs.
+pub(super) enum Target<'a> {
+    D1(&'a D1Database),
+    Local(&'a Local),
+    Object(&'a Shards, Shard),
+    /// An id no backend made: it names no row anywhere.
+    Nowhere,
+}
+
+fn var(env: &Env, name: &str) -> Option<String> {
+    env.var(name).ok().map(|v| v.to_string())
+}
+
+impl Backend {
+    pub(super) fn from_env(env: &Env) -> ApiResult<Self> {
+        match var(env, "STORE").as_deref() {
+            None | Some("d1") => Ok(Backend::D1(env.d1("DB")?)),
+            Some("durable") => {
+                let count = match var(env, "SHARDS") {
+                    None => DEFAULT_SHARDS,
+                    Some(text) => text.parse().map_err(|_| bad_shards(&text))?,
+                };
+                let count = ShardCount::new(count).ok_or_else(|| bad_shards(&count.to_string()))?;
+                let previous = match var(env, "PREVIOUS_STORE").as_deref() {
+                    None | Some("") => None,
+                    Some("d1") => Some(env.d1("DB")?),
+                    Some(other) => {
+                        return Err(AppError::internal(format!(
+                            "PREVIOUS_STORE is {other:?}; the one known is \"d1\""
+                        )))
+                    }
+                };
+                Ok(Backend::Shards(Shards {
+                    namespace: env.durable_object("SHARD")?,
+                    count,
+                    previous,
+                }))
+            }
+            Some(other) => Err(AppError::internal(format!(
+                "STORE is {other:?}; use \"d1\" or \"durable\""
+            ))),
+        }
+    }
+
+    pub(super) fn target(&self, route: Route<'_>) -> ApiResult<Target<'_>> {
+        let shards = match self {
+            Backend::D1(_) | Backend::Local(_) if matches!(route, Route::Before) => {
+                return Ok(Target::Nowhere)
+            }
+            Backend::D1(db) => return Ok(Target::D1(db)),
+            Backend::Local(local) => return Ok(Target::Local(local)),
+            Backend::Shards(shards) => shards,
+        };
+        Ok(match route {
+            Route::Key { owner, key } => {
+                Target::Object(shards, shard::shard_for_key(owner, key, shards.count))
+            }
+            Route::Id(id) => match shard::route_of_id(id) {
+                IdRoute::Shard(shard) => Target::Object(shards, shard),
+                IdRoute::Database => shards.previous.as_ref().map_or(Target::Nowhere, Target::D1),
+                IdRoute::Unknown => Target::Nowhere,
+            },
+            Route::Catalog => Target::Object(
+                shards,
+                Shard {
+                    count: shards.count,
+                    index: 0,
+                },
+            ),
+            Route::Before => shards.previous.as_ref().map_or(Target::Nowhere, Target::D1),
+            Route::Whole => {
+                return Err(AppError::internal(
+                    "a sharded store is swept inside each shard, never as a whole",
+                ))
+            }
+        })
+    }
+
+    /// Every place: each shard and the previous layout's D1, or the one database.
+    pub(super) fn everywhere(&self) -> Vec<Target<'_>> {
+        match self {
+            Backend::D1(db) => vec![Target::D1(db)],
+            Backend::Local(local) => vec![Target::Local(local)],
+            Backend::Shards(shards) => shards
+                .all()
+                .map(|shard| Target::Object(shards, shard))
+                .chain(shards.previous.as_ref().map(Target::D1))
+                .collect(),
+        }
+    }
+
+    /// A job id and an attempt id for the place `route` names.
+    pub(super) fn new_ids(&self, route: Route<'_>) -> (String, String) {
+        let shard = match (self, route) {
+            (Backend::Shards(shards), Route::Key { owner, key }) => {
+                Some(shard::shard_for_key(owner, key, shards.count))
+            }
+            (Backend::Shards(_), Route::Id(id)) => match shard::route_of_id(id) {
+                IdRoute::Shard(shard) => Some(shard),
+                _ => None,
+            },
+            _ => None,
+        };
+        let id = |prefix: &str| {
+            let v7 = uuid::Uuid::now_v7().to_string();
+            shard
+                .and_then(|s| shard::sharded_id(prefix, &v7, s))
+                .unwrap_or_else(|| format!("{prefix}_{v7}"))
+        };
+        (id("job"), id("att"))
+    }
+}
+
+fn bad_shards(text: &str) -> AppError {
+    AppError::internal(format!(
+        "SHARDS is {text}; it must be a power of two from 1 to {}",
+        shard::MAX_SHARDS
+    ))
+}
+
+impl Target<'_> {
+    /// The name `Server-Timing` reports this place under.
+    pub(super) fn name(&self) -> String {
+        match self {
+            Target::D1(_) => "d1".to_owned(),
+            Target::Local(local) => local.name.clone(),
+            Target::Object(_, shard) => shard.object_name(),
+            Target::Nowhere => "none".to_owned(),
+        }
+    }
+
+    /// Runs `statements` here as one transaction.
+    pub(super) async fn run(&self, statements: Vec<Stmt>) -> ApiResult<Vec<Rows>> {
+        match self {
+            Target::D1(db) => {
+                let prepared = statements
+                    .into_iter()
+                    .map(|s| db.prepare(s.sql).bind(&s.params))
+                    .collect::<worker::Result<Vec<_>>>()?;
+                let results = db.batch(prepared).await.map_err(d1_error)?;
+                Ok(results.into_iter().map(Rows::D1).collect())
+            }
+            Target::Local(local) => local
+                .run(
+                    statements
+                        .into_iter()
+                        .map(|s| (s.sql.to_owned(), s.params))
+                        .collect(),
+                )
+                .map(rows_of)
+                .map_err(storage_error),
+            Target::Object(shards, shard) => {
+                let body = json!({
+                    "shard": shard.object_name(),
+                    "statements": statements.iter().map(|s| json!({
+                        "sql": s.sql,
+                        "params": s.params.iter().map(param_json).collect::<Vec<_>>(),
+                    })).collect::<Vec<_>>(),
+                });
+                let answer = shards.send(*shard, "/batch", &body).await?;
+                let results = Reflect::get(&answer, &"results".into())
+                    .ok()
+                    .and_then(|r| r.dyn_into::<Array>().ok())
+                    .ok_or_else(|| AppError::internal("a shard answered without results"))?;
+                Ok(rows_of(results))
+            }
+            Target::Nowhere => Ok(statements.iter().map(|_| Rows::Js(Array::new())).collect()),
+        }
+    }
+}
+
+/// The result sets of a batch (an array of arrays of row objects), one [`Rows`] each.
+fn rows_of(sets: Array) -> Vec<Rows> {
+    sets.iter()
+        .map(|set| Rows::Js(set.dyn_into::<Array>().unwrap_or_default()))
+        .collect()
+}
+
+/// A statement parameter (text, a number or null) as JSON, for the trip to a shard.
+fn param_json(value: &JsValue) -> Value {
+    if let Some(text) = value.as_string() {
+        Value::String(text)
+    } else if let Some(n) = value.as_f64() {
+        serde_json::Number::from_f64(n).map_or(Value::Null, Value::Number)
+    } else {
+        Value::Null
+    }
+}
+
+/// A JSON parameter back as the JS value SQLite binds.
+fn param_js(value: &Value) -> JsValue {
+    match value {
+        Value::String(text) => JsValue::from_str(text),
+        Value::Number(n) => n.as_f64().map_or(JsValue::NULL, JsValue::from_f64),
+        Value::Bool(b) => JsValue::from_f64(f64::from(u8::from(*b))),
+        _ => JsValue::NULL,
+    }
+}
+
+/// One shard's own SQLite, as the shard object (and its reconciler) uses it.
+pub(crate) struct Local {
+    sql: SqlStorage,
+    storage: JsValue,
+    pub(super) name: String,
+}
+
+/// A batch as it travels to a shard.
+#[derive(Deserialize)]
+pub(crate) struct WireBatch {
+    pub(crate) shard: String,
+    statements: Vec<WireStmt>,
+}
+
+#[derive(Deserialize)]
+struct WireStmt {
+    sql: String,
+    params: Vec<Value>,
+}
+
+impl Local {
+    pub(crate) fn new(storage: &worker::Storage, name: &str) -> Self {
+        Self {
+            sql: storage.sql(),
+            storage: storage.as_raw().unchecked_ref::<JsValue>().clone(),
+            name: name.to_owned(),
+        }
+    }
+
+    /// Runs a batch that came from the front Worker: the rows of each statement, as the
+    /// JSON text of an array of arrays of row objects.
+    pub(crate) fn run_wire(&self, batch: WireBatch) -> Result<String, String> {
+        let sets = self.run(
+            batch
+                .statements
+                .into_iter()
+                .map(|s| (s.sql, s.params.iter().map(param_js).collect()))
+                .collect(),
+        )?;
+        JSON::stringify(&sets)
+            .map(String::from)
+            .map_err(|e| js_text(&e))
+    }
+
+    /// Runs `statements` in one synchronous transaction (`transactionSync`): all of them
+    /// commit, or (on any error) none. The rows of each statement (each cursor's
+    /// `toArray()`), as the runtime made them.
+    pub(crate) fn run(&self, statements: Vec<(String, Vec<JsValue>)>) -> Result<Array, String> {
+        let sql: JsValue = self.sql.as_ref().clone();
+        let results = Array::new();
+        let sink = results.clone();
+        let body = Closure::once(move || -> Result<(), JsValue> {
+            let exec: Function = Reflect::get(&sql, &"exec".into())?.dyn_into()?;
+            for (text, params) in statements {
+                let args = Array::new();
+                args.push(&JsValue::from_str(&text));
+                for param in params {
+                    args.push(&param);
+                }
+                let cursor = exec.apply(&sql, &args)?;
+                let to_array: Function = Reflect::get(&cursor, &"toArray".into())?.dyn_into()?;
+                sink.push(&to_array.call0(&cursor)?);
+            }
+            Ok(())
+        });
+        let transaction: Function = Reflect::get(&self.storage, &"transactionSync".into())
+            .map_err(|e| js_text(&e))?
+            .dyn_into()
+            .map_err(|_| "storage.transactionSync is not a function".to_owned())?;
+        transaction
+            .call1(&self.storage, body.as_ref().unchecked_ref())
+            .map_err(|e| js_text(&e))?;
+        Ok(results)
+    }
+
+    /// Runs a script of several statements with no parameters (a migration file) and
+    /// the statement that records it, in one transaction.
+    pub(crate) fn migrate(&self, script: &str, record: &str, name: &str) -> Result<(), String> {
+        self.run(vec![
+            (script.to_owned(), Vec::new()),
+            (record.to_owned(), vec![JsValue::from_str(name)]),
+        ])
+        .map(drop)
+    }
+}
+
+/// The text of a thrown JS value: an `Error`'s message, or the value itself.
+pub(crate) fn js_text(value: &JsValue) -> String {
+    Reflect::get(value, &"message".into())
+        .ok()
+        .and_then(|m| m.as_string())
+        .or_else(|| value.as_string())
+        .unwrap_or_else(|| format!("{value:?}"))
+}

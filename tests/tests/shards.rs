@@ -1,0 +1,194 @@
+//! The sharded store (`STORE=durable`, 8 shards in the test Worker) seen from outside:
+//! jobs spread over every shard and each (owner, key) is bound in exactly one; the id
+//! carries its shard, and every call after the create goes there alone; a create and a
+//! replay make one call to their shard (`Server-Timing`); a job's attempts live with it;
+//! the shards' own alarms do the reconciler's work with no cron.
+//!
+//! Against the D1 Worker these tests check what the same requests must show there
+//! (ids of the single database, one `d1` round trip), so they run in both suites.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use onceclick_protocol::shard::{route_of_id, IdRoute, Shard};
+use onceclick_tests::client::{id, marked_text, send, status_is, unique, Api, Mock};
+use onceclick_tests::db;
+use serde_json::json;
+use std::collections::BTreeSet;
+
+fn sharded() -> bool {
+    std::env::var("ONCECLICK_STORE").is_ok_and(|s| s == "durable")
+}
+
+/// The shard an id names; on D1, that it is the database's.
+fn shard_of(id: &str) -> Option<Shard> {
+    match route_of_id(id) {
+        IdRoute::Shard(shard) => {
+            assert!(sharded(), "a sharded id from the D1 Worker: {id}");
+            Some(shard)
+        }
+        IdRoute::Database => {
+            assert!(!sharded(), "a D1 id from the sharded Worker: {id}");
+            None
+        }
+        IdRoute::Unknown => panic!("an id the service did not make: {id}"),
+    }
+}
+
+/// The metric names of a reply's `Server-Timing`, and its total round trips.
+fn timing(reply: &onceclick_tests::client::Reply) -> (Vec<String>, u32) {
+    let value = reply.header("server-timing").expect("Server-Timing");
+    let names = value
+        .split(", ")
+        .map(|m| m.split(';').next().unwrap_or_default().to_owned())
+        .collect();
+    let trips = onceclick_tests::probe::server_timing_round_trips(value).expect("round trips");
+    (names, trips)
+}
+
+/// The one place a call on `id`'s job should name in `Server-Timing`.
+fn place_of(id: &str) -> String {
+    shard_of(id).map_or_else(|| "d1".to_owned(), |s| s.object_name())
+}
+
+#[tokio::test]
+async fn keys_spread_over_every_shard_and_each_call_goes_to_its_own() {
+    let api = Api::from_env();
+    let owner = unique("spread");
+    let token = api.token(&owner);
+    let body =
+        json!({"kind": "summarize", "input": {"text": "Spread me over the shards."}}).to_string();
+    let mut shards = BTreeSet::new();
+    for i in 0..48 {
+        let key = format!("{owner}-{i}");
+        let created = send(api.create(&token, Some(&key), &body)).await;
+        assert_eq!(created.status, 201, "{}", created.text);
+        let job_id = id(&created.json());
+        // A create is one call, to the job's own shard.
+        assert_eq!(
+            timing(&created),
+            (vec![place_of(&job_id)], 1),
+            "create {key}"
+        );
+        let replay = send(api.create(&token, Some(&key), &body)).await;
+        assert_eq!(replay.status, 200, "{}", replay.text);
+        assert_eq!(id(&replay.json()), job_id);
+        assert_eq!(
+            timing(&replay),
+            (vec![place_of(&job_id)], 1),
+            "replay {key}"
+        );
+        // A read routes from the id alone.
+        let read = send(api.get(&token, &format!("/v1/jobs/{job_id}"))).await;
+        assert_eq!(read.status, 200);
+        assert_eq!(timing(&read), (vec![place_of(&job_id)], 1), "read {key}");
+        // The key is bound once in the whole store.
+        assert_eq!(db::jobs_with_key(&key), 1, "{key}");
+        if let Some(shard) = shard_of(&job_id) {
+            assert_eq!(shard.count.get(), 8);
+            shards.insert(shard.index);
+        }
+    }
+    if sharded() {
+        // 48 keys over 8 shards: all 8 are in use (a miss is (7/8)^48, under 0.2 %,
+        // per shard, and the hash is fixed, so this never flakes: it holds or it fails).
+        assert_eq!(shards.len(), 8, "shards in use: {shards:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_jobs_attempts_live_in_its_shard_and_every_call_on_them_goes_there() {
+    let api = Api::from_env();
+    let mock = Mock::from_env();
+    let marker = unique("fallback-shard");
+    mock.script("primary", &marker, json!([{"status": 503}]))
+        .await;
+    api.ensure_certified("fallback").await;
+    let token = api.token(&unique("attempts"));
+    let job = api
+        .create_job(&token, "summarize", &marked_text(&marker), None)
+        .await;
+    let job_id = id(&job);
+    api.wait_job(&token, &job_id, status_is("failed")).await;
+    let retry = send(
+        api.post_json(
+            &token,
+            &format!("/v1/jobs/{job_id}/attempts"),
+            &json!({"provider": "fallback"}),
+        )
+        .header("Idempotency-Key", unique("click")),
+    )
+    .await;
+    assert_eq!(retry.status, 201, "{}", retry.text);
+    // Every call of the fallback button goes to the job's shard, and only there.
+    assert_eq!(timing(&retry).0, vec![place_of(&job_id)]);
+    let done = api.wait_job(&token, &job_id, status_is("succeeded")).await;
+    let attempts = done["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 2, "{done}");
+    for attempt in attempts {
+        assert_eq!(shard_of(&id(attempt)), shard_of(&job_id), "{attempt}");
+    }
+}
+
+#[tokio::test]
+async fn the_shards_alarms_resend_a_lost_dispatch_with_no_cron() {
+    let api = Api::from_env();
+    let mock = Mock::from_env();
+    let marker = unique("alarm");
+    let token = api.token(&unique("alarm-owner"));
+    let body = json!({"kind": "summarize", "input": {"text": marked_text(&marker)}});
+    let created = send(
+        api.create(&token, Some(&unique("key")), &body.to_string())
+            .header("X-Onceclick-Fault", "drop-enqueue"),
+    )
+    .await;
+    assert_eq!(created.status, 201, "{}", created.text);
+    let job_id = id(&created.json());
+    // Older than RECONCILE_STARTING_AFTER_MS (1.5 s in the test Worker) before any pass.
+    tokio::time::sleep(std::time::Duration::from_millis(1600)).await;
+    assert!(mock.calls(&marker).await.is_empty());
+    if sharded() {
+        // Every shard's alarm moved to now: the alarms, not a request, run the pass.
+        let admin = api.admin_token("alarm-admin");
+        let armed = send(api.post_json(&admin, "/v1/_reconcile", &json!({"alarm_in_ms": 0}))).await;
+        assert_eq!(armed.status, 200, "{}", armed.text);
+    } else {
+        api.run_cron().await;
+    }
+    api.wait_job(&token, &job_id, status_is("succeeded")).await;
+    assert_eq!(
+        mock.wait_calls(&marker, 1).await.len(),
+        1,
+        "exactly one provider call"
+    );
+    if sharded() {
+        let shard = place_of(&job_id);
+        let log = std::fs::read_to_string(
+            std::env::var("ONCECLICK_WRANGLER_LOG").expect("ONCECLICK_WRANGLER_LOG"),
+        )
+        .unwrap_or_default();
+        assert!(
+            log.lines().any(|l| l.contains("\"event\":\"reconciled\"")
+                && l.contains(&format!("\"store\":\"{shard}\""))),
+            "no reconciled line from {shard}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn ids_that_no_shard_made_are_not_found_and_write_nothing() {
+    let api = Api::from_env();
+    let token = api.token(&unique("nobody"));
+    for bogus in [
+        // A shard of this layout (8 shards, number 1) that holds no such job.
+        "job_0192f0c4-7b1e-8c3d-9a4b-012345673001",
+        // A shard count no layout has (2^15).
+        "job_0192f0c4-7b1e-8c3d-9a4b-01234567f000",
+        "job_0192f0c4-7b1e-6c3d-9a4b-0123456789ab",
+        "job_not-an-id",
+    ] {
+        let read = send(api.get(&token, &format!("/v1/jobs/{bogus}"))).await;
+        assert_eq!(read.status, 404, "{bogus}: {}", read.text);
+        let cancel =
+            send(api.post_json(&token, &format!("/v1/jobs/{bogus}/cancel"), &json!({}))).await;
+        assert_eq!(cancel.status, 404, "{bogus}: {}", cancel.text);
+    }
+}

@@ -1,0 +1,249 @@
+//! `cargo xtask bench --store durable`: one shard against one D1, side by side in one run.
+//!
+//! Three Workers under `wrangler dev --log-level error` on loopback, none with a queue
+//! consumer (the request path alone, as `cargo xtask bench` measures it): onceclick on
+//! D1, onceclick on one shard (`STORE=durable`, `SHARDS=1`), and onceclick on eight
+//! shards. Each takes the same three workloads (create with a fresh key, replay, a 304
+//! read) from `cargo xtask load`, 16 connections; two rounds, the second in reverse
+//! order; ratios are taken inside a round. Beside each rate, the CPU time of the server's
+//! processes per request. The figures go to `bench/durable.json`; SCALING.md reads them.
+
+use crate::load::{self, Outcome, Spec};
+use crate::test_worker::{Launch, StoreKind, TestWorker, TEST_TIMEOUT_MS};
+use crate::tools::{self, Tools};
+use crate::wrangler::{self, EDGE};
+use anyhow::{bail, Result};
+use serde_json::{json, Value};
+
+const CONNECTIONS: usize = 16;
+const WARMUP_MS: u64 = 1000;
+const MEASURED_MS: u64 = 4000;
+const ROUNDS: usize = 2;
+const BODY: &str = r#"{"kind":"summarize","input":{"text":"A benchmark sentence that is long enough to summarize."}}"#;
+
+/// The stores measured: (name, store, shards).
+const STORES: [(&str, StoreKind, Option<u32>); 3] = [
+    ("d1", StoreKind::D1, None),
+    ("one_shard", StoreKind::Durable, Some(1)),
+    ("eight_shards", StoreKind::Durable, Some(8)),
+];
+
+const WORKLOADS: [&str; 3] = ["create", "replay", "read_304"];
+
+struct Server {
+    name: &'static str,
+    worker: TestWorker,
+    token: String,
+    job_path: String,
+    etag: String,
+}
+
+pub(crate) fn run(tools: &Tools) -> Result<Value> {
+    let root = tools.root.clone();
+    wrangler::build(tools, &EDGE)?;
+    let config = crate::bench::without_consumer(&root)?;
+    let mut servers = Vec::new();
+    for (name, store, shards) in STORES {
+        let how = Launch {
+            store,
+            extra_vars: shards
+                .map(|n| vec![("SHARDS".to_owned(), n.to_string())])
+                .unwrap_or_default(),
+            log_level: Some("error"),
+            test_vars: false,
+            persist_from: None,
+            config: Some(config.clone()),
+            provider_timeout_ms: TEST_TIMEOUT_MS,
+        };
+        let worker = TestWorker::launch(tools, &root, &how)?;
+        let token = onceclick_tests::auth::mint(&worker.secret, "bench", false, 3600)?;
+        let (job, etag) = crate::bench::one_job(&worker.server.url, &token)?;
+        servers.push(Server {
+            name,
+            worker,
+            token,
+            job_path: format!("/v1/jobs/{job}"),
+            etag,
+        });
+    }
+
+    let mut rounds = Vec::new();
+    for round in 0..ROUNDS {
+        let mut order: Vec<(&Server, &str)> = servers
+            .iter()
+            .flat_map(|s| WORKLOADS.iter().map(move |w| (s, *w)))
+            .collect();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        let mut outcomes = serde_json::Map::new();
+        for (server, workload) in order {
+            let spec = spec(server, workload, round);
+            let cpu_before = server.worker.server.cpu_time();
+            let mut outcome: Outcome = load::spawn(&spec)?;
+            if outcome.requests == 0 || !outcome.unexpected.is_empty() {
+                bail!(
+                    "{} {workload}: {} requests, unexpected {:?}: {}",
+                    server.name,
+                    outcome.requests,
+                    outcome.unexpected,
+                    outcome.first_unexpected.as_deref().unwrap_or("")
+                );
+            }
+            outcome.cpu_ms_per_request =
+                (server.worker.server.cpu_time() - cpu_before).as_secs_f64() * 1e3
+                    / outcome.issued.max(1) as f64;
+            eprintln!(
+                "xtask: bench --store durable, round {round}, {} {workload}: {:.0} req/s, p50 {:.2} ms, p99 {:.2} ms, {:.2} ms CPU/request",
+                server.name, outcome.rate, outcome.p50_ms, outcome.p99_ms, outcome.cpu_ms_per_request
+            );
+            outcomes.insert(
+                format!("{}.{workload}", server.name),
+                serde_json::to_value(&outcome)?,
+            );
+        }
+        rounds.push(Value::Object(outcomes));
+    }
+    // Storage per job: the store's SQLite files (with their WAL) over the jobs in them,
+    // after every create of the run.
+    let mut bytes_per_job = serde_json::Map::new();
+    for server in &servers {
+        let jobs: i64 = onceclick_tests::db::open_in(&server.worker.persist).query_row(
+            "SELECT count(*) FROM jobs",
+            [],
+            |r| r.get(0),
+        )?;
+        let dir = server.worker.persist.join("v3").join(match server.name {
+            "d1" => "d1",
+            _ => "do",
+        });
+        let bytes = sqlite_bytes(&dir);
+        bytes_per_job.insert(
+            server.name.to_owned(),
+            json!({"jobs": jobs, "bytes": bytes, "bytes_per_job": bytes as f64 / jobs.max(1) as f64}),
+        );
+    }
+    drop(servers);
+
+    let mut ratios = serde_json::Map::new();
+    for workload in WORKLOADS {
+        for (name, _, _) in &STORES[1..] {
+            let per_round: Vec<Value> = rounds
+                .iter()
+                .map(|r| {
+                    let rate = |store: &str| r[format!("{store}.{workload}")]["rate"].as_f64();
+                    let cpu = |store: &str| {
+                        r[format!("{store}.{workload}")]["cpu_ms_per_request"].as_f64()
+                    };
+                    json!({
+                        "rate": rate(name).zip(rate("d1")).map(|(a, b)| a / b),
+                        "cpu_per_request": cpu(name).zip(cpu("d1")).map(|(a, b)| a / b),
+                    })
+                })
+                .collect();
+            ratios.insert(format!("{name} / d1, {workload}"), json!(per_round));
+        }
+    }
+    let results = json!({
+        "date": crate::bench::today(),
+        "connections": CONNECTIONS,
+        "measured_ms": MEASURED_MS,
+        "rounds": rounds,
+        "ratios": ratios,
+        "storage": bytes_per_job,
+    });
+    println!(
+        "\nbench --store durable: one shard against one D1, and eight shards (ratios per round)"
+    );
+    for (figure, per_round) in &ratios {
+        let text: Vec<String> = per_round
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|r| {
+                format!(
+                    "rate {:.2}, CPU/request {:.2}",
+                    r["rate"].as_f64().unwrap_or(f64::NAN),
+                    r["cpu_per_request"].as_f64().unwrap_or(f64::NAN)
+                )
+            })
+            .collect();
+        println!("  {figure}: {}", text.join(" | "));
+    }
+    for (name, storage) in results["storage"].as_object().into_iter().flatten() {
+        println!(
+            "  storage, {name}: {} jobs, {} bytes, {:.0} bytes per job",
+            storage["jobs"],
+            storage["bytes"],
+            storage["bytes_per_job"].as_f64().unwrap_or(0.0)
+        );
+    }
+    let path = root.join("bench/durable.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&results)? + "\n")?;
+    eprintln!("xtask: wrote {}", path.display());
+    Ok(results)
+}
+
+fn spec(server: &Server, workload: &str, round: usize) -> Spec {
+    let nonce = tools::random_secret().unwrap_or_default();
+    let auth = (
+        "authorization".to_owned(),
+        format!("Bearer {}", server.token),
+    );
+    let create = Spec {
+        addr: server
+            .worker
+            .server
+            .url
+            .trim_start_matches("http://")
+            .to_owned(),
+        method: "POST".into(),
+        path: "/v1/jobs".into(),
+        headers: vec![auth.clone()],
+        body: BODY.into(),
+        fresh_key: Some(format!("bench-{}-{round}", &nonce[..8.min(nonce.len())])),
+        expect: 201,
+        connections: CONNECTIONS,
+        warmup_ms: WARMUP_MS,
+        duration_ms: MEASURED_MS,
+        total: None,
+    };
+    match workload {
+        "replay" => Spec {
+            headers: vec![auth, ("idempotency-key".into(), "bench-seed".into())],
+            fresh_key: None,
+            expect: 200,
+            ..create
+        },
+        "read_304" => Spec {
+            method: "GET".into(),
+            path: server.job_path.clone(),
+            headers: vec![auth, ("if-none-match".into(), server.etag.clone())],
+            body: String::new(),
+            fresh_key: None,
+            expect: 304,
+            ..create
+        },
+        _ => create,
+    }
+}
+
+/// Bytes of the SQLite files (and their WAL) under `dir`, metadata aside.
+fn sqlite_bytes(dir: &std::path::Path) -> u64 {
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        if path.is_dir() {
+            total += sqlite_bytes(&path);
+        } else if (name.ends_with(".sqlite") || name.ends_with(".sqlite-wal"))
+            && !name.starts_with("metadata")
+        {
+            total += entry.metadata().map(|m| m.len()).unwrap_or(0);
+        }
+    }
+    total
+}
