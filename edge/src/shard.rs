@@ -48,6 +48,14 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
 const MIGRATIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS onceclick_migrations (
     name TEXT PRIMARY KEY,
     applied_at TEXT NOT NULL)";
+/// The object's own name (`s8.3`), kept so that an instance the alarm wakes (with no
+/// call to learn it from) still names itself in its log lines.
+const NAME_TABLE: &str = "CREATE TABLE IF NOT EXISTS onceclick_shard (
+    one INTEGER PRIMARY KEY CHECK (one = 1),
+    name TEXT NOT NULL)";
+const SAVE_NAME: &str = "INSERT INTO onceclick_shard (one, name) VALUES (1, ?1)
+    ON CONFLICT (one) DO NOTHING";
+const NAME: &str = "SELECT name FROM onceclick_shard";
 const APPLIED: &str = "SELECT name FROM onceclick_migrations";
 const RECORD: &str = "INSERT INTO onceclick_migrations (name, applied_at)
     VALUES (?1, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))";
@@ -111,7 +119,9 @@ impl DurableObject for Shard {
 
     async fn alarm(&self) -> Result<Response> {
         self.armed.set(false);
+        self.recall_name();
         let name = self.name.borrow().clone();
+        worker::console_log!("{}", json!({"event": "alarm_ran", "shard": name}));
         if let Err(e) = self.reconcile(None).await {
             worker::console_error!(
                 "{}",
@@ -128,8 +138,13 @@ impl DurableObject for Shard {
             .and_then(|sets| column(&sets.get(0).dyn_into::<Array>().ok()?.get(0), "any"))
             .and_then(|v| v.as_f64())
             .unwrap_or(1.0);
-        if any != 0.0 {
-            self.arm(self.every_ms()).await;
+        // A shard that still holds jobs and could not set its next alarm fails this one,
+        // so that the runtime runs it again (with backoff) instead of the shard going
+        // unreconciled until its next write.
+        if any != 0.0 && !self.arm(self.every_ms()).await {
+            return Err(worker::Error::RustError(format!(
+                "shard {name}: the next alarm could not be set"
+            )));
         }
         Response::ok("reconciled")
     }
@@ -140,9 +155,32 @@ impl Shard {
         Local::new(&self.state.storage(), &self.name.borrow())
     }
 
+    /// Learns the object's name from a call (the first of this instance), and keeps it.
     fn learn_name(&self, name: &str) {
-        if self.name.borrow().is_empty() {
-            *self.name.borrow_mut() = name.to_owned();
+        if !self.name.borrow().is_empty() {
+            return;
+        }
+        *self.name.borrow_mut() = name.to_owned();
+        let local = self.local();
+        if self.migrate(&local).is_ok() {
+            let _ = local.run(vec![(SAVE_NAME.to_owned(), vec![JsValue::from_str(name)])]);
+        }
+    }
+
+    /// The name kept by an earlier instance, for an instance the alarm woke.
+    fn recall_name(&self) {
+        if !self.name.borrow().is_empty() {
+            return;
+        }
+        let local = self.local();
+        let name = self
+            .migrate(&local)
+            .ok()
+            .and_then(|()| local.run(vec![(NAME.to_owned(), Vec::new())]).ok())
+            .and_then(|sets| column(&sets.get(0).dyn_into::<Array>().ok()?.get(0), "name"))
+            .and_then(|v| v.as_string());
+        if let Some(name) = name {
+            *self.name.borrow_mut() = name;
         }
     }
 
@@ -154,10 +192,11 @@ impl Shard {
         }
         let sets = local.run(vec![
             (MIGRATIONS_TABLE.to_owned(), Vec::new()),
+            (NAME_TABLE.to_owned(), Vec::new()),
             (APPLIED.to_owned(), Vec::new()),
         ])?;
         let applied: Vec<String> = sets
-            .get(1)
+            .get(2)
             .dyn_into::<Array>()
             .map(|rows| {
                 rows.iter()
@@ -204,7 +243,9 @@ impl Shard {
         let storage = self.state.storage();
         match storage.get_alarm().await {
             Ok(Some(_)) => self.armed.set(true),
-            Ok(None) => self.arm(self.every_ms()).await,
+            Ok(None) => {
+                self.arm(self.every_ms()).await;
+            }
             Err(e) => worker::console_error!(
                 "{}",
                 json!({"event": "alarm_failed", "shard": *self.name.borrow(), "cause": e.to_string()})
@@ -212,13 +253,20 @@ impl Shard {
         }
     }
 
-    async fn arm(&self, in_ms: f64) {
+    /// Sets the alarm `in_ms` from now; false (and logged) if it could not.
+    async fn arm(&self, in_ms: f64) -> bool {
         match self.state.storage().set_alarm(in_ms as i64).await {
-            Ok(()) => self.armed.set(true),
-            Err(e) => worker::console_error!(
-                "{}",
-                json!({"event": "alarm_failed", "shard": *self.name.borrow(), "cause": e.to_string()})
-            ),
+            Ok(()) => {
+                self.armed.set(true);
+                true
+            }
+            Err(e) => {
+                worker::console_error!(
+                    "{}",
+                    json!({"event": "alarm_failed", "shard": *self.name.borrow(), "cause": e.to_string()})
+                );
+                false
+            }
         }
     }
 
@@ -238,8 +286,11 @@ impl Shard {
     async fn reconcile_now(&self, now: ReconcileNow) -> Value {
         self.learn_name(&now.shard);
         if let Some(ms) = now.alarm_in_ms {
-            self.arm(ms.max(0) as f64).await;
-            return json!({"status": "armed"});
+            return if self.arm(ms.max(0) as f64).await {
+                json!({"status": "armed"})
+            } else {
+                json!({"error": "the alarm could not be set"})
+            };
         }
         match self.reconcile(now.fault.as_deref()).await {
             Ok(()) => json!({"status": "reconciled"}),

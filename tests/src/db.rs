@@ -107,6 +107,20 @@ pub fn open_in(dir: &Path) -> Connection {
     ))
 }
 
+/// Opens the D1 database under `dir` read-only, even when shards are there too (a
+/// deployment that moved and keeps its D1).
+pub fn open_d1_in(dir: &Path) -> Connection {
+    opened(Connection::open_with_flags(
+        sqlite_in(dir),
+        OpenFlags::SQLITE_OPEN_READ_ONLY,
+    ))
+}
+
+/// Opens every shard under `dir` at once, read-only (no shard yet: an error on use).
+pub fn open_shards_in(dir: &Path) -> Connection {
+    open_shards(&shard_files(dir))
+}
+
 /// Opens the D1 database for writing: for state the API cannot reach, and for the
 /// bench's seed.
 pub fn open_writable_in(dir: &Path) -> Connection {

@@ -35,6 +35,7 @@ mod dev;
 mod e2e;
 mod example;
 mod load;
+mod moves;
 mod sdk;
 mod test;
 mod test_worker;
@@ -69,7 +70,7 @@ xflags::xflags! {
             optional --e2e
             /// The heavy reliability variants.
             optional --soak
-            /// Only the integration test binary `tests/tests/NAME.rs`.
+            /// Only the integration test binary `tests/tests/NAME.rs` (or `moves`).
             optional --only name: String
             /// Only against this store: `d1` or `durable` (default: both, in turn).
             optional --store store: String

@@ -40,6 +40,10 @@ pub(crate) fn suites(flags: &crate::Test) -> Result<()> {
     }
 
     wrangler::build_edge(&tools)?;
+    // `--only moves`: the move suite alone (it starts its own Workers).
+    if only.as_deref() == Some("moves") {
+        return crate::moves::run(&tools, &root);
+    }
     if !some_only && only.is_none() {
         eprintln!("xtask: wrangler deploy --dry-run");
         let bundle = bench::bundle(&tools, "worker", None)?;
@@ -97,12 +101,16 @@ pub(crate) fn suites(flags: &crate::Test) -> Result<()> {
     let reports = root.join("target/reliability");
     let _ = std::fs::remove_dir_all(&reports);
     let mut worker = Some(worker);
-    for store in stores {
+    for store in &stores {
         let worker = match worker.take() {
             Some(worker) => worker,
-            None => TestWorker::start(&tools, &root, store)?,
+            None => TestWorker::start(&tools, &root, *store)?,
         };
-        integration(&tools, &root, worker, store, &only, soak, &reports)?;
+        integration(&tools, &root, worker, *store, &only, soak, &reports)?;
+    }
+    // The move from D1 to the shards, as README.md describes it (`moves.rs`).
+    if only.is_none() && stores.contains(&StoreKind::Durable) {
+        crate::moves::run(&tools, &root)?;
     }
     // About 20 s of load against the baseline: ratios printed, never asserted (timing
     // on a shared machine is noise). The deterministic part, D1 round trips, is

@@ -161,8 +161,13 @@ impl Backend {
             Route::Key { owner, key } => {
                 Target::Object(shards, shard::shard_for_key(owner, key, shards.count))
             }
+            // An id of another shard count names no job of this layout: routing it would
+            // bring an object of that count into being for nothing.
             Route::Id(id) => match shard::route_of_id(id) {
-                IdRoute::Shard(shard) => Target::Object(shards, shard),
+                IdRoute::Shard(shard) if shard.count == shards.count => {
+                    Target::Object(shards, shard)
+                }
+                IdRoute::Shard(_) => Target::Nowhere,
                 IdRoute::Database => shards.previous.as_ref().map_or(Target::Nowhere, Target::D1),
                 IdRoute::Unknown => Target::Nowhere,
             },
@@ -201,8 +206,8 @@ impl Backend {
             (Backend::Shards(shards), Route::Key { owner, key }) => {
                 Some(shard::shard_for_key(owner, key, shards.count))
             }
-            (Backend::Shards(_), Route::Id(id)) => match shard::route_of_id(id) {
-                IdRoute::Shard(shard) => Some(shard),
+            (Backend::Shards(shards), Route::Id(id)) => match shard::route_of_id(id) {
+                IdRoute::Shard(shard) if shard.count == shards.count => Some(shard),
                 _ => None,
             },
             _ => None,

@@ -2,6 +2,7 @@
 
 use super::{first_row, js, js_opt, json_text, sql, DocRow, Route, Store, StoredJob};
 use crate::error::{ApiResult, AppError};
+use onceclick_protocol::ErrorCode;
 use onceclick_protocol::{Event, EventType};
 use serde::Deserialize;
 use serde_json::Value;
@@ -53,6 +54,19 @@ impl Store {
             owner: new.owner,
             key: new.key,
         };
+        if self.refuse_new_keys {
+            let params = [js(new.owner), js(new.key)];
+            let bound = self
+                .read_job("job_by_key", route, sql::JOB_BY_KEY, &params)
+                .await?;
+            return bound.ok_or_else(|| {
+                AppError::new(
+                    ErrorCode::ServiceUnavailable,
+                    "this deployment is moving to another store and binds no new key for a \
+                     moment; retry with the same Idempotency-Key",
+                )
+            });
+        }
         let insert_job = self.stmt(
             sql::INSERT_JOB,
             &[

@@ -50,6 +50,9 @@ pub(crate) struct Store {
     /// request's path, or the dispatched attempt) for the `fault_fired` log line.
     faults: RefCell<Vec<Fault>>,
     fault_scope: String,
+    /// `REFUSE_NEW_KEYS=true`: the first step of a move to another store. A create whose
+    /// key is not bound yet is refused (503, retryable) instead of bound here.
+    refuse_new_keys: bool,
 }
 
 /// A job read from `job_documents`: the API document plus what only the server sees.
@@ -156,6 +159,7 @@ impl Store {
             timing: RefCell::new(Vec::new()),
             faults: RefCell::new(Vec::new()),
             fault_scope: String::new(),
+            refuse_new_keys: false,
         }
     }
 
@@ -167,7 +171,11 @@ impl Store {
     /// The store this deployment is configured with (`STORE`: `d1`, the default, or
     /// `durable`; see [`backend`]).
     pub(crate) fn from_env(env: &worker::Env) -> ApiResult<Self> {
-        Backend::from_env(env).map(Self::with_backend)
+        let mut store = Self::with_backend(Backend::from_env(env)?);
+        store.refuse_new_keys = env
+            .var("REFUSE_NEW_KEYS")
+            .is_ok_and(|v| v.to_string() == "true");
+        Ok(store)
     }
 
     /// Inside a shard: its own SQLite, for the shard's reconciler.
@@ -358,15 +366,26 @@ impl Store {
         }
         let targets = self.backend.everywhere();
         let mut out = Vec::with_capacity(targets.len());
-        // At most 32 calls in flight at once.
+        let mut failed = None;
+        // At most 32 calls in flight at once. Every place is called even after one
+        // fails, so that a write reaches all the others (a certification copy, say);
+        // the first failure is reported once all have answered.
         for chunk in targets.chunks(32) {
             let calls = chunk
                 .iter()
                 .map(|t| Ok(self.call(t, statements()?)))
                 .collect::<ApiResult<Vec<_>>>()?;
             for result in futures_util::future::join_all(calls).await {
-                out.push(result?);
+                match result {
+                    Ok(rows) => out.push(rows),
+                    Err(e) => {
+                        failed.get_or_insert(e);
+                    }
+                }
             }
+        }
+        if let Some(e) = failed {
+            return Err(e);
         }
         match self.fault(op, When::After) {
             Some(fault) => Err(fault),

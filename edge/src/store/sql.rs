@@ -364,7 +364,8 @@ pub(crate) const SAVE_CERTIFICATION: &str =
      ON CONFLICT (provider, kind, contract_version) DO UPDATE
        SET passed = excluded.passed, failures = excluded.failures,
            certified_at = excluded.certified_at,
-           provider_digest = excluded.provider_digest";
+           provider_digest = excluded.provider_digest
+       WHERE excluded.certified_at >= certifications.certified_at";
 
 pub(crate) const CERTIFICATIONS: &str =
     "SELECT provider, kind, contract_version, provider_digest, passed, failures, certified_at

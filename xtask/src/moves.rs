@@ -1,0 +1,310 @@
+//! The move from D1 to Durable Objects, as README.md describes it, on one persisted
+//! local store, in three lives of the Worker:
+//!
+//! 1. **D1** (`STORE=d1`): jobs are made, most succeed, one fails; the fallback provider
+//!    is certified.
+//! 2. **D1, refusing new keys** (`REFUSE_NEW_KEYS=true`, the first deploy of the move):
+//!    a new key is `503` and binds nothing; a resend of an old key is still its replay.
+//! 3. **Shards with the D1 kept** (`STORE=durable`, `SHARDS=8`, `PREVIOUS_STORE=d1`):
+//!    - every old key is still answered from D1 (the same job, or the 409 of another
+//!      body);
+//!    - new keys, and the key refused in life 2, are bound in shards;
+//!    - the failed old job takes the fallback button, and the attempt runs in D1;
+//!    - an owner's list holds the old jobs and the new;
+//!    - every key is bound exactly once over D1 and the shards together.
+//!
+//! It lives in xtask because it owns the Worker's processes, like the crash suite.
+
+use crate::test_worker::TEST_TIMEOUT_MS;
+use crate::tools::Tools;
+use crate::wrangler::{self, DevOptions, Wrangler};
+use anyhow::{ensure, Context, Result};
+use onceclick_tests::client::{id, marked_text, send, unique, Api, Mock};
+use serde_json::json;
+use std::path::Path;
+use std::time::Instant;
+
+/// Keys made before the move.
+const OLD_KEYS: usize = 6;
+/// Keys made after it.
+const NEW_KEYS: usize = 12;
+
+pub(crate) fn run(tools: &Tools, root: &Path) -> Result<()> {
+    let started = Instant::now();
+    let persist = root.join("target/xtask/move");
+    let _ = std::fs::remove_dir_all(&persist);
+    wrangler::migrate(tools, &persist, true)?;
+    let secret = crate::tools::random_secret()?;
+    let mock_port = wrangler::free_port()?;
+    onceclick_tests::mock::spawn(mock_port)?;
+    let mock = Mock {
+        base: format!("http://127.0.0.1:{mock_port}"),
+        http: reqwest::Client::new(),
+    };
+    let base_vars: Vec<(String, String)> = vec![
+        ("AUTH_SECRET".into(), secret.clone()),
+        (
+            "PROVIDERS".into(),
+            onceclick_tests::mock::providers_var(mock_port, TEST_TIMEOUT_MS, None),
+        ),
+        ("FALLBACK_API_KEY".into(), "test-key".into()),
+    ];
+    let life = |name: &str, extra: &[(&str, &str)]| -> Result<Wrangler> {
+        let mut vars = base_vars.clone();
+        vars.extend(
+            extra
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+        );
+        Wrangler::start(
+            tools,
+            DevOptions {
+                port: wrangler::free_port()?,
+                persist: persist.clone(),
+                vars,
+                log: Some(root.join(format!("target/xtask/move-{name}.log"))),
+                config: Some(wrangler::unlimited_config(root)?),
+                log_level: None,
+            },
+        )
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let api = |server: &Wrangler| Api {
+        base: server.url.clone(),
+        secret: secret.clone(),
+        http: reqwest::Client::new(),
+    };
+    let owner = unique("mover");
+    let marker = unique("move");
+    // Each key's text carries its own marker (zero-padded, so none is a prefix of another).
+    let body = |i: usize| {
+        json!({"kind": "summarize", "input": {"text": marked_text(&format!("{marker}-{i:02}"))}})
+            .to_string()
+    };
+    let key = |i: usize| format!("{owner}-{i}");
+
+    eprintln!("xtask: the move from D1 to Durable Objects, life 1: D1");
+    let server = life("d1", &[("STORE", "d1")])?;
+    let old_ids: Vec<String> = runtime.block_on(async {
+        let api = api(&server);
+        let token = api.token(&owner);
+        // The last old job fails at its provider, to take the fallback button later.
+        mock.script(
+            "primary",
+            &format!("{marker}-{:02}", OLD_KEYS - 1),
+            json!([{"status": 503}]),
+        )
+        .await;
+        let mut ids = Vec::new();
+        for i in 0..OLD_KEYS {
+            let reply = send(api.create(&token, Some(&key(i)), &body(i))).await;
+            ensure!(
+                reply.status == 201,
+                "old key {i}: {} {}",
+                reply.status,
+                reply.text
+            );
+            ids.push(id(&reply.json()));
+        }
+        for (i, job) in ids.iter().enumerate() {
+            let want = if i == OLD_KEYS - 1 {
+                "failed"
+            } else {
+                "succeeded"
+            };
+            let done = api
+                .wait_job(&token, job, |j| {
+                    j["status"] != "queued" && j["status"] != "running"
+                })
+                .await;
+            ensure!(done["status"] == want, "old job {i}: {done}");
+        }
+        api.ensure_certified("fallback").await;
+        Ok(ids)
+    })?;
+    ensure!(
+        old_ids
+            .iter()
+            .all(|i| onceclick_protocol::shard::route_of_id(i)
+                == onceclick_protocol::shard::IdRoute::Database),
+        "D1 made ids that are not UUIDv7: {old_ids:?}"
+    );
+    drop(server);
+
+    eprintln!("xtask: the move, life 2: D1 refusing new keys");
+    let refused_key = key(OLD_KEYS + NEW_KEYS);
+    let server = life("refuse", &[("STORE", "d1"), ("REFUSE_NEW_KEYS", "true")])?;
+    runtime.block_on(async {
+        let api = api(&server);
+        let token = api.token(&owner);
+        let refused = send(api.create(&token, Some(&refused_key), &body(99))).await;
+        ensure!(
+            refused.status == 503 && refused.problem_code() == "service_unavailable",
+            "a new key while D1 refuses them: {} {}",
+            refused.status,
+            refused.text
+        );
+        ensure!(
+            refused.header("retry-after").is_some(),
+            "no Retry-After: {}",
+            refused.text
+        );
+        let replay = send(api.create(&token, Some(&key(0)), &body(0))).await;
+        ensure!(
+            replay.status == 200 && id(&replay.json()) == old_ids[0],
+            "an old key while D1 refuses new ones: {} {}",
+            replay.status,
+            replay.text
+        );
+        Ok(())
+    })?;
+    drop(server);
+    ensure!(
+        d1_count(
+            &persist,
+            "SELECT count(*) FROM jobs WHERE idempotency_key = ?1",
+            &refused_key
+        )? == 0,
+        "the refused key was written"
+    );
+
+    eprintln!("xtask: the move, life 3: 8 shards, D1 kept");
+    let server = life(
+        "shards",
+        &[
+            ("STORE", "durable"),
+            ("SHARDS", "8"),
+            ("PREVIOUS_STORE", "d1"),
+        ],
+    )?;
+    runtime.block_on(async {
+        let api = api(&server);
+        let token = api.token(&owner);
+        // Old keys: the same jobs, from D1; another body under an old key is a conflict.
+        for (i, old) in old_ids.iter().enumerate() {
+            let replay = send(api.create(&token, Some(&key(i)), &body(i))).await;
+            ensure!(
+                replay.status == 200 && &id(&replay.json()) == old,
+                "old key {i} after the move: {} {}",
+                replay.status,
+                replay.text
+            );
+            let read = send(api.get(&token, &format!("/v1/jobs/{old}"))).await;
+            ensure!(read.status == 200, "old job {i} read: {}", read.text);
+        }
+        let conflict = send(api.create(&token, Some(&key(1)), &body(1000))).await;
+        ensure!(
+            conflict.status == 409 && conflict.problem_code() == "idempotency_key_reused",
+            "another body under an old key: {} {}",
+            conflict.status,
+            conflict.text
+        );
+        // New keys, and the one refused before: bound in shards, and done there.
+        let mut new_ids = Vec::new();
+        for i in (OLD_KEYS..OLD_KEYS + NEW_KEYS).chain([OLD_KEYS + NEW_KEYS]) {
+            let made = send(api.create(&token, Some(&key(i)), &body(i))).await;
+            ensure!(
+                made.status == 201,
+                "new key {i}: {} {}",
+                made.status,
+                made.text
+            );
+            let job = id(&made.json());
+            ensure!(
+                matches!(
+                    onceclick_protocol::shard::route_of_id(&job),
+                    onceclick_protocol::shard::IdRoute::Shard(_)
+                ),
+                "new key {i} made {job}, not a shard's id"
+            );
+            new_ids.push(job);
+        }
+        for job in &new_ids {
+            let done = api
+                .wait_job(&token, job, |j| j["status"] == "succeeded")
+                .await;
+            ensure!(done["status"] == "succeeded", "{done}");
+        }
+        // Shards start with no certifications: README's step is to certify again.
+        api.ensure_certified("fallback").await;
+        let failed = &old_ids[OLD_KEYS - 1];
+        let click = send(
+            api.post_json(
+                &token,
+                &format!("/v1/jobs/{failed}/attempts"),
+                &json!({"provider": "fallback"}),
+            )
+            .header("Idempotency-Key", unique("click")),
+        )
+        .await;
+        ensure!(
+            click.status == 201,
+            "the fallback button on an old job: {} {}",
+            click.status,
+            click.text
+        );
+        let done = api
+            .wait_job(&token, failed, |j| j["status"] == "succeeded")
+            .await;
+        ensure!(
+            done["status"] == "succeeded",
+            "the old job after its fallback: {done}"
+        );
+        let attempts = done["attempts"].as_array().cloned().unwrap_or_default();
+        ensure!(
+            attempts.len() == 2
+                && attempts
+                    .iter()
+                    .all(|a| onceclick_protocol::shard::route_of_id(&id(a))
+                        == onceclick_protocol::shard::IdRoute::Database),
+            "the old job's attempts are not all D1's: {done}"
+        );
+        // The owner's list: the old jobs and the new, once each.
+        let list = send(api.get(&token, "/v1/jobs?limit=200")).await;
+        ensure!(list.status == 200, "{}", list.text);
+        let listed: Vec<String> = list.json()["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(id)
+            .collect();
+        let mut want: Vec<String> = old_ids.iter().chain(&new_ids).cloned().collect();
+        want.sort();
+        let mut got = listed.clone();
+        got.sort();
+        ensure!(got == want, "the owner's list after the move: {listed:?}");
+        Ok(())
+    })?;
+    drop(server);
+
+    // Every key bound exactly once, over D1 and the shards together.
+    for i in 0..=OLD_KEYS + NEW_KEYS {
+        let sql = "SELECT count(*) FROM jobs WHERE idempotency_key = ?1";
+        let in_d1 = d1_count(&persist, sql, &key(i))?;
+        let in_shards: i64 = onceclick_tests::db::open_shards_in(&persist)
+            .query_row(sql, [key(i)], |r| r.get(0))
+            .unwrap_or(0);
+        ensure!(
+            in_d1 + in_shards == 1,
+            "key {i} is bound {in_d1} times in D1 and {in_shards} times in shards"
+        );
+        ensure!(
+            (i < OLD_KEYS) == (in_d1 == 1),
+            "key {i} is bound in the wrong store (D1: {in_d1})"
+        );
+    }
+    eprintln!(
+        "xtask: the move from D1 to Durable Objects: {OLD_KEYS} old keys answered from D1, {} new keys in shards, no key bound twice ({:.0} s)",
+        NEW_KEYS + 1,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+fn d1_count(persist: &Path, sql: &str, param: &str) -> Result<i64> {
+    onceclick_tests::db::open_d1_in(persist)
+        .query_row(sql, [param], |r| r.get(0))
+        .with_context(|| format!("{sql} on the D1 file"))
+}
