@@ -76,6 +76,8 @@ pub struct Shard {
     migrated: Cell<bool>,
     /// An alarm is known to be set.
     armed: Cell<bool>,
+    /// The name is kept in the shard's own table.
+    name_kept: Cell<bool>,
 }
 
 /// `POST /reconcile`: the test-only "reconcile now" (faults armed as in a request), or
@@ -97,6 +99,7 @@ impl DurableObject for Shard {
             name: std::cell::RefCell::new(String::new()),
             migrated: Cell::new(false),
             armed: Cell::new(false),
+            name_kept: Cell::new(false),
         }
     }
 
@@ -156,15 +159,20 @@ impl Shard {
     }
 
     /// Learns the object's name from a call (the first of this instance), and keeps it.
+    /// Until that is stored, every call tries again.
     fn learn_name(&self, name: &str) {
-        if !self.name.borrow().is_empty() {
+        if self.name_kept.get() {
             return;
         }
-        *self.name.borrow_mut() = name.to_owned();
-        let local = self.local();
-        if self.migrate(&local).is_ok() {
-            let _ = local.run(vec![(SAVE_NAME.to_owned(), vec![JsValue::from_str(name)])]);
+        if self.name.borrow().is_empty() {
+            *self.name.borrow_mut() = name.to_owned();
         }
+        let local = self.local();
+        let kept = self.migrate(&local).is_ok()
+            && local
+                .run(vec![(SAVE_NAME.to_owned(), vec![JsValue::from_str(name)])])
+                .is_ok();
+        self.name_kept.set(kept);
     }
 
     /// The name kept by an earlier instance, for an instance the alarm woke.

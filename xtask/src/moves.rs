@@ -3,7 +3,7 @@
 //!
 //! 1. **D1** (`STORE=d1`): jobs are made, most succeed, one fails; the fallback provider
 //!    is certified.
-//! 2. **D1, refusing new keys** (`REFUSE_NEW_KEYS=true`, the first deploy of the move):
+//! 2. **D1, refusing new keys** (`REFUSE_NEW_KEYS = true`, the first deploy of the move):
 //!    a new key is `503` and binds nothing; a resend of an old key is still its replay.
 //! 3. **Shards with the D1 kept** (`STORE=durable`, `SHARDS=8`, `PREVIOUS_STORE=d1`):
 //!    - every old key is still answered from D1 (the same job, or the 409 of another
@@ -49,6 +49,14 @@ pub(crate) fn run(tools: &Tools, root: &Path) -> Result<()> {
         ),
         ("FALLBACK_API_KEY".into(), "test-key".into()),
     ];
+    // Step 1's flag is written as the TOML boolean (`REFUSE_NEW_KEYS = true`), the form
+    // a string-only read would have taken for "off"; `--var` would pass a string.
+    let refusing = wrangler::derived_config(root, "wrangler-move-refuse.toml", |config| {
+        wrangler::raise_rate_limit(config);
+        if let Some(toml::Value::Table(vars)) = config.get_mut("vars") {
+            vars.insert("REFUSE_NEW_KEYS".into(), toml::Value::Boolean(true));
+        }
+    })?;
     let life = |name: &str, extra: &[(&str, &str)]| -> Result<Wrangler> {
         let mut vars = base_vars.clone();
         vars.extend(
@@ -56,6 +64,10 @@ pub(crate) fn run(tools: &Tools, root: &Path) -> Result<()> {
                 .iter()
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
         );
+        let config = match name {
+            "refuse" => refusing.clone(),
+            _ => wrangler::unlimited_config(root)?,
+        };
         Wrangler::start(
             tools,
             DevOptions {
@@ -63,7 +75,7 @@ pub(crate) fn run(tools: &Tools, root: &Path) -> Result<()> {
                 persist: persist.clone(),
                 vars,
                 log: Some(root.join(format!("target/xtask/move-{name}.log"))),
-                config: Some(wrangler::unlimited_config(root)?),
+                config: Some(config),
                 log_level: None,
             },
         )
@@ -78,7 +90,7 @@ pub(crate) fn run(tools: &Tools, root: &Path) -> Result<()> {
     };
     let owner = unique("mover");
     let marker = unique("move");
-    // Each key's text carries its own marker (zero-padded, so none is a prefix of another).
+    // Each key's text carries its own marker (zero-padded); only `-05` is scripted.
     let body = |i: usize| {
         json!({"kind": "summarize", "input": {"text": marked_text(&format!("{marker}-{i:02}"))}})
             .to_string()
@@ -135,7 +147,7 @@ pub(crate) fn run(tools: &Tools, root: &Path) -> Result<()> {
 
     eprintln!("xtask: the move, life 2: D1 refusing new keys");
     let refused_key = key(OLD_KEYS + NEW_KEYS);
-    let server = life("refuse", &[("STORE", "d1"), ("REFUSE_NEW_KEYS", "true")])?;
+    let server = life("refuse", &[("STORE", "d1")])?;
     runtime.block_on(async {
         let api = api(&server);
         let token = api.token(&owner);
@@ -147,9 +159,9 @@ pub(crate) fn run(tools: &Tools, root: &Path) -> Result<()> {
             refused.text
         );
         ensure!(
-            refused.header("retry-after").is_some(),
-            "no Retry-After: {}",
-            refused.text
+            refused.header("retry-after") == Some("30"),
+            "the refusal's Retry-After: {:?}",
+            refused.header("retry-after")
         );
         let replay = send(api.create(&token, Some(&key(0)), &body(0))).await;
         ensure!(

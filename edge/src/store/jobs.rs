@@ -59,12 +59,15 @@ impl Store {
             let bound = self
                 .read_job("job_by_key", route, sql::JOB_BY_KEY, &params)
                 .await?;
+            // Retry-After 30 s: the SDK's six tries then span the minutes between the
+            // move's two deploys, instead of giving up within seconds.
             return bound.ok_or_else(|| {
                 AppError::new(
                     ErrorCode::ServiceUnavailable,
                     "this deployment is moving to another store and binds no new key for a \
                      moment; retry with the same Idempotency-Key",
                 )
+                .retry_after(30)
             });
         }
         let insert_job = self.stmt(

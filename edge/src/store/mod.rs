@@ -172,9 +172,7 @@ impl Store {
     /// `durable`; see [`backend`]).
     pub(crate) fn from_env(env: &worker::Env) -> ApiResult<Self> {
         let mut store = Self::with_backend(Backend::from_env(env)?);
-        store.refuse_new_keys = env
-            .var("REFUSE_NEW_KEYS")
-            .is_ok_and(|v| v.to_string() == "true");
+        store.refuse_new_keys = refuse_new_keys(env)?;
         Ok(store)
     }
 
@@ -263,8 +261,8 @@ impl Store {
 
     /// `Server-Timing` value: one metric per database or shard called,
     /// `d1;dur=…;desc="round trips=N"` or `s8.3;dur=…;desc="round trips=N"` (the shard's
-    /// object name); past 8 shards, their sum as `shards;dur=…;desc="round trips=N over
-    /// M shards"`. No call at all is `store;dur=0;desc="round trips=0"`.
+    /// object name); past 8 places, their sum as `shards;dur=…;desc="round trips=N over
+    /// M places"` (the shards, and the previous layout's D1 if kept). No call at all is `store;dur=0;desc="round trips=0"`.
     pub(crate) fn server_timing(&self) -> String {
         let timing = self.timing.borrow();
         if timing.is_empty() {
@@ -275,7 +273,7 @@ impl Store {
             let trips: u32 = timing.iter().map(|t| t.1).sum();
             let millis: f64 = timing.iter().map(|t| t.2).sum();
             return format!(
-                "shards;dur={millis:.1};desc=\"round trips={trips} over {} shards\"",
+                "shards;dur={millis:.1};desc=\"round trips={trips} over {} places\"",
                 timing.len()
             );
         }
@@ -439,6 +437,25 @@ impl Store {
         let stmt = self.stmt(sql::PING, &[])?;
         self.one("ping", Route::Catalog, stmt).await?;
         Ok(())
+    }
+}
+
+/// `REFUSE_NEW_KEYS`: `"true"` (or the TOML boolean `true`) refuses new keys; unset,
+/// `""`, `"false"` or `false` does not. Anything else is a configuration error (500,
+/// logged): a value that was meant to protect a move must never pass for "off".
+fn refuse_new_keys(env: &worker::Env) -> ApiResult<bool> {
+    let raw = worker::js_sys::Reflect::get(env.as_ref(), &"REFUSE_NEW_KEYS".into())
+        .unwrap_or(JsValue::UNDEFINED);
+    if raw.is_undefined() || raw.is_null() {
+        return Ok(false);
+    }
+    match (raw.as_bool(), raw.as_string().as_deref()) {
+        (Some(on), _) => Ok(on),
+        (_, Some("true")) => Ok(true),
+        (_, Some("false" | "")) => Ok(false),
+        _ => Err(AppError::internal(format!(
+            "REFUSE_NEW_KEYS is {raw:?}; use \"true\" or \"false\""
+        ))),
     }
 }
 
