@@ -664,3 +664,46 @@ fn the_figures_count_each_move_once_where_it_is_made() {
     .collect();
     assert_eq!(got, want);
 }
+
+/// Every shard keeps a copy of the certifications, written one place after another: a
+/// report replaces a copy only if it is as new or newer, so two certification runs that
+/// overlap (or a retry behind a slow run) leave every copy with the newest report.
+#[test]
+fn a_certification_copy_is_replaced_only_by_a_newer_report() {
+    let conn = migrated();
+    let save = |passed: u32, at: &str, digest: &str| {
+        conn.execute(
+            sql::SAVE_CERTIFICATION,
+            rusqlite::params!["fallback", "summarize", "v1", passed, "[]", at, digest],
+        )
+        .unwrap();
+    };
+    let stored = || -> (u32, String, String) {
+        conn.query_row(
+            "SELECT passed, certified_at, provider_digest FROM certifications
+              WHERE provider = 'fallback' AND kind = 'summarize' AND contract_version = 'v1'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap()
+    };
+    save(1, "2026-11-30T10:00:00.000Z", "d-new");
+    // An older run's report, arriving late: ignored.
+    save(0, "2026-11-30T09:59:59.999Z", "d-old");
+    assert_eq!(
+        stored(),
+        (1, "2026-11-30T10:00:00.000Z".into(), "d-new".into())
+    );
+    // The same report again (a retry): the same row.
+    save(1, "2026-11-30T10:00:00.000Z", "d-new");
+    assert_eq!(
+        stored(),
+        (1, "2026-11-30T10:00:00.000Z".into(), "d-new".into())
+    );
+    // A newer run: replaces it.
+    save(0, "2026-11-30T10:00:00.001Z", "d-newer");
+    assert_eq!(
+        stored(),
+        (0, "2026-11-30T10:00:00.001Z".into(), "d-newer".into())
+    );
+}
