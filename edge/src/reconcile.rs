@@ -25,6 +25,11 @@ pub(crate) async fn cron(env: &Env) -> ApiResult<()> {
     if !store.is_sharded() {
         return run(env, &store).await;
     }
+    run_previous(env, &store).await
+}
+
+/// The pass over the previous layout's D1, when a sharded deployment keeps one.
+async fn run_previous(env: &Env, store: &Store) -> ApiResult<()> {
     if store.has_previous() {
         run(env, &Store::new(env.d1("DB")?)).await?;
     }
@@ -44,9 +49,7 @@ pub(crate) async fn run_now(
     let Some(shards) = store.shards() else {
         return run(env, store).await;
     };
-    if store.has_previous() {
-        run(env, &Store::new(env.d1("DB")?)).await?;
-    }
+    run_previous(env, store).await?;
     let calls = shards.all().map(|shard| {
         let body =
             json!({"shard": shard.object_name(), "fault": fault, "alarm_in_ms": alarm_in_ms});

@@ -134,11 +134,7 @@ impl DurableObject for Shard {
         }
         // Still jobs here (retained, or in flight): the next pass. None: no alarm until
         // the next write sets one.
-        let local = self.local();
-        let any = local
-            .run(vec![(HAS_JOBS.to_owned(), Vec::new())])
-            .ok()
-            .and_then(|sets| column(&sets.get(0).dyn_into::<Array>().ok()?.get(0), "any"))
+        let any = first_value(&self.local(), HAS_JOBS, "any")
             .and_then(|v| v.as_f64())
             .unwrap_or(1.0);
         // A shard that still holds jobs and could not set its next alarm fails this one,
@@ -184,8 +180,7 @@ impl Shard {
         let name = self
             .migrate(&local)
             .ok()
-            .and_then(|()| local.run(vec![(NAME.to_owned(), Vec::new())]).ok())
-            .and_then(|sets| column(&sets.get(0).dyn_into::<Array>().ok()?.get(0), "name"))
+            .and_then(|()| first_value(&local, NAME, "name"))
             .and_then(|v| v.as_string());
         if let Some(name) = name {
             *self.name.borrow_mut() = name;
@@ -310,6 +305,12 @@ impl Shard {
 /// One column of a row object.
 fn column(row: &JsValue, name: &str) -> Option<JsValue> {
     Reflect::get(row, &name.into()).ok()
+}
+
+/// The column `name` of the first row that `sql` (no parameters) returns, if any.
+fn first_value(local: &Local, sql: &str, name: &str) -> Option<JsValue> {
+    let sets = local.run(vec![(sql.to_owned(), Vec::new())]).ok()?;
+    column(&sets.get(0).dyn_into::<Array>().ok()?.get(0), name)
 }
 
 #[cfg(test)]

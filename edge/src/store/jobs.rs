@@ -41,24 +41,8 @@ impl Store {
     /// read: a key bound there is answered from there (no new create reaches that
     /// database, so what it holds cannot change under this read).
     pub(crate) async fn create_or_get_job(&self, new: &NewJob<'_>) -> ApiResult<StoredJob> {
-        if self.has_previous() {
-            let params = [js(new.owner), js(new.key)];
-            let before = self
-                .read_job("job_by_key_before", Route::Before, sql::JOB_BY_KEY, &params)
-                .await?;
-            if let Some(found) = before {
-                return Ok(found);
-            }
-        }
-        let route = Route::Key {
-            owner: new.owner,
-            key: new.key,
-        };
         if self.refuse_new_keys {
-            let params = [js(new.owner), js(new.key)];
-            let bound = self
-                .read_job("job_by_key", route, sql::JOB_BY_KEY, &params)
-                .await?;
+            let bound = self.job_by_key(new.owner, new.key).await?;
             // Retry-After 30 s: the SDK's six tries then span the minutes between the
             // move's two deploys, instead of giving up within seconds.
             return bound.ok_or_else(|| {
@@ -70,6 +54,13 @@ impl Store {
                 .retry_after(30)
             });
         }
+        if let Some(found) = self.job_by_key_before(new.owner, new.key).await? {
+            return Ok(found);
+        }
+        let route = Route::Key {
+            owner: new.owner,
+            key: new.key,
+        };
         let insert_job = self.stmt(
             sql::INSERT_JOB,
             &[
@@ -111,15 +102,10 @@ impl Store {
     /// The job that (owner, key) is bound to, if any: how a request that no longer
     /// validates (a kind or provider removed since) is still answered with its replay.
     pub(crate) async fn job_by_key(&self, owner: &str, key: &str) -> ApiResult<Option<StoredJob>> {
-        let params = [js(owner), js(key)];
-        if self.has_previous() {
-            let before = self
-                .read_job("job_by_key_before", Route::Before, sql::JOB_BY_KEY, &params)
-                .await?;
-            if before.is_some() {
-                return Ok(before);
-            }
+        if let Some(found) = self.job_by_key_before(owner, key).await? {
+            return Ok(Some(found));
         }
+        let params = [js(owner), js(key)];
         self.read_job(
             "job_by_key",
             Route::Key { owner, key },
@@ -127,6 +113,17 @@ impl Store {
             &params,
         )
         .await
+    }
+
+    /// The job (owner, key) is bound to in the previous layout's database, when the
+    /// deployment keeps one; no call otherwise.
+    async fn job_by_key_before(&self, owner: &str, key: &str) -> ApiResult<Option<StoredJob>> {
+        if !self.has_previous() {
+            return Ok(None);
+        }
+        let params = [js(owner), js(key)];
+        self.read_job("job_by_key_before", Route::Before, sql::JOB_BY_KEY, &params)
+            .await
     }
 
     /// The job `id` if `owner` owns it (any owner for `None`). One round trip.
