@@ -11,11 +11,11 @@
 //! It lives in xtask because it owns the Worker's processes. Its figures go to
 //! `target/reliability/crashes.json` like the other suites'.
 
-use crate::test_worker::StoreKind;
+use crate::test_worker::{base_vars, Scratch, StoreKind};
 use crate::tools::Tools;
 use crate::wrangler::{self, DevOptions, Wrangler};
 use anyhow::{Context, Result};
-use onceclick_tests::client::{send, unique, Api, Mock};
+use onceclick_tests::client::{send, unique, Api};
 use serde_json::json;
 use std::collections::HashMap;
 use std::path::Path;
@@ -64,29 +64,22 @@ fn start(
 /// One run of the suite; writes its figures and fails on any violation.
 pub(crate) fn run(tools: &Tools, root: &Path, reports: &Path, store: StoreKind) -> Result<()> {
     let started = Instant::now();
-    let persist = root.join(format!("target/xtask/crash-{}", store.name()));
-    let _ = std::fs::remove_dir_all(&persist);
-    wrangler::migrate(tools, &persist, true)?;
-    let secret = crate::tools::random_secret()?;
-    let mock_port = wrangler::free_port()?;
-    onceclick_tests::mock::spawn(mock_port)?;
-    let mock = Mock {
-        base: format!("http://127.0.0.1:{mock_port}"),
-        http: reqwest::Client::new(),
-    };
-    let vars: Vec<(String, String)> = vec![
-        ("AUTH_SECRET".into(), secret.clone()),
-        (
-            "PROVIDERS".into(),
-            onceclick_tests::mock::providers_var(mock_port, TIMEOUT_MS, None),
-        ),
-        ("FALLBACK_API_KEY".into(), "test-key".into()),
+    let Scratch {
+        persist,
+        secret,
+        mock_port,
+        mock,
+    } = Scratch::new(
+        tools,
+        root.join(format!("target/xtask/crash-{}", store.name())),
+    )?;
+    let mut vars = base_vars(&secret, mock_port, TIMEOUT_MS, None);
+    vars.extend([
         ("RECONCILE_STARTING_AFTER_MS".into(), "1000".into()),
         ("RECONCILE_LOST_GRACE_MS".into(), "1000".into()),
-    ];
+    ]);
     // Sharded, nothing but the shards' own alarms reconciles (the cron has nothing to
     // do): every second here, so that `settle` sees them finish the work.
-    let mut vars = vars;
     vars.extend(
         store
             .vars()

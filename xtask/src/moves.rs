@@ -15,11 +15,11 @@
 //!
 //! It lives in xtask because it owns the Worker's processes, like the crash suite.
 
-use crate::test_worker::TEST_TIMEOUT_MS;
+use crate::test_worker::{base_vars, Scratch, TEST_TIMEOUT_MS};
 use crate::tools::Tools;
 use crate::wrangler::{self, DevOptions, Wrangler};
 use anyhow::{ensure, Context, Result};
-use onceclick_tests::client::{id, marked_text, send, unique, Api, Mock};
+use onceclick_tests::client::{id, marked_text, send, unique, Api};
 use serde_json::json;
 use std::path::Path;
 use std::time::Instant;
@@ -31,24 +31,13 @@ const NEW_KEYS: usize = 12;
 
 pub(crate) fn run(tools: &Tools, root: &Path) -> Result<()> {
     let started = Instant::now();
-    let persist = root.join("target/xtask/move");
-    let _ = std::fs::remove_dir_all(&persist);
-    wrangler::migrate(tools, &persist, true)?;
-    let secret = crate::tools::random_secret()?;
-    let mock_port = wrangler::free_port()?;
-    onceclick_tests::mock::spawn(mock_port)?;
-    let mock = Mock {
-        base: format!("http://127.0.0.1:{mock_port}"),
-        http: reqwest::Client::new(),
-    };
-    let base_vars: Vec<(String, String)> = vec![
-        ("AUTH_SECRET".into(), secret.clone()),
-        (
-            "PROVIDERS".into(),
-            onceclick_tests::mock::providers_var(mock_port, TEST_TIMEOUT_MS, None),
-        ),
-        ("FALLBACK_API_KEY".into(), "test-key".into()),
-    ];
+    let Scratch {
+        persist,
+        secret,
+        mock_port,
+        mock,
+    } = Scratch::new(tools, root.join("target/xtask/move"))?;
+    let base_vars = base_vars(&secret, mock_port, TEST_TIMEOUT_MS, None);
     // Step 1's flag is written as the TOML boolean (`REFUSE_NEW_KEYS = true`), the form
     // a string-only read would have taken for "off"; `--var` would pass a string.
     let refusing = wrangler::derived_config(root, "wrangler-move-refuse.toml", |config| {

@@ -77,6 +77,53 @@ impl StoreKind {
     }
 }
 
+/// The vars every Worker the suites start needs: its secret, the mock's providers (each
+/// timing out after `timeout_ms`; `fallback` abandoned after `abandon_ms`), and the
+/// fallback's API key.
+pub(crate) fn base_vars(
+    secret: &str,
+    mock_port: u16,
+    timeout_ms: u64,
+    abandon_ms: Option<u64>,
+) -> Vec<(String, String)> {
+    vec![
+        ("AUTH_SECRET".into(), secret.to_owned()),
+        (
+            "PROVIDERS".into(),
+            onceclick_tests::mock::providers_var(mock_port, timeout_ms, abandon_ms),
+        ),
+        ("FALLBACK_API_KEY".into(), "test-key".into()),
+    ]
+}
+
+/// What a suite that starts Workers of its own begins with (the crash suite, the move
+/// suite): a fresh local store under `persist`, migrated; a random secret; the mock
+/// provider on a free port.
+pub(crate) struct Scratch {
+    pub(crate) persist: PathBuf,
+    pub(crate) secret: String,
+    pub(crate) mock_port: u16,
+    pub(crate) mock: onceclick_tests::client::Mock,
+}
+
+impl Scratch {
+    pub(crate) fn new(tools: &Tools, persist: PathBuf) -> Result<Self> {
+        let _ = std::fs::remove_dir_all(&persist);
+        wrangler::migrate(tools, &persist, true)?;
+        let mock_port = wrangler::free_port()?;
+        onceclick_tests::mock::spawn(mock_port)?;
+        Ok(Self {
+            persist,
+            secret: tools::random_secret()?,
+            mock_port,
+            mock: onceclick_tests::client::Mock {
+                base: format!("http://127.0.0.1:{mock_port}"),
+                http: reqwest::Client::new(),
+            },
+        })
+    }
+}
+
 /// How a [`TestWorker`] differs between the tests and the bench.
 pub(crate) struct Launch<'a> {
     /// The store it runs on.
@@ -147,14 +194,7 @@ impl TestWorker {
             "xtask: starting wrangler dev on 127.0.0.1:{port} (log: {})",
             log.display()
         );
-        let mut vars: Vec<(String, String)> = vec![
-            ("AUTH_SECRET".into(), secret.clone()),
-            (
-                "PROVIDERS".into(),
-                onceclick_tests::mock::providers_var(mock_port, how.provider_timeout_ms, Some(200)),
-            ),
-            ("FALLBACK_API_KEY".into(), "test-key".into()),
-        ];
+        let mut vars = base_vars(&secret, mock_port, how.provider_timeout_ms, Some(200));
         vars.extend(
             how.store
                 .vars()
