@@ -9,7 +9,7 @@ use crate::error::{ApiResult, AppError};
 use crate::fault;
 use crate::http::{json, Ctx};
 use crate::store::Store;
-use crate::{attempts, certify, jobs, limits, lists, stats};
+use crate::{attempts, certify, jobs, limits, lists, moving, stats};
 use onceclick_protocol::ErrorCode;
 use worker::{Env, Headers, Method, Request, Response};
 
@@ -89,10 +89,11 @@ async fn route(req: &mut Request, ctx: &Ctx<'_>) -> ApiResult<Response> {
         ["v1", "jobs"] => {
             allow(&method, &[Method::Post, Method::Get])?;
             let caller = caller(req, ctx).await?;
+            // A list reads every shard: it counts against the owner's limit like a create.
+            limits::check(ctx, &caller.owner).await?;
             if method == Method::Get {
                 lists::jobs(req, ctx, &caller).await
             } else {
-                limits::check(ctx, &caller.owner).await?;
                 jobs::create(req, ctx, &caller).await
             }
         }
@@ -100,6 +101,11 @@ async fn route(req: &mut Request, ctx: &Ctx<'_>) -> ApiResult<Response> {
             allow(&method, &[Method::Get])?;
             caller(req, ctx).await?.require_admin()?;
             stats::get(req, ctx).await
+        }
+        ["v1", "move"] => {
+            allow(&method, &[Method::Get])?;
+            caller(req, ctx).await?.require_admin()?;
+            moving::get(ctx).await
         }
         ["v1", "attempts"] => {
             allow(&method, &[Method::Get])?;

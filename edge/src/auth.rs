@@ -116,11 +116,20 @@ fn check_times<T>(claims: &Claims<T>, now_ms: f64) -> ApiResult<()> {
     Ok(())
 }
 
+/// Owner names the API keeps for itself: `*` is the list's every-owner view
+/// (`GET /v1/jobs?owner=*`), so no token may name it as its owner.
+const RESERVED_OWNERS: &[&str] = &["*"];
+
 fn owner_of(owner: &str) -> ApiResult<String> {
     let len = owner.chars().count();
     if !(1..=128).contains(&len) {
         return Err(unauthorized(
             "the token's owner claim must be 1 to 128 characters",
+        ));
+    }
+    if RESERVED_OWNERS.contains(&owner) {
+        return Err(unauthorized(
+            "the token's owner claim is \"*\", which the API reserves for every owner",
         ));
     }
     Ok(owner.to_owned())

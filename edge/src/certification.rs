@@ -7,7 +7,7 @@ use crate::error::{ApiResult, AppError};
 use crate::kinds;
 use crate::openai::{self, CallOutcome};
 use crate::providers::{self, ProviderConfig};
-use crate::store::{Certification, Store};
+use crate::store::{Certification, Route, Store};
 use futures_util::future::join_all;
 use onceclick_protocol::contract::Kind;
 use serde_json::{json, Value};
@@ -75,14 +75,16 @@ pub(crate) fn is_current(report: &Certification, kind: &Kind, provider: &Provide
 }
 
 /// The providers certified for `kind` at its current contract version, as `configured`
-/// now.
+/// now, as the job `job_id`'s own place holds the reports (its shard, or the D1 it was
+/// made in): the copy that place's SQL guard reads too.
 pub(crate) async fn certified_for(
     store: &Store,
+    job_id: &str,
     kind: &Kind,
     configured: &[ProviderConfig],
 ) -> ApiResult<HashSet<String>> {
     Ok(store
-        .certifications()
+        .certifications(Route::Id(job_id))
         .await?
         .into_iter()
         .filter(|r| {

@@ -6,6 +6,7 @@ use crate::error::{ApiResult, AppError};
 use crate::http::{json, Ctx};
 use crate::kinds;
 use crate::providers;
+use crate::store::Route;
 use serde_json::{json, Value};
 use worker::{Headers, Response};
 
@@ -24,7 +25,7 @@ pub(crate) async fn certify(ctx: &Ctx<'_>, name: &str) -> ApiResult<Response> {
 /// current contract version of each kind that names it.
 pub(crate) async fn list(ctx: &Ctx<'_>) -> ApiResult<Response> {
     let configured = providers::configured(ctx.env)?;
-    let reports = ctx.store.certifications().await?;
+    let reports = ctx.store.certifications(Route::Any).await?;
     let kinds = kinds::all().map_err(AppError::internal)?;
     let providers: Vec<Value> = configured
         .iter()

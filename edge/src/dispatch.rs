@@ -395,7 +395,8 @@ async fn call_and_record(env: &Env, store: &Store, p: &Prepared<'_>) -> ApiResul
 /// there is none (see [`no_next_provider`] for the reason logged).
 async fn next_certified(store: &Store, p: &Prepared<'_>) -> ApiResult<Option<String>> {
     let (attempt, kind) = (p.attempt, p.kind);
-    let certified = certification::certified_for(store, kind, &p.configured).await?;
+    let certified =
+        certification::certified_for(store, &attempt.job_id, kind, &p.configured).await?;
     let after = attempt.provider.as_str();
     let next = kind.next_provider(Some(after), |name| {
         name != after

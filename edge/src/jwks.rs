@@ -6,7 +6,9 @@
 //! set again, at most once a minute (a rotation shows up at once, a flood of made-up
 //! `kid`s costs one fetch a minute); the cache is also refreshed after ten minutes, so a
 //! key the provider withdrew stops verifying. A key set that cannot be fetched answers
-//! 503, never lets a token through.
+//! 503, never lets a token through. Requests that need keys while a fetch is in flight
+//! (a cold isolate's first burst, a rotation) wait for that one fetch and then verify
+//! against what it brought.
 
 use crate::error::{ApiResult, AppError};
 use futures_util::future::{select, Either};
@@ -37,17 +39,31 @@ struct KeySet {
     keys: Vec<Key>,
 }
 
-/// The last fetch this isolate tried: when, of which URL, and why it failed (if it did).
+/// The last fetch of the key set this isolate started: of which URL, which one it was
+/// (so that a fetch abandoned half-way clears only its own mark), and how it stands.
 struct Tried {
     url: String,
-    at_ms: f64,
-    failed: Option<String>,
+    serial: u64,
+    outcome: Outcome,
+}
+
+enum Outcome {
+    /// Started at this time and not finished: requests that need its keys wait for it.
+    InFlight { since_ms: f64 },
+    /// Finished at this time with the keys in [`CACHE`].
+    Fetched { at_ms: f64 },
+    /// Finished at this time without keys, for this reason.
+    Failed { at_ms: f64, why: String },
 }
 
 thread_local! {
     static CACHE: RefCell<Option<KeySet>> = const { RefCell::new(None) };
     static TRIED: RefCell<Option<Tried>> = const { RefCell::new(None) };
+    static SERIAL: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
+
+/// How often a request that waits for another's fetch looks whether it has finished.
+const WAIT_POLL_MS: u64 = 20;
 
 /// The most bytes a key set may have.
 const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -96,11 +112,11 @@ pub(crate) async fn verify(
             .is_some_and(|set| set.url == url && now_ms - set.fetched_at_ms < MAX_AGE_MS)
     });
     if !fresh {
-        refresh_at_most(url, now_ms, refetch_after_ms).await?;
+        refresh_at_most(url, refetch_after_ms).await?;
     }
     let mut candidates = matching(kid, kty);
     if candidates.is_empty() {
-        refresh_at_most(url, now_ms, refetch_after_ms).await?;
+        refresh_at_most(url, refetch_after_ms).await?;
         candidates = matching(kid, kty);
     }
     if candidates.is_empty() {
@@ -129,41 +145,106 @@ fn matching(kid: Option<&str>, kty: &str) -> Vec<JsValue> {
     })
 }
 
-/// Fetches the key set again, unless this isolate tried less than `refetch_after_ms`
-/// ago: then that try stands. A recent failure answers 503 at once, without another
-/// fetch, so a provider that is down costs one fetch per interval however many tokens
-/// arrive; a recent success keeps the cache as it is (an unknown `kid` is then refused).
-/// Requests that arrive while a fetch is in flight use the keys cached before it.
-async fn refresh_at_most(url: &str, now_ms: f64, refetch_after_ms: f64) -> ApiResult<()> {
-    let recent = TRIED.with(|t| {
-        t.borrow()
-            .as_ref()
-            .filter(|t| t.url == url && now_ms - t.at_ms < refetch_after_ms)
-            .map(|t| t.failed.clone())
-    });
-    match recent {
-        Some(Some(why)) => return Err(unavailable(format!("the last fetch failed: {why}"))),
-        Some(None) => return Ok(()),
-        None => {}
+/// Fetches the key set again, unless this isolate's last fetch finished less than
+/// `refetch_after_ms` ago: then that fetch stands. A recent failure answers 503 at once,
+/// without another fetch, so a provider that is down costs one fetch per interval
+/// however many tokens arrive; a recent success keeps the cache as it is (an unknown
+/// `kid` is then refused).
+///
+/// A request that arrives while another request's fetch is in flight waits for that
+/// fetch's outcome (polling this isolate's [`TRIED`] slot, never awaiting the other
+/// request's promise, whose I/O belongs to that request), at most the fetch's own time
+/// limit and a second more, and then reads the keys it brought. If the fetching request
+/// goes away mid-fetch, its mark is cleared and the next waiter fetches instead.
+async fn refresh_at_most(url: &str, refetch_after_ms: f64) -> ApiResult<()> {
+    let limit_ms = FETCH_TIMEOUT_MS as f64 + 1_000.0;
+    let give_up_at = crate::clock::now_ms() + limit_ms;
+    loop {
+        let now = crate::clock::now_ms();
+        let seen = TRIED.with(|t| {
+            t.borrow()
+                .as_ref()
+                .filter(|t| t.url == url)
+                .map(|t| match &t.outcome {
+                    Outcome::InFlight { since_ms } => (true, *since_ms, None),
+                    Outcome::Fetched { at_ms } => (false, *at_ms, None),
+                    Outcome::Failed { at_ms, why } => (false, *at_ms, Some(why.clone())),
+                })
+        });
+        match seen {
+            // Another request is fetching (and has not overrun its own limit): wait.
+            Some((true, since_ms, _)) if now - since_ms < limit_ms => {
+                if now >= give_up_at {
+                    return Err(unavailable(
+                        "another request's fetch of the key set did not finish in time",
+                    ));
+                }
+                worker::Delay::from(std::time::Duration::from_millis(WAIT_POLL_MS)).await;
+            }
+            Some((false, at_ms, failed)) if now - at_ms < refetch_after_ms => {
+                return match failed {
+                    Some(why) => Err(unavailable(format!("the last fetch failed: {why}"))),
+                    None => Ok(()),
+                };
+            }
+            _ => return fetch_now(url).await,
+        }
     }
+}
+
+/// Marks a fetch in flight, runs it, and records its outcome for the requests waiting.
+async fn fetch_now(url: &str) -> ApiResult<()> {
+    let serial = SERIAL.with(|s| {
+        s.set(s.get() + 1);
+        s.get()
+    });
+    let started = crate::clock::now_ms();
     TRIED.with(|t| {
         *t.borrow_mut() = Some(Tried {
             url: url.to_owned(),
-            at_ms: now_ms,
-            failed: None,
+            serial,
+            outcome: Outcome::InFlight { since_ms: started },
         });
     });
-    let result = refresh(url, now_ms).await;
-    if let Err(e) = &result {
+    // Dropped with this future: if that happens before the outcome is recorded below,
+    // the mark is cleared (see `Drop for Abandoned`).
+    let _abandoned = Abandoned(serial);
+    let result = refresh(url, started).await;
+    let at_ms = crate::clock::now_ms();
+    let outcome = match &result {
+        Ok(()) => Outcome::Fetched { at_ms },
+        Err(e) => Outcome::Failed {
+            at_ms,
+            why: e.cause_or_detail().to_owned(),
+        },
+    };
+    TRIED.with(|t| {
+        *t.borrow_mut() = Some(Tried {
+            url: url.to_owned(),
+            serial,
+            outcome,
+        });
+    });
+    result
+}
+
+/// Held by a fetch while it runs. Dropped before the fetch recorded its outcome (its
+/// request went away mid-fetch), it clears that fetch's in-flight mark, so that a
+/// waiting request fetches instead of waiting out the time limit.
+struct Abandoned(u64);
+
+impl Drop for Abandoned {
+    fn drop(&mut self) {
         TRIED.with(|t| {
-            *t.borrow_mut() = Some(Tried {
-                url: url.to_owned(),
-                at_ms: now_ms,
-                failed: Some(e.cause_or_detail().to_owned()),
+            let mut tried = t.borrow_mut();
+            let ours_in_flight = tried.as_ref().is_some_and(|t| {
+                t.serial == self.0 && matches!(t.outcome, Outcome::InFlight { .. })
             });
+            if ours_in_flight {
+                *tried = None;
+            }
         });
     }
-    result
 }
 
 /// Fetches the key set at `url` into the cache: headers and body within

@@ -22,6 +22,7 @@ mod jwks;
 mod kinds;
 mod limits;
 mod lists;
+mod moving;
 mod openai;
 mod providers;
 mod reconcile;

@@ -99,34 +99,50 @@ pub(crate) async fn jobs(req: &Request, ctx: &Ctx<'_>, caller: &Caller) -> ApiRe
             .map(|_| s)
         })
         .transpose()?;
-    let owner = param(&params, "owner");
-    if let Some(owner) = owner {
-        if owner.is_empty() || owner.chars().count() > 128 {
-            return Err(invalid_query("owner must be 1 to 128 characters"));
-        }
-        if !caller.admin && owner != caller.owner {
-            return Err(AppError::new(
-                ErrorCode::Forbidden,
-                "only an admin may list another owner's jobs (or every owner's, owner=*)",
-            ));
-        }
-    }
-    // Everyone's jobs only when an admin asks for them by name (`owner=*`): an admin
-    // using an ordinary app's "my jobs" view sees their own, like anyone.
-    let filter = match (owner, status) {
-        (Some("*"), Some(status)) => JobFilter::Status(status),
-        (Some("*"), None) => JobFilter::All,
-        (Some(owner), status) => JobFilter::Owner { owner, status },
-        (None, status) => JobFilter::Owner {
-            owner: &caller.owner,
-            status,
-        },
-    };
+    let filter = job_filter(caller, param(&params, "owner"), status)?;
     let page = ctx
         .store
         .list_jobs(&filter, after.as_deref(), limit)
         .await?;
     page_response(page)
+}
+
+/// Which jobs `caller` may list when it names `owner` (or none). Everyone's jobs
+/// (`owner=*`) only for an admin, whatever the caller's own owner string is; another
+/// owner's only for an admin; an admin who names no owner sees their own, like anyone
+/// using an ordinary app's "my jobs" view.
+fn job_filter<'a>(
+    caller: &'a Caller,
+    owner: Option<&'a str>,
+    status: Option<&'a str>,
+) -> ApiResult<JobFilter<'a>> {
+    let forbidden = || {
+        AppError::new(
+            ErrorCode::Forbidden,
+            "only an admin may list another owner's jobs (or every owner's, owner=*)",
+        )
+    };
+    let Some(owner) = owner else {
+        return Ok(JobFilter::Owner {
+            owner: &caller.owner,
+            status,
+        });
+    };
+    if owner.is_empty() || owner.chars().count() > 128 {
+        return Err(invalid_query("owner must be 1 to 128 characters"));
+    }
+    if owner == "*" {
+        // The every-owner view is decided by the role alone: an owner string can never
+        // reach it (and `*` is refused as an owner at authentication besides).
+        if !caller.admin {
+            return Err(forbidden());
+        }
+        return Ok(status.map_or(JobFilter::All, JobFilter::Status));
+    }
+    if !caller.admin && owner != caller.owner {
+        return Err(forbidden());
+    }
+    Ok(JobFilter::Owner { owner, status })
 }
 
 /// `GET /v1/attempts` (admin): attempts in one `state` (`unknown` unless told), oldest
@@ -166,6 +182,45 @@ mod tests {
 
     fn with_cursor(value: &str) -> Query {
         vec![("cursor".to_owned(), value.to_owned())]
+    }
+
+    fn caller(owner: &str, admin: bool) -> Caller {
+        Caller {
+            owner: owner.to_owned(),
+            admin,
+        }
+    }
+
+    #[test]
+    fn only_an_admin_reaches_every_owners_jobs_whatever_the_owner_string() {
+        for owner in ["*", "alice"] {
+            let plain = caller(owner, false);
+            let refused = job_filter(&plain, Some("*"), None);
+            assert!(
+                matches!(&refused, Err(e) if e.code == ErrorCode::Forbidden),
+                "a non-admin named {owner:?} listed every owner"
+            );
+            let refused = job_filter(&plain, Some("*"), Some("queued"));
+            assert!(matches!(&refused, Err(e) if e.code == ErrorCode::Forbidden));
+        }
+        assert!(matches!(
+            job_filter(&caller("ops", true), Some("*"), None),
+            Ok(JobFilter::All)
+        ));
+        assert!(matches!(
+            job_filter(&caller("ops", true), Some("*"), Some("queued")),
+            Ok(JobFilter::Status("queued"))
+        ));
+        // A non-admin naming themselves, or no one, lists their own.
+        for named in [Some("alice"), None] {
+            assert!(matches!(
+                job_filter(&caller("alice", false), named, None),
+                Ok(JobFilter::Owner {
+                    owner: "alice",
+                    status: None
+                })
+            ));
+        }
     }
 
     #[test]

@@ -51,7 +51,13 @@ struct Inner {
     keys: Keys,
     /// `GET /v1/providers`, asked once (again only after a failure).
     providers: RefCell<Option<Promise>>,
+    /// Why the last `GET /v1/providers` failed.
+    lookup_error: RefCell<Option<OnceclickError>>,
 }
+
+/// How often a submit that names a provider asks `GET /v1/providers` (each ask already
+/// retried as every call is) before it fails rather than guess the intent's name.
+const LOOKUP_TRIES: u32 = 3;
 
 /// A client of one onceclick API.
 #[wasm_bindgen]
@@ -92,6 +98,7 @@ impl Client {
                 // `failed` or `unknown` job, and its key, for as long as it is not final.
                 keys: Keys::new(js::get(&options, "storage"), None),
                 providers: RefCell::new(None),
+                lookup_error: RefCell::new(None),
             }),
         })
     }
@@ -136,23 +143,23 @@ impl Client {
         // keyed once the token is known, inside the future.
         future_to_promise(async move {
             let token = client.token().await?;
-            let provider = client.as_named(&kind, provider, signal.as_ref()).await?;
-            let body = if provider.is_some() { named } else { plain };
-            let intent = Intent::Job {
-                token: &token,
-                kind: &kind,
-                input: &value,
-                provider: provider.as_deref(),
-            }
-            .name();
+            let asked = provider;
+            let resolved = client
+                .as_named(&kind, asked.clone(), signal.as_ref())
+                .await?;
+            let (intent, named_body) =
+                client.stored_name(&token, &kind, &value, asked.as_deref(), resolved.as_deref());
+            let body = if named_body { named } else { plain };
             let flight = match flight::flight_of(&intent) {
                 Some(flight) => flight,
                 None => {
                     let name = intent.clone();
                     flight::take_off(&intent, move |policy: Policy| {
-                        future_to_promise(
-                            async move { client.submit_once(&name, &body, &policy).await },
-                        )
+                        future_to_promise(async move {
+                            client
+                                .submit_once(&name, &body, asked.as_deref(), &policy)
+                                .await
+                        })
                     })?
                 }
             };
@@ -242,15 +249,11 @@ impl Client {
         future_to_promise(async move {
             let input = input_json(&input)?;
             let token = client.token().await?;
-            let provider = option_string(&options, "provider");
-            let provider = client.as_named(&kind, provider, None).await?;
-            let intent = Intent::Job {
-                token: &token,
-                kind: &kind,
-                input: &input,
-                provider: provider.as_deref(),
-            };
-            client.inner.keys.remove(&intent.name());
+            let asked = option_string(&options, "provider");
+            let resolved = client.as_named(&kind, asked.clone(), None).await?;
+            let (name, _) =
+                client.stored_name(&token, &kind, &input, asked.as_deref(), resolved.as_deref());
+            client.inner.keys.remove(&name);
             Ok(JsValue::UNDEFINED)
         })
     }
@@ -258,8 +261,13 @@ impl Client {
 
 impl Client {
     /// `provider`, or `None` when it names `kind`'s primary: naming the primary is the
-    /// same intent as naming no provider. Reads `GET /v1/providers` (once per client);
-    /// if that fails, the provider stays as named.
+    /// same intent as naming no provider. Reads `GET /v1/providers` (once per client).
+    ///
+    /// The answer decides the intent's name, so it is never guessed: a lookup that fails
+    /// is asked again with backoff (inside `signal`), and if it still fails the submit
+    /// fails, retryable, before any key is made or any request sent. A name guessed
+    /// while the lookup was down would be another key, and so a second job, once it
+    /// works again.
     async fn as_named(
         &self,
         kind: &str,
@@ -269,12 +277,37 @@ impl Client {
         let Some(provider) = provider else {
             return Ok(None);
         };
-        let listed = wasm_bindgen_futures::JsFuture::from(self.providers());
-        let primary = js::abortable(signal, listed)
-            .await?
-            .ok()
-            .and_then(|list| primary_of(&list, kind));
+        let mut tries = 1;
+        let list = loop {
+            let listed = wasm_bindgen_futures::JsFuture::from(self.providers());
+            match js::abortable(signal, listed).await? {
+                Ok(list) => break list,
+                Err(_) if tries < LOOKUP_TRIES => {
+                    let pause = crate::http::delay_ms(tries, None, js_sys::Math::random());
+                    js::abortable(signal, js::sleep(pause)).await?;
+                    tries += 1;
+                }
+                Err(_) => return Err(self.lookup_failed(kind, &provider)),
+            }
+        };
+        let primary = primary_of(&list, kind);
         Ok((primary.as_deref() != Some(provider.as_str())).then_some(provider))
+    }
+
+    /// Why a submit naming `provider` could not go out: the provider list would not load.
+    fn lookup_failed(&self, kind: &str, provider: &str) -> OnceclickError {
+        let why = self.inner.lookup_error.borrow().clone();
+        // A token the API refuses is refused for the create too: say so, as it is.
+        if let Some(e) = why
+            .as_ref()
+            .filter(|e| matches!(e.status(), Some(401 | 403)))
+        {
+            return e.clone();
+        }
+        let cause = why.map_or_else(|| "no answer".to_owned(), |e| e.describe());
+        OnceclickError::lookup(format!(
+            "GET /v1/providers failed ({cause}), so the SDK cannot tell whether {provider:?} is the primary provider of {kind:?}, which decides the intent's key; nothing was sent: submit again"
+        ))
     }
 
     /// The promise of `GET /v1/providers`'s JSON, shared by every submit of this client.
@@ -286,17 +319,72 @@ impl Client {
         let asked = future_to_promise(async move {
             let answer = Call::get("/v1/providers").send(&client).await;
             let list = match answer {
-                Ok(answer) if answer.status == 200 => answer.js_json().await.ok(),
-                _ => None,
+                Ok(answer) if answer.status == 200 => answer.js_json().await,
+                Ok(answer) => Err(answer.error().await),
+                Err(e) => Err(e),
             };
             // A failure is not kept: the next submit asks again.
-            list.ok_or_else(|| {
+            list.map_err(|e| {
                 client.inner.providers.replace(None);
+                client.inner.lookup_error.replace(Some(e));
                 JsValue::NULL
             })
         });
         self.inner.providers.replace(Some(asked.clone()));
         asked
+    }
+
+    /// The name an intent's key is stored under, and whether its request names the
+    /// provider (else it leaves the provider out, as for the kind's primary).
+    ///
+    /// That is the intent's own name (see `Intent::name`), unless a submit that names
+    /// `asked` finds no key there and the kind's primary has changed since this intent's
+    /// key was made: then the key is where it was stored, so that a deploy that changes
+    /// the primary never orphans the key of an open job.
+    /// - `asked` is the primary now (`resolved` is `None`), and was not then: the key
+    ///   is under the name that names it;
+    /// - `asked` is not the primary now, and was then: the key is under the name without
+    ///   a provider, in an entry that says it was made for `asked`.
+    fn stored_name(
+        &self,
+        token: &str,
+        kind: &str,
+        input: &str,
+        asked: Option<&str>,
+        resolved: Option<&str>,
+    ) -> (String, bool) {
+        let name = |provider: Option<&str>| {
+            Intent::Job {
+                token,
+                kind,
+                input,
+                provider,
+            }
+            .name()
+        };
+        let own = (name(resolved), resolved.is_some());
+        let Some(asked) = asked else {
+            return own;
+        };
+        if self.inner.keys.get(&own.0).is_some() {
+            return own;
+        }
+        match resolved {
+            None => {
+                let named = name(Some(asked));
+                match self.inner.keys.get(&named) {
+                    Some(_) => (named, true),
+                    None => own,
+                }
+            }
+            Some(_) => {
+                let plain = name(None);
+                match self.inner.keys.get(&plain) {
+                    Some(entry) if entry.provider.as_deref() == Some(asked) => (plain, false),
+                    _ => own,
+                }
+            }
+        }
     }
 
     /// The API's origin, without a trailing slash.
@@ -346,10 +434,11 @@ impl Client {
         &self,
         intent: &str,
         body: &str,
+        provider: Option<&str>,
         policy: &Policy,
     ) -> Result<JsValue, JsValue> {
         // Stored before the first byte is sent: a reload mid-request reuses it.
-        let mut entry = self.inner.keys.get_or_create(intent);
+        let mut entry = self.inner.keys.get_or_create(intent, provider);
         let answer = Call::post("/v1/jobs")
             .json(body)
             .header("Idempotency-Key", &entry.key)

@@ -81,6 +81,20 @@ impl OnceclickError {
         }
     }
 
+    /// The provider list could not be read, so a submit naming a provider could not
+    /// tell its intent's name: retryable, nothing was sent.
+    pub(crate) fn lookup(message: impl Into<String>) -> Self {
+        Self {
+            retryable: true,
+            ..Self::new("service_unavailable", message)
+        }
+    }
+
+    /// `code: message`, for another error's message.
+    pub(crate) fn describe(&self) -> String {
+        format!("{}: {}", self.code, self.message)
+    }
+
     pub(crate) fn aborted() -> Self {
         Self::new("aborted", "the call was aborted by its AbortSignal")
     }

@@ -35,7 +35,7 @@ pub fn idempotent_fetch(
             .as_f64()
             .unwrap_or(DEFAULT_RETENTION_HOURS);
         let keys = Keys::new(js::get(&options, "storage"), Some(retention));
-        let entry = keys.get_or_create(&Intent::Fetch(&intent).name());
+        let entry = keys.get_or_create(&Intent::Fetch(&intent).name(), None);
         let init: RequestInit = if init.is_undefined() || init.is_null() {
             RequestInit::new()
         } else {

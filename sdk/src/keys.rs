@@ -70,7 +70,8 @@ fn owner_of(token: &str) -> String {
         .unwrap_or_else(|| "anonymous".to_owned())
 }
 
-/// One stored intent key: `{"key", "created_at", "job_id"}` as JSON.
+/// One stored intent key: `{"key", "created_at", "job_id", "provider"}` as JSON
+/// (`provider` is absent from entries written before it existed).
 #[derive(Debug, Clone)]
 pub(crate) struct Entry {
     /// The `Idempotency-Key`.
@@ -80,6 +81,10 @@ pub(crate) struct Entry {
     pub(crate) created_at: f64,
     /// The job it created, once known.
     pub(crate) job_id: Option<String>,
+    /// The provider the submit that made it named, if it named one: how a later submit
+    /// that names the same provider finds this key after the kind's primary changed
+    /// (see `Client::stored_name`).
+    pub(crate) provider: Option<String>,
 }
 
 impl Entry {
@@ -89,6 +94,7 @@ impl Entry {
             key: js::get_string(&v, "key")?,
             created_at: js::get(&v, "created_at").as_f64()?,
             job_id: js::get_string(&v, "job_id"),
+            provider: js::get_string(&v, "provider"),
         })
     }
 
@@ -103,6 +109,9 @@ impl Entry {
                 .as_deref()
                 .map_or(JsValue::NULL, JsValue::from_str),
         )?;
+        if let Some(provider) = &self.provider {
+            set("provider", provider.as_str().into())?;
+        }
         json::stringify(&o)
     }
 }
@@ -216,7 +225,8 @@ impl Keys {
 
     /// The entry for `name`, made and **stored before it is returned** when missing (or
     /// expired), so that no request ever goes out with a key that a reload would lose.
-    pub(crate) fn get_or_create(&self, name: &str) -> Entry {
+    /// `provider`: the provider the intent names, kept in a new entry.
+    pub(crate) fn get_or_create(&self, name: &str, provider: Option<&str>) -> Entry {
         if let Some(entry) = self.get(name) {
             return entry;
         }
@@ -224,6 +234,7 @@ impl Keys {
             key: new_key(),
             created_at: js_sys::Date::now(),
             job_id: None,
+            provider: provider.map(str::to_owned),
         };
         self.put(name, &entry);
         entry

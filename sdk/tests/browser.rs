@@ -658,3 +658,102 @@ async fn a_key_is_stored_under_the_protocols_fingerprint_of_the_input() {
         .collect();
     assert_eq!(names, [JsValue::from(expected)]);
 }
+
+/// The `POST /v1/jobs` the proxy saw for scenario `id`: (status, Idempotency-Key).
+async fn creates(id: &str) -> Vec<(JsValue, JsValue)> {
+    to_path(&posts(&seen(id).await), "/v1/jobs")
+        .iter()
+        .map(|e| (get(e, "status"), get(e, "idempotency_key")))
+        .collect()
+}
+
+// Issue 21, item 7: a failed provider lookup never changes an intent's name.
+#[wasm_bindgen_test]
+async fn a_provider_lookup_that_failed_once_makes_no_second_key_after_a_reload() {
+    let id = scenario("lookup-once");
+    let storage = mapStorage();
+    let text = format!("{id}: the provider list failed once.");
+    let primary = || Some(options(&[("provider", "primary".into())]).unchecked_into());
+    let first = client(
+        &format!("{}/providers-fail-once/{id}", proxy()),
+        Some(storage.clone()),
+    );
+    let job = ok(first.submit("summarize".into(), input(&text), primary())).await;
+    // A reload: a new client, the same storage, a lookup that works.
+    let reloaded = client(&format!("{}/pass/{id}", proxy()), Some(storage.clone()));
+    let again = ok(reloaded.submit("summarize".into(), input(&text), primary())).await;
+    assert_eq!(id_of(&again), id_of(&job), "one job");
+    let sent = creates(&id).await;
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    assert_eq!(sent[0].0, 201);
+    assert_eq!(sent[1].1, sent[0].1, "one key");
+    assert_eq!(get(&storage, "length"), 1, "one stored key");
+    let lookups = to_path(&seen(&id).await, "/v1/providers");
+    assert_eq!(statuses(&lookups)[0], 500, "the first lookup failed");
+}
+
+#[wasm_bindgen_test]
+async fn a_provider_lookup_that_keeps_failing_fails_the_submit_retryably_and_sends_nothing() {
+    let id = scenario("lookup-down");
+    let storage = mapStorage();
+    let c = client(
+        &format!("{}/providers-fail/{id}", proxy()),
+        Some(storage.clone()),
+    );
+    let primary = options(&[("provider", "primary".into())]);
+    let refused = JsFuture::from(c.submit(
+        "summarize".into(),
+        input(&format!("{id}: no provider list at all.")),
+        Some(primary.unchecked_into()),
+    ))
+    .await
+    .expect_err("a submit whose intent cannot be named");
+    assert_eq!(get(&refused, "code"), "service_unavailable");
+    assert_eq!(get(&refused, "retryable"), true);
+    assert!(creates(&id).await.is_empty(), "no create was sent");
+    assert_eq!(get(&storage, "length"), 0, "no key was made");
+    // A submit that names no provider needs no lookup.
+    let plain = ok(c.submit(
+        "summarize".into(),
+        input(&format!("{id}: no provider named.")),
+        None,
+    ))
+    .await;
+    assert!(id_of(&plain).starts_with("job_"));
+}
+
+// A deploy that changes the kind's primary between two submits of an open job, either way.
+#[wasm_bindgen_test]
+async fn a_primary_that_changes_between_two_submits_of_an_open_job_keeps_one_job() {
+    for (before, after) in [
+        ("pass", "primary-is-fallback"),
+        ("primary-is-fallback", "pass"),
+    ] {
+        let id = scenario(&format!("primary-moves-{before}"));
+        // The job stays open: its provider call waits at a gate until the end.
+        script("primary", &id, &format!(r#"[{{"gate":"{id}"}}]"#)).await;
+        let storage = mapStorage();
+        let text = format!("{id}: the primary changed while the job ran.");
+        let primary = || Some(options(&[("provider", "primary".into())]).unchecked_into());
+        let first = client(&format!("{}/{before}/{id}", proxy()), Some(storage.clone()));
+        let job = ok(first.submit("summarize".into(), input(&text), primary())).await;
+        let later = client(&format!("{}/{after}/{id}", proxy()), Some(storage.clone()));
+        let again = ok(later.submit("summarize".into(), input(&text), primary())).await;
+        release(&id).await;
+        assert_eq!(id_of(&again), id_of(&job), "{before} then {after}: one job");
+        let sent = creates(&id).await;
+        assert_eq!(
+            statuses_of(&sent),
+            [201, 200],
+            "{before} then {after}: {sent:?}"
+        );
+        assert_eq!(sent[1].1, sent[0].1, "{before} then {after}: one key");
+    }
+}
+
+fn statuses_of(sent: &[(JsValue, JsValue)]) -> Vec<u32> {
+    sent.iter()
+        .filter_map(|(s, _)| s.as_f64())
+        .map(|s| s as u32)
+        .collect()
+}

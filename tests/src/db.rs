@@ -192,39 +192,50 @@ pub fn jobs_with_key(key: &str) -> i64 {
 }
 
 /// The tables the Worker writes, each with its primary key.
-const TABLES: [(&str, &str); 4] = [
-    ("jobs", "id"),
-    ("attempts", "id"),
-    ("job_events", "seq, job_id"),
-    ("certifications", "provider, kind, contract_version"),
-];
+/// The one table a refused request may write: the figures' counters (`GET /v1/stats`
+/// counts replays and conflicts, which are answered after the create's batch). Every
+/// "wrote nothing" check compares everything else.
+pub const FIGURES_TABLE: &str = "stats";
 
-/// A logical snapshot of the whole database: every row of every table the Worker writes
-/// (`jobs`, `attempts`, `job_events` — log-only events included — and
-/// `certifications`), in primary-key order, one line of text per row, all read in one
-/// read transaction. Two snapshots are equal exactly when nothing was written between
-/// them.
+/// A logical snapshot of the whole store: every row of every table in every database
+/// (D1's, or each shard's), but [`FIGURES_TABLE`] and the runtime's own `_cf_` tables,
+/// one line of text per row, sorted, all read in one read transaction. Two snapshots are
+/// equal exactly when nothing but the figures was written between them.
 pub fn snapshot() -> Vec<String> {
     let conn = open();
     let tx = conn
         .unchecked_transaction()
-        .expect("a read transaction on the local D1");
+        .expect("a read transaction on the local store");
+    let databases: Vec<String> = tx
+        .prepare("SELECT name FROM pragma_database_list WHERE name <> 'temp'")
+        .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
+        .expect("the databases");
     let mut lines = Vec::new();
-    for (table, key) in TABLES {
-        let sql = format!("SELECT * FROM {table} ORDER BY {key}");
-        let mut stmt = tx.prepare(&sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
-        let columns = stmt.column_count();
-        let rows = stmt
-            .query_map([], |row| {
-                (0..columns)
-                    .map(|i| row.get::<_, rusqlite::types::Value>(i))
-                    .collect::<Result<Vec<_>, _>>()
-            })
-            .unwrap_or_else(|e| panic!("{sql}: {e}"));
-        for row in rows {
-            let row = row.unwrap_or_else(|e| panic!("{sql}: {e}"));
-            lines.push(format!("{table} {row:?}"));
+    for db in databases {
+        let tables: Vec<String> = tx
+            .prepare(&format!(
+                "SELECT name FROM \"{db}\".sqlite_master WHERE type = 'table'
+                   AND name <> ?1 AND name NOT LIKE '\\_cf\\_%' ESCAPE '\\' ORDER BY name"
+            ))
+            .and_then(|mut s| s.query_map([FIGURES_TABLE], |r| r.get(0))?.collect())
+            .unwrap_or_else(|e| panic!("the tables of {db}: {e}"));
+        for table in tables {
+            let sql = format!("SELECT * FROM \"{db}\".\"{table}\"");
+            let mut stmt = tx.prepare(&sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+            let columns = stmt.column_count();
+            let rows = stmt
+                .query_map([], |row| {
+                    (0..columns)
+                        .map(|i| row.get::<_, rusqlite::types::Value>(i))
+                        .collect::<Result<Vec<_>, _>>()
+                })
+                .unwrap_or_else(|e| panic!("{sql}: {e}"));
+            for row in rows {
+                let row = row.unwrap_or_else(|e| panic!("{sql}: {e}"));
+                lines.push(format!("{db}.{table} {row:?}"));
+            }
         }
     }
+    lines.sort();
     lines
 }

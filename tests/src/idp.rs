@@ -9,6 +9,7 @@
 //! - `POST /_rotate` — new keys; the old ones leave the set (and become `previous`).
 //! - `POST /_fail` `{"on": bool}` — the JWKS answers 500 while on.
 //! - `POST /_hang` `{"on": bool}` — the JWKS sends nothing for 30 s while on.
+//! - `POST /_delay` `{"ms": n}` — the JWKS answers only after `n` ms (0: at once).
 //! - `GET /_fetches` — `{"count"}`: how often the JWKS was fetched.
 //!
 //! The tests sign through it, so the private keys never leave this server.
@@ -98,6 +99,7 @@ struct Idp {
     unpublished: Keys,
     failing: bool,
     hanging: bool,
+    delay_ms: u64,
     fetches: u64,
 }
 
@@ -113,6 +115,7 @@ pub fn spawn(port: u16) -> std::io::Result<()> {
         unpublished: Keys::generate(0),
         failing: false,
         hanging: false,
+        delay_ms: 0,
         fetches: 0,
     };
     let state: Shared = Arc::new(Mutex::new(idp));
@@ -139,6 +142,7 @@ fn router(state: Shared) -> Router {
         .route("/_rotate", post(rotate))
         .route("/_fail", post(fail))
         .route("/_hang", post(hang))
+        .route("/_delay", post(delay))
         .route("/_fetches", get(fetches))
         .with_state(state)
 }
@@ -150,14 +154,15 @@ fn locked(state: &Shared) -> std::sync::MutexGuard<'_, Idp> {
 }
 
 async fn jwks(State(state): State<Shared>) -> Response {
-    let hanging = {
+    let (hanging, delay_ms) = {
         let mut idp = locked(&state);
         idp.fetches += 1;
-        idp.hanging
+        (idp.hanging, idp.delay_ms)
     };
     if hanging {
         tokio::time::sleep(std::time::Duration::from_secs(30)).await;
     }
+    tokio::time::sleep(std::time::Duration::from_millis(delay_ms)).await;
     let idp = locked(&state);
     if idp.failing {
         return (StatusCode::INTERNAL_SERVER_ERROR, "the key store is down").into_response();
@@ -218,6 +223,16 @@ async fn fail(State(state): State<Shared>, Json(req): Json<FailRequest>) -> Resp
 
 async fn hang(State(state): State<Shared>, Json(req): Json<FailRequest>) -> Response {
     locked(&state).hanging = req.on;
+    StatusCode::NO_CONTENT.into_response()
+}
+
+#[derive(Deserialize)]
+struct DelayRequest {
+    ms: u64,
+}
+
+async fn delay(State(state): State<Shared>, Json(req): Json<DelayRequest>) -> Response {
+    locked(&state).delay_ms = req.ms;
     StatusCode::NO_CONTENT.into_response()
 }
 

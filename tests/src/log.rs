@@ -42,3 +42,24 @@ pub async fn wait_fault_fired(op: &str, when: &str, scope: &str) -> bool {
     }
     true
 }
+
+/// The store calls the Worker made on behalf of `scope` (an attempt id for the queue
+/// consumer, a request path for a request), as `(op, place)` pairs in the order logged:
+/// the `store_call` lines of a Worker started with `LOG_STORE_CALLS=true`.
+pub fn store_calls(scope: &str) -> Vec<(String, String)> {
+    let path = std::env::var("ONCECLICK_WRANGLER_LOG")
+        .expect("ONCECLICK_WRANGLER_LOG is not set: run with `cargo xtask test`");
+    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    text.lines()
+        .filter(|line| line.contains("\"event\":\"store_call\""))
+        .filter_map(|line| {
+            let start = line.find('{')?;
+            serde_json::from_str::<serde_json::Value>(&line[start..]).ok()
+        })
+        .filter(|v| v["scope"] == scope)
+        .map(|v| {
+            let text = |name: &str| v[name].as_str().unwrap_or_default().to_owned();
+            (text("op"), text("place"))
+        })
+        .collect()
+}

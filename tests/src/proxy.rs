@@ -10,7 +10,13 @@
 //! - `/d1-fault-once/{id}/…` adds `X-Onceclick-Fault: create_or_get_job:after` to the
 //!   first non-preflight `POST` it forwards: the Worker's D1 batch commits, its reply is
 //!   lost, and the Worker answers 503 (the Worker must run with fault injection allowed);
-//! - `/hang/{id}/…` holds every non-preflight request unanswered (at most 30 s).
+//! - `/hang/{id}/…` holds every non-preflight request unanswered (at most 30 s);
+//! - `/providers-fail-once/{id}/…` answers the first `GET /v1/providers` with a 500 of
+//!   its own, and forwards everything else;
+//! - `/providers-fail/{id}/…` answers every `GET /v1/providers` with a 500;
+//! - `/primary-is-fallback/{id}/…` forwards everything, and rewrites the answer of
+//!   `GET /v1/providers` as a deploy that made `fallback` every kind's primary would
+//!   give it.
 //!
 //! `GET /_log/{id}` lists what the scenario saw: method, path, `Idempotency-Key`, the
 //! Worker's status, and whether the answer was dropped. One request per connection.
@@ -171,6 +177,17 @@ async fn handle(
             });
         }
     };
+    let lookup = req.method == "GET" && rest.ends_with("/v1/providers");
+    let lookup_fails = lookup
+        && (mode == "providers-fail" || (mode == "providers-fail-once" && take_once(&used, id)));
+    if lookup_fails {
+        record(Some(500), false);
+        let mut headers = cors.clone();
+        headers.push(("content-type".into(), "application/problem+json".into()));
+        let problem = br#"{"type":"about:blank","title":"Internal","status":500,"code":"internal","detail":"the proxy failed this lookup","retryable":false}"#;
+        write_response(&mut stream, 500, &headers, problem).await;
+        return;
+    }
     if mode == "hang" && !preflight {
         record(None, true);
         let mut sink = [0u8; 1];
@@ -202,7 +219,10 @@ async fn handle(
         .iter()
         .filter_map(|(k, v)| Some((k.to_string(), v.to_str().ok()?.to_owned())))
         .collect();
-    let body = answer.bytes().await.unwrap_or_default();
+    let mut body = answer.bytes().await.unwrap_or_default().to_vec();
+    if mode == "primary-is-fallback" && lookup && status == 200 {
+        body = fallback_as_primary(&body);
+    }
     if drop_answer {
         record(Some(status), true);
         // The Worker did the work; the browser never hears of it.
@@ -211,6 +231,21 @@ async fn handle(
     }
     record(Some(status), false);
     write_response(&mut stream, status, &headers, &body).await;
+}
+
+/// A `GET /v1/providers` answer as it would read if `fallback` were the primary of every
+/// kind that names it (and no other provider were).
+fn fallback_as_primary(body: &[u8]) -> Vec<u8> {
+    let Ok(mut list) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return body.to_vec();
+    };
+    for provider in list["providers"].as_array_mut().into_iter().flatten() {
+        let is_fallback = provider["name"] == "fallback";
+        for kind in provider["kinds"].as_object_mut().into_iter().flatten() {
+            kind.1["primary"] = serde_json::Value::Bool(is_fallback);
+        }
+    }
+    serde_json::to_vec(&list).unwrap_or_default()
 }
 
 /// Starts the proxy on `127.0.0.1:port` in front of `upstream`, on its own thread.

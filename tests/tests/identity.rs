@@ -2,7 +2,8 @@
 //! 127.0.0.1) against the real Worker: RS256 and ES256 verified with WebCrypto, the
 //! claims checked, the owner and admin rule as configured (`uid`, `groups`), keys
 //! rotated, a flood of unknown `kid`s costing at most one fetch per interval, and a key
-//! set that cannot be fetched answering 503.
+//! set that cannot be fetched answering 503, and a burst of requests during a slow fetch
+//! all waiting for that one fetch.
 //!
 //! One test, in steps: the identity provider's keys are shared state, and a rotation
 //! must not pull keys from under a test running beside it.
@@ -189,6 +190,8 @@ async fn tokens_from_the_identity_provider() {
             200,
         ),
         ("no owner claim", with(json!({"uid": null})), 401),
+        // `*` is the list's every-owner view, never an owner.
+        ("an owner named *", with(json!({"uid": "*"})), 401),
         (
             "an owner of 129 characters",
             with(json!({"uid": "x".repeat(129)})),
@@ -318,4 +321,22 @@ async fn tokens_from_the_identity_provider() {
     );
     idp.post("/_hang", json!({"on": false})).await;
     assert_eq!(until(&api, &hung, 200).await.0, 200);
+
+    // A burst that needs keys the isolate is fetching (a rotation, as on a cold
+    // isolate): every request waits for the one fetch and passes; none gets a 401.
+    idp.post("/_delay", json!({"ms": 1500})).await;
+    idp.post("/_rotate", json!({})).await;
+    let rotated = idp.sign("ES256", &base, "current", None).await;
+    // Past JWKS_REFETCH_MS (1 s here) since the last fetch, so the burst may fetch.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let before = idp.fetches().await;
+    let burst = (0..12).map(|_| list(&api, &rotated));
+    let answers = futures::future::join_all(burst).await;
+    let fetched = idp.fetches().await - before;
+    idp.post("/_delay", json!({"ms": 0})).await;
+    assert!(
+        answers.iter().all(|(status, _)| *status == 200),
+        "a burst during the fetch: {answers:?}"
+    );
+    assert_eq!(fetched, 1, "the burst cost one fetch");
 }

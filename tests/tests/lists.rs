@@ -76,6 +76,33 @@ async fn an_owner_pages_through_their_own_jobs_newest_first() {
 }
 
 #[tokio::test]
+async fn an_owner_named_star_never_reaches_every_owners_jobs() {
+    let api = Api::from_env();
+    let other = api.token(&unique("star-victim"));
+    let job = api
+        .create_job(&other, "summarize", &marked_text(&unique("victim")), None)
+        .await;
+    let star = api.token("*");
+    for path in [
+        "/v1/jobs?owner=*",
+        "/v1/jobs?owner=*&status=queued",
+        "/v1/jobs",
+    ] {
+        let reply = send(api.get(&star, path)).await;
+        assert_eq!(reply.status, 401, "{path}: {}", reply.text);
+        assert_eq!(reply.problem_code(), "unauthorized", "{path}");
+        assert!(
+            !reply.text.contains(&id(&job)),
+            "{path} showed another owner's job"
+        );
+    }
+    // Nor can it make jobs under the reserved name.
+    let body = json!({"kind": "summarize", "input": {"text": "star"}}).to_string();
+    let made = send(api.create(&star, Some(&unique("star-key")), &body)).await;
+    assert_eq!(made.status, 401, "{}", made.text);
+}
+
+#[tokio::test]
 async fn a_status_filter_keeps_the_order_and_the_cursor() {
     let (api, mock) = (Api::from_env(), Mock::from_env());
     let owner = unique("filter");

@@ -100,6 +100,10 @@ struct World {
     unknown_job: String,
     /// The input text of that attempt's job, for results that break its contract.
     unknown_text: String,
+    /// A succeeded job's key and body: a resend is its replay, another body a conflict.
+    repeat_key: String,
+    repeat_body: String,
+    repeated: String,
 }
 
 fn good_body(rng: &mut Rng) -> String {
@@ -935,6 +939,14 @@ async fn setup(api: &Api) -> World {
     let unknown = api
         .wait_job(&token, &id(&unknown), status_is("unknown"))
         .await;
+    let repeat_key = unique("bad-gen-repeat");
+    let repeat_body =
+        json!({"kind": "summarize", "input": {"text": marked_text(&repeat_key)}}).to_string();
+    let made = send(api.create(&token, Some(&repeat_key), &repeat_body)).await;
+    assert_eq!(made.status, 201, "{}", made.text);
+    let repeated = id(&made.json());
+    api.wait_job(&token, &repeated, status_is("succeeded"))
+        .await;
     World {
         api: api.clone(),
         owner,
@@ -949,6 +961,9 @@ async fn setup(api: &Api) -> World {
         unknown_attempt: id(&unknown["attempts"][0]),
         unknown_job: id(&unknown),
         unknown_text,
+        repeat_key,
+        repeat_body,
+        repeated,
     }
 }
 
@@ -964,6 +979,7 @@ async fn settled(w: &World) -> Vec<String> {
         &w.succeeded,
         &w.cancelled,
         &w.unknown_job,
+        &w.repeated,
     ];
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     let mut last = db::snapshot();
@@ -1096,6 +1112,44 @@ async fn generated_bad_input_gets_its_code_never_a_5xx_and_writes_nothing() {
         raw_answers.insert(name, seen);
     }
     let after_raw = db::snapshot();
+
+    // Refused and replayed creates that reach the store: a conflict (the key with another
+    // body) and a replay write only the figures' counters, which count them.
+    let figures = |metric: &str| {
+        db::count(
+            &format!(
+                "SELECT coalesce(sum(n), 0) FROM {} WHERE metric = ?1",
+                db::FIGURES_TABLE
+            ),
+            metric,
+        )
+    };
+    let (conflicts_before, replays_before) = (figures("conflicts"), figures("replays"));
+    let other_body = json!({"kind": "summarize", "input": {"text": "another body"}}).to_string();
+    for _ in 0..3 {
+        let conflict = send(api.create(&world.token, Some(&world.repeat_key), &other_body)).await;
+        assert_eq!(conflict.status, 409, "{}", conflict.text);
+        let replay =
+            send(api.create(&world.token, Some(&world.repeat_key), &world.repeat_body)).await;
+        assert_eq!(replay.status, 200, "{}", replay.text);
+    }
+    let after_repeats = db::snapshot();
+    let written_repeats = changed(&after_raw, &after_repeats);
+    assert!(
+        written_repeats.is_empty(),
+        "a conflict or a replay changed rows besides {}: {written_repeats:#?}",
+        db::FIGURES_TABLE
+    );
+    assert_eq!(
+        figures("conflicts") - conflicts_before,
+        3,
+        "each conflict counted"
+    );
+    assert_eq!(
+        figures("replays") - replays_before,
+        3,
+        "each replay counted"
+    );
 
     let mut per_class: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
     for o in &outcomes {

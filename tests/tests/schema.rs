@@ -433,8 +433,13 @@ fn no_store_statement_scans_a_table_that_grows() {
         .len(),
         1
     );
+    // Read whole on purpose, and of a table that no longer grows: the move's count of the
+    // jobs left in the D1 it moved from, where no key has been written since its first
+    // step (`GET /v1/move`, `cargo xtask move-status`).
+    const WHOLE_ON_PURPOSE: [&str; 1] = ["MOVE_STATUS"];
     let statements = sql::ALL
         .iter()
+        .filter(|(name, _)| !WHOLE_ON_PURPOSE.contains(name))
         .map(|(name, s)| (name.to_string(), s.to_string()))
         .chain(trigger_statements(&conn));
     let mut checked = 0;
@@ -448,7 +453,7 @@ fn no_store_statement_scans_a_table_that_grows() {
         );
     }
     assert!(
-        checked > sql::ALL.len(),
+        checked > sql::ALL.len() - WHOLE_ON_PURPOSE.len(),
         "the triggers' statements were read"
     );
     assert!(scans.is_empty(), "full scans:\n{}", scans.join("\n"));
@@ -514,11 +519,27 @@ fn each_list_is_one_range_read_of_one_index_with_no_sort() {
             "SEARCH a USING INDEX attempts_by_state_id (state=? AND id>?)",
         ),
     ];
-    for (name, statement, read) in cases {
+    // Each list's ids alone (a shard's part of a merge) read the same range of the same
+    // index, from the index alone where it holds every column the filter names.
+    let ids = [
+        (
+            "LIST_JOB_IDS_OF_OWNER",
+            sql::LIST_JOB_IDS_OF_OWNER,
+            cases[0].2,
+        ),
+        (
+            "LIST_JOB_IDS_BY_STATUS",
+            sql::LIST_JOB_IDS_BY_STATUS,
+            cases[1].2,
+        ),
+        ("LIST_JOB_IDS", sql::LIST_JOB_IDS, cases[2].2),
+        ("LIST_ATTEMPT_IDS", sql::LIST_ATTEMPT_IDS, cases[3].2),
+    ];
+    for (name, statement, read) in cases.into_iter().chain(ids) {
         let steps = plan(&conn, statement);
-        assert_eq!(
-            steps.first().map(String::as_str),
-            Some(read),
+        let covering = read.replacen("USING INDEX", "USING COVERING INDEX", 1);
+        assert!(
+            steps.first().is_some_and(|s| *s == read || *s == covering),
             "{name}: {steps:?}"
         );
         assert!(
@@ -532,6 +553,31 @@ fn each_list_is_one_range_read_of_one_index_with_no_sort() {
                 "{name}: {step}"
             );
         }
+    }
+}
+
+#[test]
+fn a_merges_documents_are_read_by_primary_key_for_the_ids_it_names() {
+    let conn = migrated();
+    for (name, statement) in [
+        ("LIST_JOBS_BY_ID", sql::LIST_JOBS_BY_ID),
+        ("LIST_ATTEMPTS_BY_ID", sql::LIST_ATTEMPTS_BY_ID),
+    ] {
+        let steps = plan(&conn, statement);
+        // The JSON array of ids is scanned; every table is read by primary key.
+        for step in &steps {
+            assert!(
+                step.contains("json_each")
+                    || step.contains("(id=?)")
+                    || step.starts_with("LIST SUBQUERY")
+                    || step == "CREATE BLOOM FILTER",
+                "{name}: {step} in {steps:?}"
+            );
+        }
+        assert!(
+            steps.iter().any(|s| s.contains("(id=?)")),
+            "{name}: {steps:?}"
+        );
     }
 }
 

@@ -198,3 +198,204 @@ async fn ids_that_no_shard_of_this_layout_made_are_not_found() {
         assert_eq!(cancel.status, 404, "{bogus}: {}", cancel.text);
     }
 }
+
+/// Keys of `owner` whose jobs live away from shard 0 (every key, on D1).
+fn keys_away_from_shard_zero(owner: &str, n: usize) -> Vec<String> {
+    let count = onceclick_protocol::shard::ShardCount::new(8).expect("8 shards");
+    (0..)
+        .map(|i| format!("{owner}-{i}"))
+        .filter(|key| onceclick_protocol::shard::shard_for_key(owner, key, count).index != 0)
+        .take(n)
+        .collect()
+}
+
+/// The `store_call` lines of `scope`, once the one for `op` has reached the log (it is
+/// written before the effect a test sees, but may reach the file a little later).
+async fn calls_once_logged(scope: &str, op: &str) -> Vec<(String, String)> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let calls = onceclick_tests::log::store_calls(scope);
+        if calls.iter().any(|(o, _)| o == op) || std::time::Instant::now() >= deadline {
+            return calls;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_hedge_reads_the_certifications_in_its_jobs_own_shard_never_shard_zero() {
+    let (api, mock) = (Api::from_env(), Mock::from_env());
+    api.ensure_certified("fallback").await;
+    let owner = unique("hedged");
+    let token = api.token(&owner);
+    for key in keys_away_from_shard_zero(&owner, 3) {
+        let marker = unique("hedge-home");
+        let gate = format!("{marker}-p");
+        // The primary stays silent past hedge_after_ms; the hedge on fallback answers.
+        mock.script("primary", &marker, json!([{"gate": gate}]))
+            .await;
+        let body = json!({"kind": "summarize_hedged", "input": {"text": marked_text(&marker)}});
+        let created = send(api.create(&token, Some(&key), &body.to_string())).await;
+        assert_eq!(created.status, 201, "{}", created.text);
+        let job_id = id(&created.json());
+        let done = api.wait_job(&token, &job_id, status_is("succeeded")).await;
+        mock.release(&gate).await;
+        let first = id(&done["attempts"][0]);
+        assert_eq!(done["attempts"][1]["provider"], "fallback", "{done}");
+        // The hedge's pre-check ran in the primary attempt's dispatch, on the job's own
+        // place, and no call of that dispatch went anywhere else.
+        let calls = calls_once_logged(&first, "certifications").await;
+        assert!(
+            calls.iter().any(|(op, _)| op == "certifications"),
+            "no certifications read logged for {first}: {calls:?}"
+        );
+        let home = place_of(&job_id);
+        let elsewhere: Vec<_> = calls.iter().filter(|(_, place)| *place != home).collect();
+        assert!(elsewhere.is_empty(), "{key} lives in {home}: {elsewhere:?}");
+    }
+}
+
+#[tokio::test]
+async fn health_and_the_provider_list_do_not_all_go_to_one_shard() {
+    let api = Api::from_env();
+    let token = api.token(&unique("lookups"));
+    for path in ["/v1/providers", "/v1/health"] {
+        let mut places = BTreeSet::new();
+        for _ in 0..16 {
+            let reply = send(api.get(&token, path)).await;
+            assert_eq!(reply.status, 200, "{path}: {}", reply.text);
+            let (names, trips) = timing(&reply);
+            assert_eq!(trips, 1, "{path}: one call");
+            places.extend(names);
+        }
+        if sharded() {
+            // 16 calls, each to a shard picked at random of 8: all in one shard has a
+            // chance of 8 in 8^16.
+            assert!(places.len() > 1, "{path} went only to {places:?}");
+        } else {
+            assert_eq!(places, BTreeSet::from(["d1".to_owned()]), "{path}");
+        }
+    }
+}
+
+/// The `list_page` line the Worker logged for the page of `limit` items that began with
+/// `first_id`.
+fn list_page_line(limit: u32, first_id: &str) -> Option<serde_json::Value> {
+    let path = std::env::var("ONCECLICK_WRANGLER_LOG").expect("ONCECLICK_WRANGLER_LOG");
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .filter(|l| l.contains("\"event\":\"list_page\""))
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(&l[l.find('{')?..]).ok())
+        .find(|v| v["limit"] == limit && v["first"] == first_id)
+}
+
+#[tokio::test]
+async fn a_page_over_large_jobs_holds_a_few_ids_per_shard_and_the_pages_documents() {
+    let api = Api::from_env();
+    let owner = unique("large-lister");
+    let token = api.token(&owner);
+    let count = onceclick_protocol::shard::ShardCount::new(8).expect("8 shards");
+    let shard_of_key =
+        |key: &str| onceclick_protocol::shard::shard_for_key(&owner, key, count).index;
+    // Eight jobs in one shard (so that its ids run out and it is asked again) and four
+    // elsewhere, each with an input of about 19 KB.
+    let crowded = shard_of_key(&format!("{owner}-0"));
+    let mut keys: Vec<String> = (0..)
+        .map(|i| format!("{owner}-{i}"))
+        .filter(|k| shard_of_key(k) == crowded)
+        .take(8)
+        .collect();
+    keys.extend(
+        (0..)
+            .map(|i| format!("{owner}-other-{i}"))
+            .filter(|k| shard_of_key(k) != crowded)
+            .take(4),
+    );
+    let mut made = Vec::new();
+    for key in &keys {
+        let text = format!("{} {}", unique(key), "A long text to list. ".repeat(900));
+        let body = json!({"kind": "summarize", "input": {"text": text}}).to_string();
+        let created = send(api.create(&token, Some(key), &body)).await;
+        assert_eq!(created.status, 201, "{}", created.text);
+        made.push(id(&created.json()));
+    }
+    made.sort();
+    made.reverse();
+    let limit = 5;
+    let (mut listed, mut cursor) = (Vec::new(), None::<String>);
+    loop {
+        let path = match &cursor {
+            Some(c) => format!("/v1/jobs?limit={limit}&cursor={c}"),
+            None => format!("/v1/jobs?limit={limit}"),
+        };
+        let reply = send(api.get(&token, &path)).await;
+        assert_eq!(reply.status, 200, "{}", reply.text);
+        let page = reply.json();
+        let items: Vec<String> = page["items"].as_array().unwrap().iter().map(id).collect();
+        if sharded() {
+            check_merge_line(&items, limit).await;
+        } else {
+            assert_eq!(timing(&reply), (vec!["d1".to_owned()], 1), "one read on D1");
+        }
+        listed.extend(items);
+        match page["next_cursor"].as_str() {
+            Some(c) => cursor = Some(c.to_owned()),
+            None => break,
+        }
+        assert!(listed.len() <= made.len(), "the cursor never ends");
+    }
+    assert_eq!(listed, made, "newest first, every job once");
+}
+
+/// What the merge of one page asked each shard for, and what it held at once.
+async fn check_merge_line(items: &[String], limit: u32) {
+    let Some(first) = items.first() else { return };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let line = loop {
+        if let Some(line) = list_page_line(limit, first) {
+            break line;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no list_page line for {first}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    let asked = line["asked"].as_array().unwrap();
+    // A few ids per shard, never a page of documents: ids_per_place(5, 8) is 2.
+    let per_place = 2;
+    let ids: Vec<_> = asked.iter().filter(|c| c["for"] == "ids").collect();
+    assert!(ids.len() >= 8, "every shard is asked for ids: {line}");
+    for call in &ids {
+        assert_eq!(call["limit"], per_place, "{call}");
+        assert!(call["rows"].as_u64().unwrap() <= per_place, "{call}");
+        assert!(call["bytes"].as_u64().unwrap() < 200, "ids only: {call}");
+    }
+    // Documents only for the page's items, from the shards that hold them.
+    let documents: u64 = asked
+        .iter()
+        .filter(|c| c["for"] == "documents")
+        .map(|c| c["limit"].as_u64().unwrap())
+        .sum();
+    assert_eq!(documents, items.len() as u64, "{line}");
+    for item in items {
+        let place = place_of(item);
+        assert!(
+            asked
+                .iter()
+                .any(|c| c["for"] == "documents" && c["place"] == place.as_str()),
+            "{item} was fetched from {place}: {line}"
+        );
+    }
+    // What was alive at once: the page's documents, or every shard's few ids.
+    let (peak, page) = (
+        line["peak_bytes"].as_u64().unwrap(),
+        line["page_bytes"].as_u64().unwrap(),
+    );
+    let ids_bound = 8 * per_place * 128;
+    assert!(page >= 19_000 * items.len() as u64, "{line}");
+    assert!(
+        peak <= page + ids_bound,
+        "{peak} bytes alive for a page of {page}: {line}"
+    );
+}

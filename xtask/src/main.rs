@@ -20,6 +20,8 @@
 //!   `bench --store durable`: one shard against one D1 (`bench_durable.rs`), written to
 //!   bench/durable.json.
 //! - `lint`: `cargo fmt --check` and clippy (`-D warnings`) on every crate.
+//! - `move-status [--local [--persist DIR]]`: during a move from D1 to the shards, how
+//!   many jobs D1 still holds, and so whether `PREVIOUS_STORE` may go (`moves.rs`).
 //! - `certify --provider NAME [--url URL]`: prompt sizes against `max_prompt_tokens`,
 //!   then certification on a running Worker (default: the one `dev` serves).
 //!
@@ -44,10 +46,11 @@ mod wrangler;
 
 use anyhow::{bail, Result};
 use std::ffi::OsString;
+use std::path::PathBuf;
 use tools::{project_root, Tools};
 
 /// Printed after every parse error; `usage_says_what_parses` keeps it true to the grammar.
-const USAGE: &str = "usage: cargo xtask <dev [--port N] [--store durable] | test [--browser] [--e2e] [--soak] [--only NAME] [--store d1|durable] | token --owner NAME [--admin] [--ttl SECONDS] | build-edge | lint | sdk | bench [--store durable] | load | certify --provider NAME [--url URL]>";
+const USAGE: &str = "usage: cargo xtask <dev [--port N] [--store durable] | test [--browser] [--e2e] [--soak] [--only NAME] [--store d1|durable] | token --owner NAME [--admin] [--ttl SECONDS] | build-edge | lint | sdk | bench [--store durable] | load | move-status [--local] [--persist DIR] | certify --provider NAME [--url URL]>";
 
 // One struct per command with its own flags, and `XtaskCmd`, the enum of them: generated
 // below from this grammar by `UPDATE_XFLAGS=1 cargo build -p xtask`.
@@ -97,6 +100,13 @@ xflags::xflags! {
         }
         /// The bench's load generator: a spec on stdin, figures on stdout.
         cmd load {}
+        /// How many jobs the D1 kept by a move still holds: whether PREVIOUS_STORE may go.
+        cmd move-status {
+            /// Ask the local D1 that `dev` and the tests keep instead of the deployed one.
+            optional --local
+            /// With `--local`: the `--persist-to` folder (default .wrangler/state).
+            optional --persist dir: PathBuf
+        }
         /// Prompt sizes, then certification of a provider on a running Worker.
         cmd certify {
             /// A provider that wrangler.toml's PROVIDERS names.
@@ -125,6 +135,7 @@ pub enum XtaskCmd {
     Sdk(Sdk),
     Bench(Bench),
     Load(Load),
+    MoveStatus(MoveStatus),
     Certify(Certify),
 }
 
@@ -166,6 +177,12 @@ pub struct Bench {
 
 #[derive(Debug)]
 pub struct Load;
+
+#[derive(Debug)]
+pub struct MoveStatus {
+    pub local: bool,
+    pub persist: Option<PathBuf>,
+}
 
 #[derive(Debug)]
 pub struct Certify {
@@ -230,6 +247,17 @@ fn real_main() -> Result<()> {
             _ => bench::run(&Tools::bootstrap()?, &bench::FULL).map(drop),
         },
         XtaskCmd::Load(_) => load::main(),
+        XtaskCmd::MoveStatus(flags) => {
+            let tools = Tools::bootstrap()?;
+            let persist = flags.local.then(|| {
+                flags
+                    .persist
+                    .unwrap_or_else(|| project_root().join(".wrangler/state"))
+            });
+            let status = moves::status(&tools, persist.as_deref())?;
+            println!("{}", status.verdict());
+            Ok(())
+        }
         XtaskCmd::Certify(flags) => {
             let root = project_root();
             let admin =

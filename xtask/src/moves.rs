@@ -19,6 +19,7 @@ use crate::test_worker::{base_vars, Scratch, TEST_TIMEOUT_MS};
 use crate::tools::Tools;
 use crate::wrangler::{self, DevOptions, Wrangler};
 use anyhow::{ensure, Context, Result};
+use onceclick_protocol::moving::MoveStatus;
 use onceclick_tests::client::{id, marked_text, send, unique, Api};
 use serde_json::json;
 use std::path::Path;
@@ -87,7 +88,28 @@ pub(crate) fn run(tools: &Tools, root: &Path) -> Result<()> {
     let key = |i: usize| format!("{owner}-{i}");
 
     eprintln!("xtask: the move from D1 to Durable Objects, life 1: D1");
-    let server = life("d1", &[("STORE", "d1")])?;
+    let server = life("d1", &[("STORE", "d1"), ("ALLOW_FAULT_INJECTION", "true")])?;
+    // A D1 job on a kind with auto_failover whose dispatch is lost before the move: the
+    // cron of life 3 sends it again, and its primary then fails with a 500.
+    let stuck_marker = format!("{marker}-stuck");
+    let stuck_id: String = runtime.block_on(async {
+        let api = api(&server);
+        let token = api.token(&owner);
+        let body =
+            json!({"kind": "summarize_hedged", "input": {"text": marked_text(&stuck_marker)}});
+        let reply = send(
+            api.create(&token, Some(&format!("{owner}-stuck")), &body.to_string())
+                .header("X-Onceclick-Fault", "drop-enqueue"),
+        )
+        .await;
+        ensure!(
+            reply.status == 201,
+            "the stuck job: {} {}",
+            reply.status,
+            reply.text
+        );
+        Ok::<_, anyhow::Error>(id(&reply.json()))
+    })?;
     let old_ids: Vec<String> = runtime.block_on(async {
         let api = api(&server);
         let token = api.token(&owner);
@@ -178,6 +200,7 @@ pub(crate) fn run(tools: &Tools, root: &Path) -> Result<()> {
             ("STORE", "durable"),
             ("SHARDS", "8"),
             ("PREVIOUS_STORE", "d1"),
+            ("RECONCILE_STARTING_AFTER_MS", "1500"),
         ],
     )?;
     runtime.block_on(async {
@@ -228,6 +251,27 @@ pub(crate) fn run(tools: &Tools, root: &Path) -> Result<()> {
                 .await;
             ensure!(done["status"] == "succeeded", "{done}");
         }
+        // Before certify runs again (the shards have no certifications yet), a D1 job
+        // still fails over on D1's own: the cron resends its lost dispatch, its primary
+        // answers 500, and auto_failover goes to fallback, certified in D1 in life 1.
+        mock.script("primary", &stuck_marker, json!([{"status": 500}]))
+            .await;
+        api.run_cron().await;
+        let done = api
+            .wait_job(&token, &stuck_id, |j| {
+                j["status"] != "queued" && j["status"] != "running"
+            })
+            .await;
+        let providers: Vec<&str> = done["attempts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|a| a["provider"].as_str())
+            .collect();
+        ensure!(
+            done["status"] == "succeeded" && providers == ["primary", "fallback"],
+            "a D1 job's failover before certify runs again: {done}"
+        );
         // Shards start with no certifications: README's step is to certify again.
         api.ensure_certified("fallback").await;
         let failed = &old_ids[OLD_KEYS - 1];
@@ -278,13 +322,40 @@ pub(crate) fn run(tools: &Tools, root: &Path) -> Result<()> {
         ensure!(got == want, "the owner's list after the move: {listed:?}");
         Ok(())
     })?;
+    // Every key bound exactly once, over D1 and the shards together.
+    every_key_bound_once(&persist, &key)?;
+
+    // The end of the move is a count, not a date. Every D1 job idle for years but the two
+    // that finished after step 1 (the fallback click, the failover): those stay, and the
+    // check says keep, whatever JOB_RETENTION_HOURS since step 1 would have said.
+    let finished_late = [old_ids[OLD_KEYS - 1].clone(), stuck_id.clone()];
+    backdate_d1(&persist, &finished_late)?;
+    runtime.block_on(async {
+        let api = api(&server);
+        api.run_cron().await;
+        check_move_status(tools, &api, &persist, Some(finished_late.len() as u64)).await?;
+        // Once they are purged too, D1 may go.
+        backdate_d1(&persist, &[])?;
+        api.run_cron().await;
+        check_move_status(tools, &api, &persist, Some(0)).await
+    })?;
     drop(server);
 
-    // Every key bound exactly once, over D1 and the shards together.
+    eprintln!(
+        "xtask: the move from D1 to Durable Objects: {OLD_KEYS} old keys answered from D1, {} new keys in shards, no key bound twice ({:.0} s)",
+        NEW_KEYS + 1,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Checks that every key of the suite is bound exactly once, over D1 and the shards
+/// together, and in the store of its time.
+fn every_key_bound_once(persist: &Path, key: &dyn Fn(usize) -> String) -> Result<()> {
     for i in 0..=OLD_KEYS + NEW_KEYS {
         let sql = "SELECT count(*) FROM jobs WHERE idempotency_key = ?1";
-        let in_d1 = d1_count(&persist, sql, &key(i))?;
-        let in_shards: i64 = onceclick_tests::db::open_shards_in(&persist)
+        let in_d1 = d1_count(persist, sql, &key(i))?;
+        let in_shards: i64 = onceclick_tests::db::open_shards_in(persist)
             .query_row(sql, [key(i)], |r| r.get(0))
             .unwrap_or(0);
         ensure!(
@@ -296,11 +367,62 @@ pub(crate) fn run(tools: &Tools, root: &Path) -> Result<()> {
             "key {i} is bound in the wrong store (D1: {in_d1})"
         );
     }
-    eprintln!(
-        "xtask: the move from D1 to Durable Objects: {OLD_KEYS} old keys answered from D1, {} new keys in shards, no key bound twice ({:.0} s)",
-        NEW_KEYS + 1,
-        started.elapsed().as_secs_f64()
+    Ok(())
+}
+
+/// Makes every D1 job but those in `keep` look idle since 2000, past any retention.
+fn backdate_d1(persist: &Path, keep: &[String]) -> Result<()> {
+    onceclick_tests::db::open_writable_in(persist)
+        .execute(
+            "UPDATE jobs SET updated_at = '2000-01-01T00:00:00.000Z'
+              WHERE id NOT IN (SELECT value FROM json_each(?1))",
+            [serde_json::to_string(keep)?],
+        )
+        .context("backdating D1's jobs")?;
+    Ok(())
+}
+
+/// `GET /v1/move` and `cargo xtask move-status --local` agree that D1 holds `jobs` jobs,
+/// and say "D1 may go" exactly when that is 0.
+async fn check_move_status(
+    tools: &Tools,
+    api: &Api,
+    persist: &Path,
+    jobs: Option<u64>,
+) -> Result<()> {
+    let admin = api.admin_token("mover-admin");
+    let reply = send(api.get(&admin, "/v1/move")).await;
+    ensure!(
+        reply.status == 200,
+        "GET /v1/move: {} {}",
+        reply.status,
+        reply.text
     );
+    let endpoint = reply.json();
+    let local = status(tools, Some(persist))?;
+    ensure!(
+        endpoint["jobs"].as_u64() == Some(local.jobs),
+        "GET /v1/move says {endpoint}, move-status {local:?}"
+    );
+    if let Some(jobs) = jobs {
+        ensure!(local.jobs == jobs, "D1 holds {local:?}, not {jobs} jobs");
+    }
+    let may_go = local.jobs == 0;
+    ensure!(
+        endpoint["previous_may_go"] == may_go && local.previous_may_go() == may_go,
+        "the verdict with {} jobs left: {endpoint}",
+        local.jobs
+    );
+    let verdict = local.verdict();
+    ensure!(
+        verdict.starts_with(if may_go {
+            "D1 may go"
+        } else {
+            "keep PREVIOUS_STORE"
+        }),
+        "{verdict}"
+    );
+    eprintln!("xtask: move-status: {verdict}");
     Ok(())
 }
 
@@ -309,3 +431,41 @@ fn d1_count(persist: &Path, sql: &str, param: &str) -> Result<i64> {
         .query_row(sql, [param], |r| r.get(0))
         .with_context(|| format!("{sql} on the D1 file"))
 }
+
+/// What the D1 kept by a move still holds: `wrangler d1 execute DB` with the statement
+/// `GET /v1/move` runs (`edge/src/store/move_status.sql`), on the deployed database, or
+/// on the local one kept in `local` (the folder `--persist-to` names).
+pub(crate) fn status(tools: &Tools, local: Option<&Path>) -> Result<MoveStatus> {
+    let mut cmd = tools.command("wrangler");
+    cmd.args([
+        "d1",
+        "execute",
+        "DB",
+        "--json",
+        "--command",
+        MOVE_STATUS_SQL,
+    ]);
+    match local {
+        Some(persist) => cmd.arg("--local").arg("--persist-to").arg(persist),
+        None => cmd.arg("--remote"),
+    };
+    let out = cmd.output().context("running wrangler d1 execute")?;
+    ensure!(
+        out.status.success(),
+        "wrangler d1 execute failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // `[{"results": [{…}], "success": true, "meta": {…}}]`: one result set, one row.
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).with_context(|| {
+        format!(
+            "wrangler's answer: {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })?;
+    let row = answer[0]["results"][0].clone();
+    serde_json::from_value(row.clone()).with_context(|| format!("the counts of D1: {row}"))
+}
+
+/// The statement both `GET /v1/move` and [`status`] run.
+const MOVE_STATUS_SQL: &str = include_str!("../../edge/src/store/move_status.sql");

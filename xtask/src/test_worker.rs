@@ -209,6 +209,8 @@ impl TestWorker {
                 ("RECONCILE_STARTING_AFTER_MS".into(), "1500".into()),
                 // Small purge chunks, so that the retention test crosses several.
                 ("PURGE_CHUNK".into(), "2".into()),
+                // A `store_call` line per store call, for the suites that count them.
+                ("LOG_STORE_CALLS".into(), "true".into()),
             ]);
             // Tokens from a local identity provider, besides the HS256 secret: its claims
             // are named otherwise than the defaults, so the configuration is exercised.

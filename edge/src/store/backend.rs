@@ -34,9 +34,11 @@ pub(crate) enum Route<'a> {
     Key { owner: &'a str, key: &'a str },
     /// The job or attempt with this id: its shard is in the id.
     Id(&'a str),
-    /// Where the certifications are read: the database, or shard 0 (every shard holds
-    /// the same copy).
-    Catalog,
+    /// Any one place that holds the certifications, for a read that belongs to no job
+    /// (`GET /v1/providers`, `GET /v1/health`): the database, or a shard picked at random
+    /// (every shard holds the same copy), so that no one object answers them all. A
+    /// job's own reads of the certifications route by its id instead.
+    Any,
     /// The store as one database: the reconciler's sweeps, which run on D1 or inside a
     /// shard, never across shards.
     Whole,
@@ -171,13 +173,18 @@ impl Backend {
                 IdRoute::Database => shards.previous.as_ref().map_or(Target::Nowhere, Target::D1),
                 IdRoute::Unknown => Target::Nowhere,
             },
-            Route::Catalog => Target::Object(
-                shards,
-                Shard {
-                    count: shards.count,
-                    index: 0,
-                },
-            ),
+            Route::Any => {
+                let count = shards.count.get();
+                let index =
+                    ((worker::js_sys::Math::random() * f64::from(count)) as u32).min(count - 1);
+                Target::Object(
+                    shards,
+                    Shard {
+                        count: shards.count,
+                        index,
+                    },
+                )
+            }
             Route::Before => shards.previous.as_ref().map_or(Target::Nowhere, Target::D1),
             Route::Whole => {
                 return Err(AppError::internal(

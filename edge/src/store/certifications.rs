@@ -46,8 +46,11 @@ impl Store {
         Ok(())
     }
 
-    /// Every stored certification report (for the current and older contract versions).
-    pub(crate) async fn certifications(&self) -> ApiResult<Vec<Certification>> {
+    /// Every stored certification report (for the current and older contract versions),
+    /// as the place `route` names holds them: a job's own shard (or the D1 it lives in)
+    /// for the dispatcher's failover and hedge decisions, so that they read the same copy
+    /// as that place's SQL guard; any place for a read that belongs to no job.
+    pub(crate) async fn certifications(&self, route: Route<'_>) -> ApiResult<Vec<Certification>> {
         #[derive(Deserialize)]
         struct Row {
             provider: String,
@@ -59,7 +62,7 @@ impl Store {
             certified_at: String,
         }
         let stmt = self.stmt(sql::CERTIFICATIONS, &[])?;
-        self.one("certifications", Route::Catalog, stmt)
+        self.one("certifications", route, stmt)
             .await?
             .results::<Row>()?
             .into_iter()

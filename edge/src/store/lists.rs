@@ -1,9 +1,14 @@
 //! The list endpoints' reads: one statement each, one range of one index (see
 //! `migrations/0005_lists.sql`), the items rendered by the database.
 
-use super::{js, js_num, js_opt, sql, Stmt, Store};
+use super::backend::Target;
+use super::{js, js_num, js_opt, json_text, sql, Rows, Store};
 use crate::error::ApiResult;
+use crate::fault::When;
 use serde::Deserialize;
+use serde_json::{json, Value};
+use std::collections::{BinaryHeap, VecDeque};
+use wasm_bindgen::JsValue;
 
 /// Which jobs to list, newest first.
 pub(crate) enum JobFilter<'a> {
@@ -39,6 +44,31 @@ struct Row {
     item: String,
 }
 
+#[derive(Deserialize)]
+struct IdRow {
+    id: String,
+}
+
+/// A list's three statements over one filter (see `sql.rs`): the page in one read, the
+/// ids alone, and the items of given ids.
+struct ListSql {
+    page: &'static str,
+    ids: &'static str,
+    by_id: &'static str,
+}
+
+/// A list's parameters for a cursor and a row count: the filter's, in its statements'
+/// order.
+type Params<'a> = dyn Fn(Option<&str>, u32) -> Vec<JsValue> + 'a;
+
+/// The ids one shard is asked for at a time in a merge: enough that the first round
+/// usually fills the page (twice each shard's even share), at least 2, at most a page.
+pub(crate) fn ids_per_place(limit: u32, places: usize) -> u32 {
+    let fetch = limit + 1;
+    let share = (2 * fetch).div_ceil(u32::try_from(places.max(1)).unwrap_or(u32::MAX));
+    share.clamp(2, fetch)
+}
+
 impl Store {
     /// A page of jobs after the id `after` (the previous page's last).
     pub(crate) async fn list_jobs(
@@ -47,21 +77,43 @@ impl Store {
         after: Option<&str>,
         limit: u32,
     ) -> ApiResult<Page> {
-        // One row more than asked for tells whether another page follows.
-        let fetch = js_num(limit + 1);
-        let stmt = || match filter {
-            JobFilter::Owner { owner, status } => self.stmt(
-                sql::LIST_JOBS_OF_OWNER,
-                &[js(owner), js_opt(after), js_opt(*status), fetch.clone()],
+        let (sql, params): (ListSql, Box<Params<'_>>) = match filter {
+            JobFilter::Owner { owner, status } => (
+                ListSql {
+                    page: sql::LIST_JOBS_OF_OWNER,
+                    ids: sql::LIST_JOB_IDS_OF_OWNER,
+                    by_id: sql::LIST_JOBS_BY_ID,
+                },
+                Box::new(move |after, n| {
+                    vec![js(owner), js_opt(after), js_opt(*status), js_num(n)]
+                }),
             ),
-            JobFilter::Status(status) => self.stmt(
-                sql::LIST_JOBS_BY_STATUS,
-                &[js(status), js_opt(after), fetch.clone()],
+            JobFilter::Status(status) => (
+                ListSql {
+                    page: sql::LIST_JOBS_BY_STATUS,
+                    ids: sql::LIST_JOB_IDS_BY_STATUS,
+                    by_id: sql::LIST_JOBS_BY_ID,
+                },
+                Box::new(move |after, n| vec![js(status), js_opt(after), js_num(n)]),
             ),
-            JobFilter::All => self.stmt(sql::LIST_JOBS, &[js_opt(after), fetch.clone()]),
+            JobFilter::All => (
+                ListSql {
+                    page: sql::LIST_JOBS,
+                    ids: sql::LIST_JOB_IDS,
+                    by_id: sql::LIST_JOBS_BY_ID,
+                },
+                Box::new(|after, n| vec![js_opt(after), js_num(n)]),
+            ),
         };
-        self.page("list_jobs", stmt, limit, Order::NewestFirst)
-            .await
+        self.page(
+            "list_jobs",
+            &sql,
+            &*params,
+            after,
+            limit,
+            Order::NewestFirst,
+        )
+        .await
     }
 
     /// A page of attempts after the id `after` (the previous page's last).
@@ -71,61 +123,307 @@ impl Store {
         after: Option<&str>,
         limit: u32,
     ) -> ApiResult<Page> {
-        let stmt = || {
-            self.stmt(
-                sql::LIST_ATTEMPTS,
-                &[
-                    js(filter.state),
-                    js_opt(after),
-                    js_opt(filter.provider),
-                    js_opt(filter.started_by),
-                    js_num(limit + 1),
-                ],
-            )
+        let sql = ListSql {
+            page: sql::LIST_ATTEMPTS,
+            ids: sql::LIST_ATTEMPT_IDS,
+            by_id: sql::LIST_ATTEMPTS_BY_ID,
         };
-        self.page("list_attempts", stmt, limit, Order::OldestFirst)
-            .await
+        let params = |after: Option<&str>, n: u32| {
+            vec![
+                js(filter.state),
+                js_opt(after),
+                js_opt(filter.provider),
+                js_opt(filter.started_by),
+                js_num(n),
+            ]
+        };
+        self.page(
+            "list_attempts",
+            &sql,
+            &params,
+            after,
+            limit,
+            Order::OldestFirst,
+        )
+        .await
     }
 
-    /// Runs `stmt` in every place (one database, or every shard) and merges the pages by
-    /// id: each place gives its first `limit + 1` rows after the cursor, so the first
-    /// `limit` of the merge are the first `limit` overall, and one more tells whether a
-    /// page follows.
+    /// The page of `limit` items after `after`, and whether another follows (one more
+    /// row than asked for tells).
+    ///
+    /// - **One place** (D1): one read of the page's rows.
+    /// - **Several** (the shards, and the D1 kept from before a move): a merge that holds
+    ///   only ids until the page is known. Every place is asked for its first
+    ///   [`ids_per_place`] ids; the best head of all is taken, one at a time, and a place
+    ///   whose ids run out is asked for its next ones; then each place that holds items
+    ///   of the page is asked for those items' documents, by id. So the answers alive at
+    ///   once are at most every place's few ids, or the page's own documents: never
+    ///   every place's page of documents.
     async fn page(
         &self,
         op: &str,
-        stmt: impl Fn() -> ApiResult<Stmt>,
+        sql: &ListSql,
+        params: &Params<'_>,
+        after: Option<&str>,
         limit: u32,
         order: Order,
     ) -> ApiResult<Page> {
-        let mut rows = Vec::new();
-        for place in self.exec_everywhere(op, || Ok(vec![stmt()?])).await? {
-            for set in place {
-                rows.extend(set.results::<Row>()?);
+        if let Some(fault) = self.fault(op, When::Before) {
+            return Err(fault);
+        }
+        let places = self.backend.everywhere();
+        let page = if places.len() == 1 {
+            let stmt = self.stmt(sql.page, &params(after, limit + 1))?;
+            let [rows] = self.call_batch(&places[0], [stmt]).await?;
+            let mut rows = rows.results::<Row>()?;
+            let more = rows.len() > limit as usize;
+            rows.truncate(limit as usize);
+            Page {
+                next_after: more.then(|| rows.last().map(|r| r.id.clone())).flatten(),
+                items: rows.into_iter().map(|r| r.item).collect(),
+            }
+        } else {
+            self.merge(op, &places, sql, params, after, limit, order)
+                .await?
+        };
+        match self.fault(op, When::After) {
+            Some(fault) => Err(fault),
+            None => Ok(page),
+        }
+    }
+
+    /// The merge of [`Store::page`] over several places.
+    #[allow(clippy::too_many_arguments)]
+    async fn merge(
+        &self,
+        op: &str,
+        places: &[Target<'_>],
+        sql: &ListSql,
+        params: &Params<'_>,
+        after: Option<&str>,
+        limit: u32,
+        order: Order,
+    ) -> ApiResult<Page> {
+        let per_place = ids_per_place(limit, places.len());
+        let mut trace = Trace::new(self.log_calls);
+        let mut runs: Vec<Run> = Vec::with_capacity(places.len());
+        // The first round: every place at once (32 in flight at a time).
+        for chunk in places.chunks(32) {
+            let calls = chunk
+                .iter()
+                .map(|place| {
+                    let stmt = self.stmt(sql.ids, &params(after, per_place))?;
+                    Ok(self.call_batch(place, [stmt]))
+                })
+                .collect::<ApiResult<Vec<_>>>()?;
+            let answers = futures_util::future::try_join_all(calls).await?;
+            let at_once: usize = answers.iter().map(|[rows]| trace.bytes(rows)).sum();
+            trace.alive(at_once, &runs);
+            for (place, [rows]) in chunk.iter().zip(answers) {
+                let ids = ids_of(&rows)?;
+                trace.asked(place, "ids", per_place, ids.len(), trace.bytes(&rows));
+                runs.push(Run::new(ids, per_place));
             }
         }
-        rows.sort_by(|a, b| match order {
-            Order::NewestFirst => b.id.cmp(&a.id),
-            Order::OldestFirst => a.id.cmp(&b.id),
-        });
-        let more = rows.len() > limit as usize;
-        rows.truncate(limit as usize);
-        let next_after = if more {
-            rows.last().map(|r| r.id.clone())
-        } else {
-            None
-        };
+        let mut heads: BinaryHeap<Head> = runs
+            .iter()
+            .enumerate()
+            .filter_map(|(place, run)| run.head(place, order))
+            .collect();
+        let wanted = limit as usize + 1;
+        let mut picked: Vec<(String, usize)> = Vec::with_capacity(wanted);
+        while picked.len() < wanted {
+            let Some(head) = heads.pop() else { break };
+            let run = &mut runs[head.place];
+            run.ids.pop_front();
+            picked.push((head.id, head.place));
+            if run.ids.is_empty() && run.more && picked.len() < wanted {
+                // This place's next ids, after the last one it gave.
+                let stmt = self.stmt(sql.ids, &params(run.last.as_deref(), per_place))?;
+                let [rows] = self.call_batch(&places[head.place], [stmt]).await?;
+                let bytes = trace.bytes(&rows);
+                trace.alive(bytes, &runs);
+                let ids = ids_of(&rows)?;
+                trace.asked(&places[head.place], "ids", per_place, ids.len(), bytes);
+                runs[head.place] = Run::new(ids, per_place);
+            }
+            if let Some(next) = runs[head.place].head(head.place, order) {
+                heads.push(next);
+            }
+        }
+        drop(heads);
+        let more = picked.len() > limit as usize;
+        picked.truncate(limit as usize);
+        let held_ids: usize = picked.iter().map(|(id, _)| id.len()).sum();
+        drop(runs);
+        // The page's documents: one call to each place that holds some of them.
+        let mut items: Vec<Option<String>> = vec![None; picked.len()];
+        let mut owners: Vec<usize> = picked.iter().map(|(_, place)| *place).collect();
+        owners.sort_unstable();
+        owners.dedup();
+        let mut page_bytes = 0;
+        for chunk in owners.chunks(32) {
+            let calls = chunk
+                .iter()
+                .map(|&place| {
+                    let ids: Vec<&str> = picked
+                        .iter()
+                        .filter(|(_, p)| *p == place)
+                        .map(|(id, _)| id.as_str())
+                        .collect();
+                    let stmt = self.stmt(sql.by_id, &[js(&json_text(&ids)?)])?;
+                    Ok(self.call_batch(&places[place], [stmt]))
+                })
+                .collect::<ApiResult<Vec<_>>>()?;
+            let answers = futures_util::future::try_join_all(calls).await?;
+            let at_once: usize = answers.iter().map(|[rows]| trace.bytes(rows)).sum();
+            page_bytes += at_once;
+            trace.alive(at_once + held_ids, &[]);
+            for (&place, [rows]) in chunk.iter().zip(answers) {
+                let bytes = trace.bytes(&rows);
+                let rows = rows.results::<Row>()?;
+                let asked = picked.iter().filter(|(_, p)| *p == place).count();
+                trace.asked(&places[place], "documents", asked as u32, rows.len(), bytes);
+                for row in rows {
+                    if let Some(i) = picked.iter().position(|(id, _)| *id == row.id) {
+                        items[i] = Some(row.item);
+                    }
+                }
+            }
+        }
+        let first = picked.first().map(|(id, _)| id.as_str());
+        trace.log(op, limit, first, page_bytes);
         Ok(Page {
-            items: rows.into_iter().map(|r| r.item).collect(),
-            next_after,
+            next_after: if more {
+                picked.last().map(|(id, _)| id.clone())
+            } else {
+                None
+            },
+            // A job purged between the two reads is simply not on the page.
+            items: items.into_iter().flatten().collect(),
         })
     }
 }
+
+fn ids_of(rows: &Rows) -> ApiResult<VecDeque<String>> {
+    Ok(rows.results::<IdRow>()?.into_iter().map(|r| r.id).collect())
+}
+
+/// One place's ids not yet taken, in list order, and whether it may hold more.
+struct Run {
+    ids: VecDeque<String>,
+    /// It gave as many as it was asked for: more may follow.
+    more: bool,
+    /// The last id it gave: where its next ids start.
+    last: Option<String>,
+}
+
+impl Run {
+    fn new(ids: VecDeque<String>, asked: u32) -> Self {
+        Self {
+            more: ids.len() >= asked as usize,
+            last: ids.back().cloned(),
+            ids,
+        }
+    }
+
+    fn head(&self, place: usize, order: Order) -> Option<Head> {
+        self.ids.front().map(|id| Head {
+            id: id.clone(),
+            place,
+            order,
+        })
+    }
+}
+
+/// A place's next id, ordered so that the heap's greatest is the page's next item.
+struct Head {
+    id: String,
+    place: usize,
+    order: Order,
+}
+
+impl Ord for Head {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        match self.order {
+            Order::NewestFirst => self.id.cmp(&other.id),
+            Order::OldestFirst => other.id.cmp(&self.id),
+        }
+    }
+}
+
+impl PartialOrd for Head {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for Head {
+    fn eq(&self, other: &Self) -> bool {
+        self.id == other.id
+    }
+}
+
+impl Eq for Head {}
 
 #[derive(Clone, Copy)]
 enum Order {
     NewestFirst,
     OldestFirst,
+}
+
+/// With `LOG_STORE_CALLS` on: what a merge asked each place for, and the most bytes of
+/// answers it held at once, as one `list_page` line. The bytes are each answer's rows
+/// as JSON (what the runtime parsed them from); off, nothing is measured.
+struct Trace {
+    on: bool,
+    asked: Vec<Value>,
+    peak: usize,
+}
+
+impl Trace {
+    fn new(on: bool) -> Self {
+        Self {
+            on,
+            asked: Vec::new(),
+            peak: 0,
+        }
+    }
+
+    fn bytes(&self, rows: &Rows) -> usize {
+        if self.on {
+            rows.json_bytes()
+        } else {
+            0
+        }
+    }
+
+    /// `answers` bytes alive at once, beside the ids the runs hold.
+    fn alive(&mut self, answers: usize, runs: &[Run]) {
+        if self.on {
+            let held: usize = runs.iter().flat_map(|r| &r.ids).map(String::len).sum();
+            self.peak = self.peak.max(answers + held);
+        }
+    }
+
+    fn asked(&mut self, place: &Target<'_>, what: &str, limit: u32, rows: usize, bytes: usize) {
+        if self.on {
+            self.asked
+                .push(json!({"place": place.name(), "for": what, "limit": limit,
+                                   "rows": rows, "bytes": bytes}));
+        }
+    }
+
+    fn log(self, op: &str, limit: u32, first: Option<&str>, page_bytes: usize) {
+        if self.on {
+            worker::console_log!(
+                "{}",
+                json!({"event": "list_page", "op": op, "limit": limit, "first": first,
+                       "asked": self.asked,
+                       "peak_bytes": self.peak, "page_bytes": page_bytes})
+            );
+        }
+    }
 }
 
 /// One counter of `GET /v1/stats`, summed over its window.
@@ -159,5 +457,20 @@ impl Store {
             }
         }
         Ok(sums)
+    }
+}
+
+impl Store {
+    /// What the previous layout's D1 still holds, when the deployment keeps one
+    /// (`PREVIOUS_STORE`); `None` (and no call) otherwise.
+    pub(crate) async fn previous_store_status(
+        &self,
+    ) -> ApiResult<Option<onceclick_protocol::moving::MoveStatus>> {
+        if !self.has_previous() {
+            return Ok(None);
+        }
+        let stmt = self.stmt(sql::MOVE_STATUS, &[])?;
+        let rows = self.one("move_status", super::Route::Before, stmt).await?;
+        super::first_row(&rows)
     }
 }

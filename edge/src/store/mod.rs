@@ -53,6 +53,10 @@ pub(crate) struct Store {
     /// `REFUSE_NEW_KEYS=true`: the first step of a move to another store. A create whose
     /// key is not bound yet is refused (503, retryable) instead of bound here.
     refuse_new_keys: bool,
+    /// `LOG_STORE_CALLS=true` (test Workers): a `store_call` line for every call, naming
+    /// its operation, its place and its scope, so a suite can count the calls each shard
+    /// received, the queue consumer's included (it has no response to read).
+    log_calls: bool,
 }
 
 /// A job read from `job_documents`: the API document plus what only the server sees.
@@ -111,6 +115,22 @@ impl Rows {
         }
     }
 
+    /// The rows' size as JSON text: what an answer holding them weighs (measured only
+    /// where a suite asks, `LOG_STORE_CALLS`).
+    fn json_bytes(&self) -> usize {
+        match self {
+            Rows::D1(result) => result
+                .results::<Value>()
+                .ok()
+                .and_then(|rows| serde_json::to_string(&rows).ok())
+                .map_or(0, |t| t.len()),
+            Rows::Js(rows) => worker::js_sys::JSON::stringify(rows)
+                .ok()
+                .and_then(|t| t.as_string())
+                .map_or(0, |t| t.len()),
+        }
+    }
+
     fn len(&self) -> ApiResult<usize> {
         match self {
             Rows::D1(result) => Ok(result.results::<Value>()?.len()),
@@ -160,6 +180,7 @@ impl Store {
             faults: RefCell::new(Vec::new()),
             fault_scope: String::new(),
             refuse_new_keys: false,
+            log_calls: false,
         }
     }
 
@@ -173,6 +194,9 @@ impl Store {
     pub(crate) fn from_env(env: &worker::Env) -> ApiResult<Self> {
         let mut store = Self::with_backend(Backend::from_env(env)?);
         store.refuse_new_keys = refuse_new_keys(env)?;
+        store.log_calls = env
+            .var("LOG_STORE_CALLS")
+            .is_ok_and(|v| v.to_string() == "true");
         Ok(store)
     }
 
@@ -325,6 +349,13 @@ impl Store {
                 return Err(fault);
             }
             let target = self.backend.target(route)?;
+            if self.log_calls {
+                worker::console_log!(
+                    "{}",
+                    serde_json::json!({"event": "store_call", "op": op, "place": target.name(),
+                                       "scope": self.fault_scope})
+                );
+            }
             let out = self.call(&target, statements).await?;
             match self.fault(op, When::After) {
                 Some(fault) => Err(fault),
@@ -348,6 +379,16 @@ impl Store {
             self.record(&target.name(), clock::now_ms() - start);
             out
         })
+    }
+
+    /// One batch of exactly `N` statements in one place (a list's merge picks its places
+    /// itself); its results in the same shape.
+    async fn call_batch<const N: usize>(
+        &self,
+        target: &Target<'_>,
+        statements: [Stmt; N],
+    ) -> ApiResult<[Rows; N]> {
+        exactly(self.call(target, statements.into()).await?, "a list")
     }
 
     /// The same statements in every place (every shard, and the previous layout's D1);
@@ -397,13 +438,7 @@ impl Store {
         route: Route<'_>,
         statements: [Stmt; N],
     ) -> ApiResult<[Rows; N]> {
-        let results = self.exec(op, route, statements.into()).await?;
-        let got = results.len();
-        results.try_into().map_err(|_| {
-            AppError::internal(format!(
-                "{op}: the batch of {N} statements returned {got} results"
-            ))
-        })
+        exactly(self.exec(op, route, statements.into()).await?, op)
     }
 
     /// One statement, one round trip.
@@ -433,9 +468,20 @@ impl Store {
 
     pub(crate) async fn ping(&self) -> ApiResult<()> {
         let stmt = self.stmt(sql::PING, &[])?;
-        self.one("ping", Route::Catalog, stmt).await?;
+        self.one("ping", Route::Any, stmt).await?;
         Ok(())
     }
+}
+
+/// A batch's results as exactly `N` sets, one per statement, so callers destructure them
+/// by position.
+fn exactly<const N: usize>(results: Vec<Rows>, op: &str) -> ApiResult<[Rows; N]> {
+    let got = results.len();
+    results.try_into().map_err(|_| {
+        AppError::internal(format!(
+            "{op}: the batch of {N} statements returned {got} results"
+        ))
+    })
 }
 
 /// `REFUSE_NEW_KEYS`: `"true"` (or the TOML boolean `true`) refuses new keys; unset,

@@ -105,6 +105,10 @@ pub(crate) const IN_FLIGHT_STATES: &str = in_flight_states!();
 
 pub(crate) const PING: &str = "SELECT 1 AS ok";
 
+/// What D1 still holds during a move (`GET /v1/move`; `cargo xtask move-status` runs the
+/// same file): one row of counts, over the whole table, read only by an operator.
+pub(crate) const MOVE_STATUS: &str = include_str!("move_status.sql");
+
 // --- jobs -------------------------------------------------------------------------
 
 pub(crate) const INSERT_JOB: &str = concat!(
@@ -408,38 +412,71 @@ macro_rules! job_summary {
     };
 }
 
-/// Owner `?1`'s jobs before id `?2` (the cursor; from the newest when NULL), in status
-/// `?3` when given, newest first, `?4` of them.
-pub(crate) const LIST_JOBS_OF_OWNER: &str = concat!(
-    job_summary!(),
-    " WHERE owner_id = ?1 AND id < coalesce(?2, 'job_~') AND (?3 IS NULL OR status = ?3)
+/// A list's filter, shared by its three statements: the page in one read (one
+/// database), its ids alone (`_IDS`, each shard's part of a merge), and the documents of
+/// the ids a merge picked (`_BY_ID`). Owner `?1`'s jobs before id `?2` (the cursor; from
+/// the newest when NULL), in status `?3` when given, newest first, `?4` of them.
+macro_rules! jobs_of_owner {
+    () => {
+        " WHERE owner_id = ?1 AND id < coalesce(?2, 'job_~') AND (?3 IS NULL OR status = ?3)
       ORDER BY id DESC LIMIT ?4"
-);
+    };
+}
 
 /// Every owner's jobs in status `?1` before id `?2`, newest first, `?3` of them.
-pub(crate) const LIST_JOBS_BY_STATUS: &str = concat!(
-    job_summary!(),
-    " WHERE status = ?1 AND id < coalesce(?2, 'job_~') ORDER BY id DESC LIMIT ?3"
-);
+macro_rules! jobs_by_status {
+    () => {
+        " WHERE status = ?1 AND id < coalesce(?2, 'job_~') ORDER BY id DESC LIMIT ?3"
+    };
+}
 
 /// Every job before id `?1`, newest first, `?2` of them.
-pub(crate) const LIST_JOBS: &str = concat!(
-    job_summary!(),
-    " WHERE id < coalesce(?1, 'job_~') ORDER BY id DESC LIMIT ?2"
-);
+macro_rules! every_job {
+    () => {
+        " WHERE id < coalesce(?1, 'job_~') ORDER BY id DESC LIMIT ?2"
+    };
+}
 
 /// Attempts in state `?1` after id `?2` (the cursor; from the oldest when NULL), of
-/// provider `?3` and started at or before `?4` when given, oldest first, `?5` of them;
-/// each with its job's owner, kind and status.
-pub(crate) const LIST_ATTEMPTS: &str = "
-    SELECT a.id, json_object('id', a.id, 'job_id', a.job_id, 'n', a.n, 'provider', a.provider,
+/// provider `?3` and started at or before `?4` when given, oldest first, `?5` of them.
+macro_rules! attempts_in_state {
+    () => {
+        " WHERE a.state = ?1 AND a.id > coalesce(?2, '')
+       AND (?3 IS NULL OR a.provider = ?3) AND (?4 IS NULL OR a.started_at <= ?4)
+     ORDER BY a.id LIMIT ?5"
+    };
+}
+
+/// What a list shows of an attempt, with its job's owner, kind and status.
+macro_rules! attempt_summary {
+    () => {
+        "SELECT a.id, json_object('id', a.id, 'job_id', a.job_id, 'n', a.n, 'provider', a.provider,
            'state', a.state, 'started_at', a.started_at, 'dispatched_at', a.dispatched_at,
            'finished_at', a.finished_at, 'error', json(a.error), 'owner_id', j.owner_id,
            'kind', j.kind, 'job_status', j.status) AS item
-      FROM attempts AS a JOIN jobs AS j ON j.id = a.job_id
-     WHERE a.state = ?1 AND a.id > coalesce(?2, '')
-       AND (?3 IS NULL OR a.provider = ?3) AND (?4 IS NULL OR a.started_at <= ?4)
-     ORDER BY a.id LIMIT ?5";
+      FROM attempts AS a JOIN jobs AS j ON j.id = a.job_id"
+    };
+}
+
+pub(crate) const LIST_JOBS_OF_OWNER: &str = concat!(job_summary!(), jobs_of_owner!());
+pub(crate) const LIST_JOB_IDS_OF_OWNER: &str = concat!("SELECT id FROM jobs", jobs_of_owner!());
+pub(crate) const LIST_JOBS_BY_STATUS: &str = concat!(job_summary!(), jobs_by_status!());
+pub(crate) const LIST_JOB_IDS_BY_STATUS: &str = concat!("SELECT id FROM jobs", jobs_by_status!());
+pub(crate) const LIST_JOBS: &str = concat!(job_summary!(), every_job!());
+pub(crate) const LIST_JOB_IDS: &str = concat!("SELECT id FROM jobs", every_job!());
+/// The list items of the jobs whose ids are in the JSON array `?1`.
+pub(crate) const LIST_JOBS_BY_ID: &str = concat!(
+    job_summary!(),
+    " WHERE id IN (SELECT value FROM json_each(?1))"
+);
+pub(crate) const LIST_ATTEMPTS: &str = concat!(attempt_summary!(), attempts_in_state!());
+pub(crate) const LIST_ATTEMPT_IDS: &str =
+    concat!("SELECT a.id FROM attempts AS a", attempts_in_state!());
+/// The list items of the attempts whose ids are in the JSON array `?1`.
+pub(crate) const LIST_ATTEMPTS_BY_ID: &str = concat!(
+    attempt_summary!(),
+    " WHERE a.id IN (SELECT value FROM json_each(?1))"
+);
 
 // --- figures (migrations/0006_stats.sql) --------------------------------------------
 
@@ -467,6 +504,7 @@ pub(crate) const PURGE_STATS: &str = "DELETE FROM stats WHERE minute < ?1";
 #[allow(dead_code)] // read only by tests/tests/schema.rs
 pub(crate) const ALL: &[(&str, &str)] = &[
     ("PING", PING),
+    ("MOVE_STATUS", MOVE_STATUS),
     ("INSERT_JOB", INSERT_JOB),
     ("INSERT_FIRST_ATTEMPT", INSERT_FIRST_ATTEMPT),
     ("JOB_BY_KEY", JOB_BY_KEY),
@@ -500,9 +538,15 @@ pub(crate) const ALL: &[(&str, &str)] = &[
     ("ABANDON_UNKNOWN", ABANDON_UNKNOWN),
     ("LOSE_RUNNING", LOSE_RUNNING),
     ("LIST_JOBS_OF_OWNER", LIST_JOBS_OF_OWNER),
+    ("LIST_JOB_IDS_OF_OWNER", LIST_JOB_IDS_OF_OWNER),
     ("LIST_JOBS_BY_STATUS", LIST_JOBS_BY_STATUS),
+    ("LIST_JOB_IDS_BY_STATUS", LIST_JOB_IDS_BY_STATUS),
     ("LIST_JOBS", LIST_JOBS),
+    ("LIST_JOB_IDS", LIST_JOB_IDS),
+    ("LIST_JOBS_BY_ID", LIST_JOBS_BY_ID),
     ("LIST_ATTEMPTS", LIST_ATTEMPTS),
+    ("LIST_ATTEMPT_IDS", LIST_ATTEMPT_IDS),
+    ("LIST_ATTEMPTS_BY_ID", LIST_ATTEMPTS_BY_ID),
     ("COUNT_REPEAT", COUNT_REPEAT),
     ("STATS", STATS),
     ("PURGE_STATS", PURGE_STATS),
