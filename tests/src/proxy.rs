@@ -199,9 +199,12 @@ async fn handle(
     let mut forward = http
         .request(method, format!("{upstream}{rest}"))
         .body(req.body.clone());
+    // An answer to rewrite is asked for uncompressed.
+    let rewrite = mode == "primary-is-fallback" && lookup;
     for (k, v) in &req.headers {
         let skip = ["host", "content-length", "connection"];
-        if !skip.iter().any(|s| k.eq_ignore_ascii_case(s)) {
+        let compressed = rewrite && k.eq_ignore_ascii_case("accept-encoding");
+        if !skip.iter().any(|s| k.eq_ignore_ascii_case(s)) && !compressed {
             forward = forward.header(k, v);
         }
     }
@@ -220,7 +223,7 @@ async fn handle(
         .filter_map(|(k, v)| Some((k.to_string(), v.to_str().ok()?.to_owned())))
         .collect();
     let mut body = answer.bytes().await.unwrap_or_default().to_vec();
-    if mode == "primary-is-fallback" && lookup && status == 200 {
+    if rewrite && status == 200 {
         body = fallback_as_primary(&body);
     }
     if drop_answer {
