@@ -315,7 +315,12 @@ pub(crate) fn run(tools: &Tools, root: &Path) -> Result<()> {
             .flatten()
             .map(id)
             .collect();
-        let mut want: Vec<String> = old_ids.iter().chain(&new_ids).cloned().collect();
+        let mut want: Vec<String> = old_ids
+            .iter()
+            .chain(&new_ids)
+            .chain([&stuck_id])
+            .cloned()
+            .collect();
         want.sort();
         let mut got = listed.clone();
         got.sort();
