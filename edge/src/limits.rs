@@ -1,6 +1,7 @@
-//! The per-owner rate limit on what writes: creates (`POST /v1/jobs`, replays included)
-//! and attempts (`POST /v1/jobs/{id}/attempts`). One owner, however busy, cannot spend
-//! the database's single writer for everyone.
+//! The per-owner rate limit on what writes or fans out: creates (`POST /v1/jobs`,
+//! replays included), attempts (`POST /v1/jobs/{id}/attempts`) and job lists
+//! (`GET /v1/jobs`, which asks every shard). One owner, however busy, cannot spend the
+//! database's single writer, or every shard's time, for everyone.
 //!
 //! It is Cloudflare's rate limiting binding `RATE_LIMIT` (`[[ratelimits]]` in
 //! wrangler.toml: `limit` requests per `period` of 10 or 60 seconds), keyed by owner and
@@ -51,7 +52,7 @@ pub(crate) async fn check(ctx: &Ctx<'_>, owner: &str) -> ApiResult<()> {
             Err(AppError::new(
                 ErrorCode::RateLimited,
                 format!(
-                    "this owner sent more creates and attempts than its limit allows; nothing was written; send the same request again in {period} s"
+                    "this owner sent more creates, attempts and lists than its limit allows; nothing was written; send the same request again in {period} s"
                 ),
             )
             .retry_after(period))

@@ -50,7 +50,7 @@ pub enum ErrorCode {
     PreconditionFailed,
     /// The provider's output broke the kind's contract (attempt error, not an HTTP answer).
     ContractViolation,
-    /// The owner sent more creates and attempts than the per-owner limit allows; nothing
+    /// The owner sent more creates, attempts and lists than the per-owner limit allows; nothing
     /// was written. Send the same request again after `Retry-After` seconds.
     RateLimited,
     /// A dependency (D1, the queue) did not answer. Generally transient; retry with backoff.

@@ -1,5 +1,5 @@
-// The per-owner rate limit, as wrangler.toml configures it (60 creates and attempts per
-// 10 s per owner) on the real Worker's rate limiting binding: over the limit a request
+// The per-owner rate limit, as wrangler.toml configures it (60 creates, attempts and
+// lists per 10 s per owner) on the real Worker's rate limiting binding: over the limit a request
 // gets 429 `rate_limited` with `Retry-After`, and writes nothing; the SDK in Chromium waits
 // as told and then sends the same request again, with the same key.
 //
@@ -66,7 +66,8 @@ function jobsWithKey(idempotencyKey) {
   }
 }
 
-test("over the limit, a create or an attempt gets 429 rate_limited with Retry-After, and writes nothing", { timeout: TEST_MS }, async () => {
+test("over the limit, a create, an attempt or a list gets 429 rate_limited with Retry-After, and writes nothing", { timeout: TEST_MS }, async () => {
+  let job;
   for (let round = 1; ; round++) {
     const { admitted, refused } = await spend();
     assert.equal(refused.response.headers.get("content-type"), "application/problem+json");
@@ -74,8 +75,10 @@ test("over the limit, a create or an attempt gets 429 rate_limited with Retry-Af
     assert.equal(refused.body.retryable, true);
     assert.equal(refused.response.headers.get("retry-after"), String(PERIOD_S));
     assert.equal(jobsWithKey(refused.key), 0, "no job under the refused key in the D1 file");
-    // The fallback button is limited by the same budget.
-    const job = admitted.at(-1) ?? (await (await fetch(`${h.URL_BASE}/v1/jobs?limit=1`, { headers: { Authorization: `Bearer ${LIMITED}` } })).json()).items[0];
+    // The fallback button is limited by the same budget, on a job of this owner's: the
+    // last one admitted, in this round or an earlier one (a list is refused now too).
+    job = admitted.at(-1) ?? job;
+    assert.ok(job, "a job was admitted before the first refusal");
     const attempt = await fetch(`${h.URL_BASE}/v1/jobs/${job.id}/attempts`, {
       method: "POST",
       headers: { Authorization: `Bearer ${LIMITED}`, "Content-Type": "application/json", "Idempotency-Key": key("attempt") },
@@ -84,6 +87,11 @@ test("over the limit, a create or an attempt gets 429 rate_limited with Retry-Af
     if (attempt.status !== 429 && round < 3) continue; // a window ended in between
     assert.equal(attempt.status, 429, `the attempt answered ${attempt.status}`);
     assert.equal((await attempt.json()).code, "rate_limited");
+    // A list asks every shard: it spends the same budget.
+    const list = await fetch(`${h.URL_BASE}/v1/jobs?limit=1`, { headers: { Authorization: `Bearer ${LIMITED}` } });
+    if (list.status !== 429 && round < 3) continue; // a window ended in between
+    assert.equal(list.status, 429, `the list answered ${list.status}`);
+    assert.equal((await list.json()).code, "rate_limited");
     // A fresh owner: at least the limit passes before the first refusal.
     if (round === 1) assert.ok(admitted.length >= LIMIT, `only ${admitted.length} passed before the first 429`);
     // The refused create wrote nothing: sent again once the window has passed, the same

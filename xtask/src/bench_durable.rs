@@ -3,8 +3,8 @@
 //! Three Workers under `wrangler dev --log-level error` on loopback, none with a queue
 //! consumer (the request path alone, as `cargo xtask bench` measures it): onceclick on
 //! D1, onceclick on one shard (`STORE=durable`, `SHARDS=1`), and onceclick on eight
-//! shards. Each takes the same three workloads (create with a fresh key, replay, a 304
-//! read) from `cargo xtask load`, 16 connections; two rounds, the second in reverse
+//! shards. Each takes the same four workloads (create with a fresh key, replay, a 304
+//! read, a page of the owner's jobs) from `cargo xtask load`, 16 connections; two rounds, the second in reverse
 //! order; ratios are taken inside a round. Beside each rate, the CPU time of the server's
 //! processes per request. The figures go to `bench/durable.json`; SCALING.md reads them.
 
@@ -28,7 +28,9 @@ const STORES: [(&str, StoreKind, Option<u32>); 3] = [
     ("eight_shards", StoreKind::Durable, Some(8)),
 ];
 
-const WORKLOADS: [&str; 3] = ["create", "replay", "read_304"];
+/// `list`: one page of 50 of the bench owner's jobs (thousands by then), which every
+/// shard is asked for: its cost per shard is the eight shards' over the one's.
+const WORKLOADS: [&str; 4] = ["create", "replay", "read_304", "list"];
 
 struct Server {
     name: &'static str,
@@ -222,6 +224,15 @@ fn spec(server: &Server, workload: &str, round: usize) -> Spec {
             body: String::new(),
             fresh_key: None,
             expect: 304,
+            ..create
+        },
+        "list" => Spec {
+            method: "GET".into(),
+            path: "/v1/jobs?limit=50".into(),
+            headers: vec![auth],
+            body: String::new(),
+            fresh_key: None,
+            expect: 200,
             ..create
         },
         _ => create,

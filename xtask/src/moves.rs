@@ -9,9 +9,14 @@
 //!    - every old key is still answered from D1 (the same job, or the 409 of another
 //!      body);
 //!    - new keys, and the key refused in life 2, are bound in shards;
+//!    - before certify runs again, an old job whose lost dispatch the cron resends fails
+//!      over on D1's own certifications (its primary answers 500);
 //!    - the failed old job takes the fallback button, and the attempt runs in D1;
 //!    - an owner's list holds the old jobs and the new;
-//!    - every key is bound exactly once over D1 and the shards together.
+//!    - every key is bound exactly once over D1 and the shards together;
+//!    - the end of the move is a count: with every D1 job idle for years but the two
+//!      that finished after step 1, `GET /v1/move` and `cargo xtask move-status --local`
+//!      both say keep; once those are purged too, both say D1 may go.
 //!
 //! It lives in xtask because it owns the Worker's processes, like the crash suite.
 
