@@ -190,5 +190,5 @@ async fn caller(req: &Request, ctx: &Ctx<'_>) -> ApiResult<Caller> {
         ));
     }
     let header = req.headers().get("Authorization").ok().flatten();
-    auth::authenticate(header.as_deref(), &config, clock::now_ms()).await
+    auth::authenticate(header.as_deref(), &config, clock::now_ms(), ctx.worker).await
 }

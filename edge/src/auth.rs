@@ -136,17 +136,20 @@ fn owner_of(owner: &str) -> ApiResult<String> {
 }
 
 /// Verifies the request's bearer token as `config` allows.
+/// `background`: the request's context, under which a fetch of the identity provider's
+/// key set runs (see `jwks.rs`).
 pub(crate) async fn authenticate(
     header: Option<&str>,
     config: &AuthConfig,
     now_ms: f64,
+    background: &worker::Context,
 ) -> ApiResult<Caller> {
     let raw = bearer(header)?;
     let untrusted = UntrustedToken::new(raw).map_err(|_| unauthorized("the token is not a JWT"))?;
     match (untrusted.algorithm(), &config.secret, &config.jwks_url) {
         ("HS256", Some(secret), _) => hs256(&untrusted, secret, now_ms),
         ("RS256" | "ES256", _, Some(url)) => {
-            from_provider(raw, &untrusted, url, config, now_ms).await
+            from_provider(raw, &untrusted, url, config, now_ms, background).await
         }
         _ => Err(unauthorized(match (&config.secret, &config.jwks_url) {
             (Some(_), Some(_)) => "only HS256, RS256 and ES256 tokens are accepted",
@@ -180,6 +183,7 @@ async fn from_provider(
     url: &str,
     config: &AuthConfig,
     now_ms: f64,
+    background: &worker::Context,
 ) -> ApiResult<Caller> {
     let (Some(issuer), Some(audience)) = (&config.issuer, &config.audience) else {
         return Err(AppError::internal(
@@ -192,16 +196,14 @@ async fn from_provider(
     let Some((signed, _)) = raw.rsplit_once('.') else {
         return Err(unauthorized("the token is not a JWT"));
     };
-    let verified = jwks::verify(
-        url,
-        config.jwks_refetch_ms,
-        untrusted.algorithm(),
-        untrusted.header().key_id.as_deref(),
+    let signature = jwks::Signature {
+        alg: untrusted.algorithm(),
+        kid: untrusted.header().key_id.as_deref(),
         signed,
-        untrusted.signature_bytes(),
-        now_ms,
-    )
-    .await?;
+        bytes: untrusted.signature_bytes(),
+    };
+    let verified =
+        jwks::verify(url, config.jwks_refetch_ms, &signature, now_ms, background).await?;
     if !verified {
         return Err(unauthorized("the token's signature does not verify"));
     }

@@ -89,18 +89,31 @@ fn kty_of(alg: &str) -> Option<&'static str> {
     }
 }
 
+/// A token's signature, as [`verify`] checks it.
+pub(crate) struct Signature<'a> {
+    pub(crate) alg: &'a str,
+    pub(crate) kid: Option<&'a str>,
+    /// The token's `header.payload`.
+    pub(crate) signed: &'a str,
+    pub(crate) bytes: &'a [u8],
+}
+
 /// Whether the signature over `signed` (the token's `header.payload`) verifies with a key
 /// of `url`'s set: the one named `kid`, or, for a token without one, any key of the type
 /// `alg` needs.
 pub(crate) async fn verify(
     url: &str,
     refetch_after_ms: f64,
-    alg: &str,
-    kid: Option<&str>,
-    signed: &str,
-    signature: &[u8],
+    token: &Signature<'_>,
     now_ms: f64,
+    background: &worker::Context,
 ) -> ApiResult<bool> {
+    let Signature {
+        alg,
+        kid,
+        signed,
+        bytes: signature,
+    } = *token;
     let Some(kty) = kty_of(alg) else {
         return Err(unauthorized(
             "only RS256 and ES256 tokens are verified against the JWKS",
@@ -112,11 +125,11 @@ pub(crate) async fn verify(
             .is_some_and(|set| set.url == url && now_ms - set.fetched_at_ms < MAX_AGE_MS)
     });
     if !fresh {
-        refresh_at_most(url, refetch_after_ms).await?;
+        refresh_at_most(url, refetch_after_ms, background).await?;
     }
     let mut candidates = matching(kid, kty);
     if candidates.is_empty() {
-        refresh_at_most(url, refetch_after_ms).await?;
+        refresh_at_most(url, refetch_after_ms, background).await?;
         candidates = matching(kid, kty);
     }
     if candidates.is_empty() {
@@ -151,12 +164,17 @@ fn matching(kid: Option<&str>, kty: &str) -> Vec<JsValue> {
 /// however many tokens arrive; a recent success keeps the cache as it is (an unknown
 /// `kid` is then refused).
 ///
-/// A request that arrives while another request's fetch is in flight waits for that
-/// fetch's outcome (polling this isolate's [`TRIED`] slot, never awaiting the other
-/// request's promise, whose I/O belongs to that request), at most the fetch's own time
-/// limit and a second more, and then reads the keys it brought. If the fetching request
-/// goes away mid-fetch, its mark is cleared and the next waiter fetches instead.
-async fn refresh_at_most(url: &str, refetch_after_ms: f64) -> ApiResult<()> {
+/// The fetch runs under `wait_until` (`background`, the request's context), so that it
+/// finishes even if the request that started it goes away. Every request that needs its
+/// keys, that one included, waits for its outcome by polling this isolate's [`TRIED`]
+/// slot, never by awaiting a promise of another request's (whose I/O belongs to that
+/// request), at most the fetch's own time limit and a second more; then it reads the keys
+/// the fetch brought.
+async fn refresh_at_most(
+    url: &str,
+    refetch_after_ms: f64,
+    background: &worker::Context,
+) -> ApiResult<()> {
     let limit_ms = FETCH_TIMEOUT_MS as f64 + 1_000.0;
     let give_up_at = crate::clock::now_ms() + limit_ms;
     loop {
@@ -172,11 +190,11 @@ async fn refresh_at_most(url: &str, refetch_after_ms: f64) -> ApiResult<()> {
                 })
         });
         match seen {
-            // Another request is fetching (and has not overrun its own limit): wait.
+            // A fetch is in flight (and has not overrun its own limit): wait for it.
             Some((true, since_ms, _)) if now - since_ms < limit_ms => {
                 if now >= give_up_at {
                     return Err(unavailable(
-                        "another request's fetch of the key set did not finish in time",
+                        "the fetch of the key set in flight did not finish in time",
                     ));
                 }
                 worker::Delay::from(std::time::Duration::from_millis(WAIT_POLL_MS)).await;
@@ -187,13 +205,14 @@ async fn refresh_at_most(url: &str, refetch_after_ms: f64) -> ApiResult<()> {
                     None => Ok(()),
                 };
             }
-            _ => return fetch_now(url).await,
+            _ => start_fetch(url, background),
         }
     }
 }
 
-/// Marks a fetch in flight, runs it, and records its outcome for the requests waiting.
-async fn fetch_now(url: &str) -> ApiResult<()> {
+/// Marks a fetch in flight and starts it under `wait_until`; it records its outcome for
+/// the requests waiting (if no later fetch has taken the slot since).
+fn start_fetch(url: &str, background: &worker::Context) {
     let serial = SERIAL.with(|s| {
         s.set(s.get() + 1);
         s.get()
@@ -206,26 +225,31 @@ async fn fetch_now(url: &str) -> ApiResult<()> {
             outcome: Outcome::InFlight { since_ms: started },
         });
     });
-    // Dropped with this future: if that happens before the outcome is recorded below,
-    // the mark is cleared (see `Drop for Abandoned`).
-    let _abandoned = Abandoned(serial);
-    let result = refresh(url, started).await;
-    let at_ms = crate::clock::now_ms();
-    let outcome = match &result {
-        Ok(()) => Outcome::Fetched { at_ms },
-        Err(e) => Outcome::Failed {
-            at_ms,
-            why: e.cause_or_detail().to_owned(),
-        },
-    };
-    TRIED.with(|t| {
-        *t.borrow_mut() = Some(Tried {
-            url: url.to_owned(),
-            serial,
-            outcome,
+    let url = url.to_owned();
+    background.wait_until(async move {
+        // Dropped with this future: if that happens before the outcome is recorded
+        // below, the mark is cleared (see `Drop for Abandoned`).
+        let _abandoned = Abandoned(serial);
+        let result = refresh(&url, started).await;
+        let at_ms = crate::clock::now_ms();
+        let outcome = match result {
+            Ok(()) => Outcome::Fetched { at_ms },
+            Err(e) => Outcome::Failed {
+                at_ms,
+                why: e.cause_or_detail().to_owned(),
+            },
+        };
+        TRIED.with(|t| {
+            let mut tried = t.borrow_mut();
+            if tried.as_ref().is_some_and(|t| t.serial == serial) {
+                *tried = Some(Tried {
+                    url,
+                    serial,
+                    outcome,
+                });
+            }
         });
     });
-    result
 }
 
 /// Held by a fetch while it runs. Dropped before the fetch recorded its outcome (its

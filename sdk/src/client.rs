@@ -337,14 +337,15 @@ impl Client {
     /// The name an intent's key is stored under, and whether its request names the
     /// provider (else it leaves the provider out, as for the kind's primary).
     ///
-    /// That is the intent's own name (see `Intent::name`), unless a submit that names
-    /// `asked` finds no key there and the kind's primary has changed since this intent's
-    /// key was made: then the key is where it was stored, so that a deploy that changes
-    /// the primary never orphans the key of an open job.
+    /// That is the intent's own name (see `Intent::name`), unless the kind's primary has
+    /// changed since a submit naming `asked` stored this intent's key: then the key is
+    /// where it was stored, so that a deploy that changes the primary never orphans the
+    /// key of an open job.
     /// - `asked` is the primary now (`resolved` is `None`), and was not then: the key
-    ///   is under the name that names it;
-    /// - `asked` is not the primary now, and was then: the key is under the name without
-    ///   a provider, in an entry that says it was made for `asked`.
+    ///   is under the name that names it (looked at first);
+    /// - `asked` is not the primary now, and was then: with no key under its own name,
+    ///   the key is under the name without a provider, in an entry that says it was made
+    ///   for `asked`.
     fn stored_name(
         &self,
         token: &str,
@@ -366,10 +367,11 @@ impl Client {
         let Some(asked) = asked else {
             return own;
         };
-        if self.inner.keys.get(&own.0).is_some() {
-            return own;
-        }
         match resolved {
+            // `asked` is the primary now. A key stored under the name that names it was
+            // made for `asked` by name, when it was not the primary: that one is this
+            // intent's, before any key under the plain name (which a submit naming no
+            // provider may have made for the primary of its day).
             None => {
                 let named = name(Some(asked));
                 match self.inner.keys.get(&named) {
@@ -377,6 +379,7 @@ impl Client {
                     None => own,
                 }
             }
+            Some(_) if self.inner.keys.get(&own.0).is_some() => own,
             Some(_) => {
                 let plain = name(None);
                 match self.inner.keys.get(&plain) {

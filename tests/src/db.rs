@@ -197,6 +197,28 @@ pub fn jobs_with_key(key: &str) -> i64 {
 /// "wrote nothing" check compares everything else.
 pub const FIGURES_TABLE: &str = "stats";
 
+/// The rows of [`FIGURES_TABLE`], one line each, sorted: what [`snapshot`] leaves out.
+pub fn figures() -> Vec<String> {
+    let conn = open();
+    let sql = format!("SELECT minute, kind, provider, metric, n FROM {FIGURES_TABLE}");
+    let mut stmt = conn.prepare(&sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+    let mut lines: Vec<String> = stmt
+        .query_map([], |row| {
+            Ok(format!(
+                "{} {} {} {} {}",
+                row.get::<_, String>(0)?,
+                row.get::<_, String>(1)?,
+                row.get::<_, String>(2)?,
+                row.get::<_, String>(3)?,
+                row.get::<_, i64>(4)?
+            ))
+        })
+        .and_then(Iterator::collect)
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    lines.sort();
+    lines
+}
+
 /// A logical snapshot of the whole store: every row of every table in every database
 /// (D1's, or each shard's), but [`FIGURES_TABLE`] and the runtime's own `_cf_` tables,
 /// one line of text per row, sorted, all read in one read transaction. Two snapshots are

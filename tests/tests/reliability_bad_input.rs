@@ -1064,6 +1064,7 @@ async fn generated_bad_input_gets_its_code_never_a_5xx_and_writes_nothing() {
         .header("etag")
         .map(str::to_owned);
     let before = settled(&world).await;
+    let figures_before = db::figures();
     let panics_before = panics_in_log();
     let started = std::time::Instant::now();
 
@@ -1112,6 +1113,12 @@ async fn generated_bad_input_gets_its_code_never_a_5xx_and_writes_nothing() {
         raw_answers.insert(name, seen);
     }
     let after_raw = db::snapshot();
+    // Bad input never reaches the create's batch: not even the figures moved.
+    assert_eq!(
+        db::figures(),
+        figures_before,
+        "bad input changed the figures' counters"
+    );
 
     // Refused and replayed creates that reach the store: a conflict (the key with another
     // body) and a replay write only the figures' counters, which count them.

@@ -209,15 +209,23 @@ fn keys_away_from_shard_zero(owner: &str, n: usize) -> Vec<String> {
         .collect()
 }
 
-/// The `store_call` lines of `scope`, once the one for `op` has reached the log (it is
-/// written before the effect a test sees, but may reach the file a little later).
-async fn calls_once_logged(scope: &str, op: &str) -> Vec<(String, String)> {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+/// Waits (at most 30 s) for the `dispatched` line of `attempt_id`, which its dispatch
+/// logs after its last store call (the primary's answer, once its gate is released).
+async fn wait_dispatched(attempt_id: &str) {
+    let path = std::env::var("ONCECLICK_WRANGLER_LOG").expect("ONCECLICK_WRANGLER_LOG");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
-        let calls = onceclick_tests::log::store_calls(scope);
-        if calls.iter().any(|(o, _)| o == op) || std::time::Instant::now() >= deadline {
-            return calls;
+        let log = std::fs::read_to_string(&path).unwrap_or_default();
+        if log.lines().any(|l| {
+            l.contains("\"event\":\"dispatched\"")
+                && l.contains(&format!("\"attempt_id\":\"{attempt_id}\""))
+        }) {
+            return;
         }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{attempt_id} never logged dispatched"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }
@@ -244,7 +252,9 @@ async fn a_hedge_reads_the_certifications_in_its_jobs_own_shard_never_shard_zero
         assert_eq!(done["attempts"][1]["provider"], "fallback", "{done}");
         // The hedge's pre-check ran in the primary attempt's dispatch, on the job's own
         // place, and no call of that dispatch went anywhere else.
-        let calls = calls_once_logged(&first, "certifications").await;
+        // Every call of the primary's dispatch is logged once its `dispatched` line is.
+        wait_dispatched(&first).await;
+        let calls = onceclick_tests::log::store_calls(&first);
         assert!(
             calls.iter().any(|(op, _)| op == "certifications"),
             "no certifications read logged for {first}: {calls:?}"
@@ -297,13 +307,14 @@ async fn a_page_over_large_jobs_holds_a_few_ids_per_shard_and_the_pages_document
     let count = onceclick_protocol::shard::ShardCount::new(8).expect("8 shards");
     let shard_of_key =
         |key: &str| onceclick_protocol::shard::shard_for_key(&owner, key, count).index;
-    // Eight jobs in one shard (so that its ids run out and it is asked again) and four
-    // elsewhere, each with an input of about 19 KB.
+    // Fourteen jobs in one shard (so that its ids run out and it is asked again) and
+    // four elsewhere, made last (so the first page has 8 of the crowded shard's and needs
+    // more), each with an input of about 19 KB.
     let crowded = shard_of_key(&format!("{owner}-0"));
     let mut keys: Vec<String> = (0..)
         .map(|i| format!("{owner}-{i}"))
         .filter(|k| shard_of_key(k) == crowded)
-        .take(8)
+        .take(14)
         .collect();
     keys.extend(
         (0..)
@@ -321,8 +332,8 @@ async fn a_page_over_large_jobs_holds_a_few_ids_per_shard_and_the_pages_document
     }
     made.sort();
     made.reverse();
-    let limit = 5;
-    let (mut listed, mut cursor) = (Vec::new(), None::<String>);
+    let limit = 12;
+    let (mut listed, mut cursor, mut refills) = (Vec::new(), None::<String>, 0);
     loop {
         let path = match &cursor {
             Some(c) => format!("/v1/jobs?limit={limit}&cursor={c}"),
@@ -333,7 +344,7 @@ async fn a_page_over_large_jobs_holds_a_few_ids_per_shard_and_the_pages_document
         let page = reply.json();
         let items: Vec<String> = page["items"].as_array().unwrap().iter().map(id).collect();
         if sharded() {
-            check_merge_line(&items, limit).await;
+            refills += check_merge_line(&items, limit).await;
         } else {
             assert_eq!(timing(&reply), (vec!["d1".to_owned()], 1), "one read on D1");
         }
@@ -345,11 +356,18 @@ async fn a_page_over_large_jobs_holds_a_few_ids_per_shard_and_the_pages_document
         assert!(listed.len() <= made.len(), "the cursor never ends");
     }
     assert_eq!(listed, made, "newest first, every job once");
+    if sharded() {
+        assert!(
+            refills > 0,
+            "no shard's ids ran out: the refill went untested"
+        );
+    }
 }
 
-/// What the merge of one page asked each shard for, and what it held at once.
-async fn check_merge_line(items: &[String], limit: u32) {
-    let Some(first) = items.first() else { return };
+/// What the merge of one page asked each shard for, and what it held at once; how many
+/// times a shard was asked again for more ids.
+async fn check_merge_line(items: &[String], limit: u32) -> usize {
+    let Some(first) = items.first() else { return 0 };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let line = loop {
         if let Some(line) = list_page_line(limit, first) {
@@ -362,14 +380,14 @@ async fn check_merge_line(items: &[String], limit: u32) {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     };
     let asked = line["asked"].as_array().unwrap();
-    // A few ids per shard, never a page of documents: ids_per_place(5, 8) is 2.
-    let per_place = 2;
+    // A few ids per shard, never a page of documents: ids_per_place(12, 8) is 8.
+    let per_place = 8;
     let ids: Vec<_> = asked.iter().filter(|c| c["for"] == "ids").collect();
     assert!(ids.len() >= 8, "every shard is asked for ids: {line}");
     for call in &ids {
         assert_eq!(call["limit"], per_place, "{call}");
         assert!(call["rows"].as_u64().unwrap() <= per_place, "{call}");
-        assert!(call["bytes"].as_u64().unwrap() < 200, "ids only: {call}");
+        assert!(call["bytes"].as_u64().unwrap() < 600, "ids only: {call}");
     }
     // Documents only for the page's items, from the shards that hold them.
     let documents: u64 = asked
@@ -393,9 +411,10 @@ async fn check_merge_line(items: &[String], limit: u32) {
         line["page_bytes"].as_u64().unwrap(),
     );
     let ids_bound = 8 * per_place * 128;
-    assert!(page >= 19_000 * items.len() as u64, "{line}");
+    assert!(page >= 18_000 * items.len() as u64, "{line}");
     assert!(
         peak <= page + ids_bound,
         "{peak} bytes alive for a page of {page}: {line}"
     );
+    ids.len() - 8
 }

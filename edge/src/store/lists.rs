@@ -2,12 +2,11 @@
 //! `migrations/0005_lists.sql`), the items rendered by the database.
 
 use super::backend::Target;
-use super::{js, js_num, js_opt, json_text, sql, Rows, Store};
+use super::{exactly, js, js_num, js_opt, json_text, sql, Rows, Store};
 use crate::error::ApiResult;
 use crate::fault::When;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use std::collections::{BinaryHeap, VecDeque};
 use wasm_bindgen::JsValue;
 
 /// Which jobs to list, newest first.
@@ -38,36 +37,45 @@ pub(crate) struct Page {
     pub(crate) next_after: Option<String>,
 }
 
+/// A list's row: its id, and its item (absent from the ids-only reads of a merge: one
+/// row type keeps one deserializer in the Worker).
 #[derive(Deserialize)]
 struct Row {
     id: String,
+    #[serde(default)]
     item: String,
-}
-
-#[derive(Deserialize)]
-struct IdRow {
-    id: String,
 }
 
 /// A list's three statements over one filter (see `sql.rs`): the page in one read, the
 /// ids alone, and the items of given ids.
-struct ListSql {
+struct ListSql<'a> {
     page: &'static str,
     ids: &'static str,
     by_id: &'static str,
+    /// The status (or state) the filter asks for, if any: the items of given ids are
+    /// read again only in it, so that a job that moved on between the two reads of a
+    /// merge is left off the page, as the one-read path would leave it.
+    status: Option<&'a str>,
 }
 
 /// A list's parameters for a cursor and a row count: the filter's, in its statements'
 /// order.
 type Params<'a> = dyn Fn(Option<&str>, u32) -> Vec<JsValue> + 'a;
 
-/// The ids one shard is asked for at a time in a merge: enough that the first round
-/// usually fills the page (twice each shard's even share), at least 2, at most a page.
+/// The ids one place is asked for at a time in a merge: twice its even share of the
+/// page, at least [`MIN_IDS_PER_PLACE`], at most the page. The floor makes refills rare:
+/// a shard holds about Poisson(page / SHARDS) of a page, and more than 8 of a page of 201
+/// over 256 shards about once in a million pages, where with 2 a page of 200 would ask
+/// some 50 shards again, one after another.
 pub(crate) fn ids_per_place(limit: u32, places: usize) -> u32 {
     let fetch = limit + 1;
     let share = (2 * fetch).div_ceil(u32::try_from(places.max(1)).unwrap_or(u32::MAX));
-    share.clamp(2, fetch)
+    share.max(MIN_IDS_PER_PLACE).min(fetch)
 }
+
+/// The fewest ids a place is asked for at a time: 8 ids of about 60 bytes, so at most
+/// 2 MB of ids at 4,096 shards.
+const MIN_IDS_PER_PLACE: u32 = 8;
 
 impl Store {
     /// A page of jobs after the id `after` (the previous page's last).
@@ -77,12 +85,13 @@ impl Store {
         after: Option<&str>,
         limit: u32,
     ) -> ApiResult<Page> {
-        let (sql, params): (ListSql, Box<Params<'_>>) = match filter {
+        let (sql, params): (ListSql<'_>, Box<Params<'_>>) = match filter {
             JobFilter::Owner { owner, status } => (
                 ListSql {
                     page: sql::LIST_JOBS_OF_OWNER,
                     ids: sql::LIST_JOB_IDS_OF_OWNER,
                     by_id: sql::LIST_JOBS_BY_ID,
+                    status: *status,
                 },
                 Box::new(move |after, n| {
                     vec![js(owner), js_opt(after), js_opt(*status), js_num(n)]
@@ -93,6 +102,7 @@ impl Store {
                     page: sql::LIST_JOBS_BY_STATUS,
                     ids: sql::LIST_JOB_IDS_BY_STATUS,
                     by_id: sql::LIST_JOBS_BY_ID,
+                    status: Some(status),
                 },
                 Box::new(move |after, n| vec![js(status), js_opt(after), js_num(n)]),
             ),
@@ -101,6 +111,7 @@ impl Store {
                     page: sql::LIST_JOBS,
                     ids: sql::LIST_JOB_IDS,
                     by_id: sql::LIST_JOBS_BY_ID,
+                    status: None,
                 },
                 Box::new(|after, n| vec![js_opt(after), js_num(n)]),
             ),
@@ -127,6 +138,7 @@ impl Store {
             page: sql::LIST_ATTEMPTS,
             ids: sql::LIST_ATTEMPT_IDS,
             by_id: sql::LIST_ATTEMPTS_BY_ID,
+            status: Some(filter.state),
         };
         let params = |after: Option<&str>, n: u32| {
             vec![
@@ -162,7 +174,7 @@ impl Store {
     async fn page(
         &self,
         op: &str,
-        sql: &ListSql,
+        sql: &ListSql<'_>,
         params: &Params<'_>,
         after: Option<&str>,
         limit: u32,
@@ -174,7 +186,7 @@ impl Store {
         let places = self.backend.everywhere();
         let page = if places.len() == 1 {
             let stmt = self.stmt(sql.page, &params(after, limit + 1))?;
-            let [rows] = self.call_batch(&places[0], [stmt]).await?;
+            let [rows] = exactly(self.call(&places[0], vec![stmt]).await?, op)?;
             let mut rows = rows.results::<Row>()?;
             let more = rows.len() > limit as usize;
             rows.truncate(limit as usize);
@@ -198,7 +210,7 @@ impl Store {
         &self,
         op: &str,
         places: &[Target<'_>],
-        sql: &ListSql,
+        sql: &ListSql<'_>,
         params: &Params<'_>,
         after: Option<&str>,
         limit: u32,
@@ -208,86 +220,90 @@ impl Store {
         let mut trace = Trace::new(self.log_calls);
         let mut runs: Vec<Run> = Vec::with_capacity(places.len());
         // The first round: every place at once (32 in flight at a time).
-        for chunk in places.chunks(32) {
-            let calls = chunk
-                .iter()
-                .map(|place| {
-                    let stmt = self.stmt(sql.ids, &params(after, per_place))?;
-                    Ok(self.call_batch(place, [stmt]))
-                })
-                .collect::<ApiResult<Vec<_>>>()?;
-            let answers = futures_util::future::try_join_all(calls).await?;
-            let at_once: usize = answers.iter().map(|[rows]| trace.bytes(rows)).sum();
-            trace.alive(at_once, &runs);
-            for (place, [rows]) in chunk.iter().zip(answers) {
-                let ids = ids_of(&rows)?;
-                trace.asked(place, "ids", per_place, ids.len(), trace.bytes(&rows));
-                runs.push(Run::new(ids, per_place));
-            }
-        }
-        let mut heads: BinaryHeap<Head> = runs
+        let calls = places
             .iter()
-            .enumerate()
-            .filter_map(|(place, run)| run.head(place, order))
-            .collect();
+            .map(|place| Ok((place, vec![self.stmt(sql.ids, &params(after, per_place))?])))
+            .collect::<ApiResult<Vec<_>>>()?;
+        let answers = self.call_all(calls).await?;
+        let at_once: usize = answers.iter().flatten().map(|rows| trace.bytes(rows)).sum();
+        trace.alive(at_once, &runs);
+        for (place, rows) in places.iter().zip(answers) {
+            let [rows] = exactly(rows, op)?;
+            let ids = ids_of(&rows)?;
+            trace.asked(place, "ids", per_place, ids.len(), trace.bytes(&rows));
+            runs.push(Run::new(ids, per_place));
+        }
         let wanted = limit as usize + 1;
         let mut picked: Vec<(String, usize)> = Vec::with_capacity(wanted);
         while picked.len() < wanted {
-            let Some(head) = heads.pop() else { break };
-            let run = &mut runs[head.place];
-            run.ids.pop_front();
-            picked.push((head.id, head.place));
-            if run.ids.is_empty() && run.more && picked.len() < wanted {
+            // The best head of all: a scan of every place's next id (a few thousand at
+            // most, and cheaper in the Worker's size than a heap).
+            let mut best: Option<usize> = None;
+            for (place, run) in runs.iter().enumerate() {
+                let Some(id) = run.head() else { continue };
+                let better = match best.and_then(|b| runs[b].head()) {
+                    None => true,
+                    Some(best_id) => match order {
+                        Order::NewestFirst => id > best_id,
+                        Order::OldestFirst => id < best_id,
+                    },
+                };
+                if better {
+                    best = Some(place);
+                }
+            }
+            let Some(place) = best else { break };
+            let run = &mut runs[place];
+            let id = run.ids[run.next].clone();
+            run.next += 1;
+            picked.push((id, place));
+            if run.next == run.ids.len() && run.more && picked.len() < wanted {
                 // This place's next ids, after the last one it gave.
-                let stmt = self.stmt(sql.ids, &params(run.last.as_deref(), per_place))?;
-                let [rows] = self.call_batch(&places[head.place], [stmt]).await?;
+                let last = run.ids.last().cloned();
+                let stmt = self.stmt(sql.ids, &params(last.as_deref(), per_place))?;
+                let [rows] = exactly(self.call(&places[place], vec![stmt]).await?, op)?;
                 let bytes = trace.bytes(&rows);
                 trace.alive(bytes, &runs);
                 let ids = ids_of(&rows)?;
-                trace.asked(&places[head.place], "ids", per_place, ids.len(), bytes);
-                runs[head.place] = Run::new(ids, per_place);
-            }
-            if let Some(next) = runs[head.place].head(head.place, order) {
-                heads.push(next);
+                trace.asked(&places[place], "ids", per_place, ids.len(), bytes);
+                runs[place] = Run::new(ids, per_place);
             }
         }
-        drop(heads);
         let more = picked.len() > limit as usize;
         picked.truncate(limit as usize);
         let held_ids: usize = picked.iter().map(|(id, _)| id.len()).sum();
         drop(runs);
         // The page's documents: one call to each place that holds some of them.
         let mut items: Vec<Option<String>> = vec![None; picked.len()];
-        let mut owners: Vec<usize> = picked.iter().map(|(_, place)| *place).collect();
-        owners.sort_unstable();
-        owners.dedup();
-        let mut page_bytes = 0;
-        for chunk in owners.chunks(32) {
-            let calls = chunk
-                .iter()
-                .map(|&place| {
-                    let ids: Vec<&str> = picked
-                        .iter()
-                        .filter(|(_, p)| *p == place)
-                        .map(|(id, _)| id.as_str())
-                        .collect();
-                    let stmt = self.stmt(sql.by_id, &[js(&json_text(&ids)?)])?;
-                    Ok(self.call_batch(&places[place], [stmt]))
-                })
-                .collect::<ApiResult<Vec<_>>>()?;
-            let answers = futures_util::future::try_join_all(calls).await?;
-            let at_once: usize = answers.iter().map(|[rows]| trace.bytes(rows)).sum();
-            page_bytes += at_once;
-            trace.alive(at_once + held_ids, &[]);
-            for (&place, [rows]) in chunk.iter().zip(answers) {
-                let bytes = trace.bytes(&rows);
-                let rows = rows.results::<Row>()?;
-                let asked = picked.iter().filter(|(_, p)| *p == place).count();
-                trace.asked(&places[place], "documents", asked as u32, rows.len(), bytes);
-                for row in rows {
-                    if let Some(i) = picked.iter().position(|(id, _)| *id == row.id) {
-                        items[i] = Some(row.item);
-                    }
+        let mut holds = vec![false; places.len()];
+        for (_, place) in &picked {
+            holds[*place] = true;
+        }
+        let owners: Vec<usize> = (0..places.len()).filter(|&p| holds[p]).collect();
+        let calls = owners
+            .iter()
+            .map(|&place| {
+                let ids: Vec<&str> = picked
+                    .iter()
+                    .filter(|(_, p)| *p == place)
+                    .map(|(id, _)| id.as_str())
+                    .collect();
+                let params = [js(&json_text(&ids)?), js_opt(sql.status)];
+                Ok((&places[place], vec![self.stmt(sql.by_id, &params)?]))
+            })
+            .collect::<ApiResult<Vec<_>>>()?;
+        let answers = self.call_all(calls).await?;
+        let page_bytes: usize = answers.iter().flatten().map(|rows| trace.bytes(rows)).sum();
+        trace.alive(page_bytes + held_ids, &[]);
+        for (&place, rows) in owners.iter().zip(answers) {
+            let [rows] = exactly(rows, op)?;
+            let bytes = trace.bytes(&rows);
+            let rows = rows.results::<Row>()?;
+            let asked = picked.iter().filter(|(_, p)| *p == place).count();
+            trace.asked(&places[place], "documents", asked as u32, rows.len(), bytes);
+            for row in rows {
+                if let Some(i) = picked.iter().position(|(id, _)| *id == row.id) {
+                    items[i] = Some(row.item);
                 }
             }
         }
@@ -305,66 +321,33 @@ impl Store {
     }
 }
 
-fn ids_of(rows: &Rows) -> ApiResult<VecDeque<String>> {
-    Ok(rows.results::<IdRow>()?.into_iter().map(|r| r.id).collect())
+fn ids_of(rows: &Rows) -> ApiResult<Vec<String>> {
+    Ok(rows.results::<Row>()?.into_iter().map(|r| r.id).collect())
 }
 
-/// One place's ids not yet taken, in list order, and whether it may hold more.
+/// One place's ids in list order, those before `next` taken, and whether it may hold
+/// more after the last.
 struct Run {
-    ids: VecDeque<String>,
+    ids: Vec<String>,
+    next: usize,
     /// It gave as many as it was asked for: more may follow.
     more: bool,
-    /// The last id it gave: where its next ids start.
-    last: Option<String>,
 }
 
 impl Run {
-    fn new(ids: VecDeque<String>, asked: u32) -> Self {
+    fn new(ids: Vec<String>, asked: u32) -> Self {
         Self {
             more: ids.len() >= asked as usize,
-            last: ids.back().cloned(),
+            next: 0,
             ids,
         }
     }
 
-    fn head(&self, place: usize, order: Order) -> Option<Head> {
-        self.ids.front().map(|id| Head {
-            id: id.clone(),
-            place,
-            order,
-        })
+    /// Its next id not yet taken.
+    fn head(&self) -> Option<&str> {
+        self.ids.get(self.next).map(String::as_str)
     }
 }
-
-/// A place's next id, ordered so that the heap's greatest is the page's next item.
-struct Head {
-    id: String,
-    place: usize,
-    order: Order,
-}
-
-impl Ord for Head {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        match self.order {
-            Order::NewestFirst => self.id.cmp(&other.id),
-            Order::OldestFirst => other.id.cmp(&self.id),
-        }
-    }
-}
-
-impl PartialOrd for Head {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl PartialEq for Head {
-    fn eq(&self, other: &Self) -> bool {
-        self.id == other.id
-    }
-}
-
-impl Eq for Head {}
 
 #[derive(Clone, Copy)]
 enum Order {
@@ -401,7 +384,11 @@ impl Trace {
     /// `answers` bytes alive at once, beside the ids the runs hold.
     fn alive(&mut self, answers: usize, runs: &[Run]) {
         if self.on {
-            let held: usize = runs.iter().flat_map(|r| &r.ids).map(String::len).sum();
+            let held: usize = runs
+                .iter()
+                .flat_map(|r| &r.ids[r.next..])
+                .map(String::len)
+                .sum();
             self.peak = self.peak.max(answers + held);
         }
     }

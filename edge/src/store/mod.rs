@@ -381,16 +381,6 @@ impl Store {
         })
     }
 
-    /// One batch of exactly `N` statements in one place (a list's merge picks its places
-    /// itself); its results in the same shape.
-    async fn call_batch<const N: usize>(
-        &self,
-        target: &Target<'_>,
-        statements: [Stmt; N],
-    ) -> ApiResult<[Rows; N]> {
-        exactly(self.call(target, statements.into()).await?, "a list")
-    }
-
     /// The same statements in every place (every shard, and the previous layout's D1);
     /// the results per place. One round trip to each, concurrently.
     async fn exec_everywhere(
@@ -402,32 +392,49 @@ impl Store {
             return Err(fault);
         }
         let targets = self.backend.everywhere();
-        let mut out = Vec::with_capacity(targets.len());
-        let mut failed = None;
-        // At most 32 calls in flight at once. Every place is called even after one
-        // fails, so that a write reaches all the others (a certification copy, say);
-        // the first failure is reported once all have answered.
-        for chunk in targets.chunks(32) {
-            let calls = chunk
-                .iter()
-                .map(|t| Ok(self.call(t, statements()?)))
-                .collect::<ApiResult<Vec<_>>>()?;
-            for result in futures_util::future::join_all(calls).await {
-                match result {
-                    Ok(rows) => out.push(rows),
-                    Err(e) => {
-                        failed.get_or_insert(e);
-                    }
-                }
-            }
-        }
-        if let Some(e) = failed {
-            return Err(e);
-        }
+        let calls = targets
+            .iter()
+            .map(|t| Ok((t, statements()?)))
+            .collect::<ApiResult<Vec<_>>>()?;
+        let out = self.call_all(calls).await?;
         match self.fault(op, When::After) {
             Some(fault) => Err(fault),
             None => Ok(out),
         }
+    }
+
+    /// Each batch in its place, at most 32 in flight at once; the results in the same
+    /// order. Every place is called even after one fails, so that a write reaches all the
+    /// others (a certification copy, say); the first failure is reported once all have
+    /// answered. Boxed, and shared by every call that fans out, for the Worker's size.
+    fn call_all<'a>(
+        &'a self,
+        calls: Vec<(&'a Target<'a>, Vec<Stmt>)>,
+    ) -> LocalBoxFuture<'a, ApiResult<Vec<Vec<Rows>>>> {
+        Box::pin(async move {
+            let mut out = Vec::with_capacity(calls.len());
+            let mut failed = None;
+            let mut calls = calls.into_iter().peekable();
+            while calls.peek().is_some() {
+                let wave: Vec<_> = calls
+                    .by_ref()
+                    .take(32)
+                    .map(|(t, statements)| self.call(t, statements))
+                    .collect();
+                for result in futures_util::future::join_all(wave).await {
+                    match result {
+                        Ok(rows) => out.push(rows),
+                        Err(e) => {
+                            failed.get_or_insert(e);
+                        }
+                    }
+                }
+            }
+            match failed {
+                Some(e) => Err(e),
+                None => Ok(out),
+            }
+        })
     }
 
     /// One batch (one transaction) of exactly `N` statements; its results come back in

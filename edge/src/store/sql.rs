@@ -464,18 +464,20 @@ pub(crate) const LIST_JOBS_BY_STATUS: &str = concat!(job_summary!(), jobs_by_sta
 pub(crate) const LIST_JOB_IDS_BY_STATUS: &str = concat!("SELECT id FROM jobs", jobs_by_status!());
 pub(crate) const LIST_JOBS: &str = concat!(job_summary!(), every_job!());
 pub(crate) const LIST_JOB_IDS: &str = concat!("SELECT id FROM jobs", every_job!());
-/// The list items of the jobs whose ids are in the JSON array `?1`.
+/// The list items of the jobs whose ids are in the JSON array `?1`, in status `?2` when
+/// given (a job that moved on since its id was read is left off).
 pub(crate) const LIST_JOBS_BY_ID: &str = concat!(
     job_summary!(),
-    " WHERE id IN (SELECT value FROM json_each(?1))"
+    " WHERE id IN (SELECT value FROM json_each(?1)) AND (?2 IS NULL OR status = ?2)"
 );
 pub(crate) const LIST_ATTEMPTS: &str = concat!(attempt_summary!(), attempts_in_state!());
 pub(crate) const LIST_ATTEMPT_IDS: &str =
     concat!("SELECT a.id FROM attempts AS a", attempts_in_state!());
-/// The list items of the attempts whose ids are in the JSON array `?1`.
+/// The list items of the attempts whose ids are in the JSON array `?1`, still in state
+/// `?2`.
 pub(crate) const LIST_ATTEMPTS_BY_ID: &str = concat!(
     attempt_summary!(),
-    " WHERE a.id IN (SELECT value FROM json_each(?1))"
+    " WHERE a.id IN (SELECT value FROM json_each(?1)) AND a.state = ?2"
 );
 
 // --- figures (migrations/0006_stats.sql) --------------------------------------------
