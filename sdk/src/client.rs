@@ -287,27 +287,22 @@ impl Client {
                     js::abortable(signal, js::sleep(pause)).await?;
                     tries += 1;
                 }
-                Err(_) => return Err(self.lookup_failed(kind, &provider)),
+                Err(_) => return Err(self.lookup_failed()),
             }
         };
         let primary = primary_of(&list, kind);
         Ok((primary.as_deref() != Some(provider.as_str())).then_some(provider))
     }
 
-    /// Why a submit naming `provider` could not go out: the provider list would not load.
-    fn lookup_failed(&self, kind: &str, provider: &str) -> OnceclickError {
-        let why = self.inner.lookup_error.borrow().clone();
-        // A token the API refuses is refused for the create too: say so, as it is.
-        if let Some(e) = why
-            .as_ref()
-            .filter(|e| matches!(e.status(), Some(401 | 403)))
-        {
-            return e.clone();
+    /// Why a submit naming a provider could not go out: the provider list would not load.
+    /// Its own error, retryable (nothing was sent), unless the token is refused, which
+    /// the create would be too.
+    fn lookup_failed(&self) -> OnceclickError {
+        match self.inner.lookup_error.borrow().clone() {
+            Some(e) if matches!(e.status(), Some(401 | 403)) => e,
+            Some(e) => e.lookup(),
+            None => OnceclickError::network("").lookup(),
         }
-        let cause = why.map_or_else(|| "no answer".to_owned(), |e| e.describe());
-        OnceclickError::lookup(format!(
-            "GET /v1/providers failed ({cause}), so the SDK cannot tell whether {provider:?} is the primary provider of {kind:?}, which decides the intent's key; nothing was sent: submit again"
-        ))
     }
 
     /// The promise of `GET /v1/providers`'s JSON, shared by every submit of this client.

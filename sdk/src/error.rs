@@ -81,18 +81,18 @@ impl OnceclickError {
         }
     }
 
-    /// The provider list could not be read, so a submit naming a provider could not
-    /// tell its intent's name: retryable, nothing was sent.
-    pub(crate) fn lookup(message: impl Into<String>) -> Self {
+    /// This error of `GET /v1/providers`, as the failure of a submit that names a
+    /// provider: the SDK could not tell whether it is the kind's primary, which decides
+    /// the intent's key, so nothing was sent. Retryable.
+    pub(crate) fn lookup(self) -> Self {
         Self {
+            message: format!(
+                "GET /v1/providers failed ({}), so the intent's key could not be named; nothing was sent: submit again",
+                self.message
+            ),
             retryable: true,
-            ..Self::new("service_unavailable", message)
+            ..self
         }
-    }
-
-    /// `code: message`, for another error's message.
-    pub(crate) fn describe(&self) -> String {
-        format!("{}: {}", self.code, self.message)
     }
 
     pub(crate) fn aborted() -> Self {

@@ -712,8 +712,11 @@ async fn a_provider_lookup_that_keeps_failing_fails_the_submit_retryably_and_sen
     ))
     .await
     .expect_err("a submit whose intent cannot be named");
-    assert_eq!(get(&refused, "code"), "service_unavailable");
+    // The lookup's own error (the proxy's 500, `internal`), marked retryable.
+    assert_eq!(get(&refused, "code"), "internal");
     assert_eq!(get(&refused, "retryable"), true);
+    let message = get(&refused, "message").as_string().unwrap();
+    assert!(message.contains("/v1/providers"), "{message}");
     assert!(creates(&id).await.is_empty(), "no create was sent");
     assert_eq!(get(&storage, "length"), 0, "no key was made");
     // A submit that names no provider needs no lookup.

@@ -7,10 +7,14 @@ use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 
 /// The size budget of the package: wasm plus JS glue of the `web` build, gzipped. It
-/// measured 43,416 B when set; the issue's target is 40 KB (ARCHITECTURE.md, "The SDK's
-/// size", says what the rest is). Lower it as the package shrinks, so that it cannot
-/// grow back.
-const BUDGET_BYTES: usize = 43 * 1024;
+/// measured 43,416 B when set at 43 KiB; raised to 44 KiB for issue 21 (44,570 B): a
+/// provider lookup that failed is asked again and then fails the submit rather than
+/// guess the intent's name, and a key stored before the kind's primary changed is
+/// found (about 1.15 KB; a `{:?}` in its message had cost 4.4 KB more, for
+/// `core::fmt`'s escaping tables). The issue's target is 40 KB (ARCHITECTURE.md, "The
+/// SDK's size", says what the rest is). Lower it as the package shrinks, so that it
+/// cannot grow back.
+const BUDGET_BYTES: usize = 44 * 1024;
 
 /// `wasm-pack build --release` of `sdk/` for `target` into `out_dir` (relative to `sdk/`),
 /// then its JS glue minified in place.

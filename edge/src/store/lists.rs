@@ -46,9 +46,12 @@ struct Row {
     item: String,
 }
 
-/// A list's three statements over one filter (see `sql.rs`): the page in one read, the
-/// ids alone, and the items of given ids.
+/// One list: its store call's name, its three statements over one filter (see
+/// `sql.rs`: the page in one read, the ids alone, and the items of given ids), and its
+/// order.
 struct ListSql<'a> {
+    op: &'static str,
+    order: Order,
     page: &'static str,
     ids: &'static str,
     by_id: &'static str,
@@ -88,6 +91,8 @@ impl Store {
         let (sql, params): (ListSql<'_>, Box<Params<'_>>) = match filter {
             JobFilter::Owner { owner, status } => (
                 ListSql {
+                    op: "list_jobs",
+                    order: Order::NewestFirst,
                     page: sql::LIST_JOBS_OF_OWNER,
                     ids: sql::LIST_JOB_IDS_OF_OWNER,
                     by_id: sql::LIST_JOBS_BY_ID,
@@ -99,6 +104,8 @@ impl Store {
             ),
             JobFilter::Status(status) => (
                 ListSql {
+                    op: "list_jobs",
+                    order: Order::NewestFirst,
                     page: sql::LIST_JOBS_BY_STATUS,
                     ids: sql::LIST_JOB_IDS_BY_STATUS,
                     by_id: sql::LIST_JOBS_BY_ID,
@@ -108,6 +115,8 @@ impl Store {
             ),
             JobFilter::All => (
                 ListSql {
+                    op: "list_jobs",
+                    order: Order::NewestFirst,
                     page: sql::LIST_JOBS,
                     ids: sql::LIST_JOB_IDS,
                     by_id: sql::LIST_JOBS_BY_ID,
@@ -116,15 +125,7 @@ impl Store {
                 Box::new(|after, n| vec![js_opt(after), js_num(n)]),
             ),
         };
-        self.page(
-            "list_jobs",
-            &sql,
-            &*params,
-            after,
-            limit,
-            Order::NewestFirst,
-        )
-        .await
+        self.page(&sql, &*params, after, limit).await
     }
 
     /// A page of attempts after the id `after` (the previous page's last).
@@ -135,6 +136,8 @@ impl Store {
         limit: u32,
     ) -> ApiResult<Page> {
         let sql = ListSql {
+            op: "list_attempts",
+            order: Order::OldestFirst,
             page: sql::LIST_ATTEMPTS,
             ids: sql::LIST_ATTEMPT_IDS,
             by_id: sql::LIST_ATTEMPTS_BY_ID,
@@ -149,15 +152,7 @@ impl Store {
                 js_num(n),
             ]
         };
-        self.page(
-            "list_attempts",
-            &sql,
-            &params,
-            after,
-            limit,
-            Order::OldestFirst,
-        )
-        .await
+        self.page(&sql, &params, after, limit).await
     }
 
     /// The page of `limit` items after `after`, and whether another follows (one more
@@ -173,13 +168,12 @@ impl Store {
     ///   every place's page of documents.
     async fn page(
         &self,
-        op: &str,
         sql: &ListSql<'_>,
         params: &Params<'_>,
         after: Option<&str>,
         limit: u32,
-        order: Order,
     ) -> ApiResult<Page> {
+        let op = sql.op;
         if let Some(fault) = self.fault(op, When::Before) {
             return Err(fault);
         }
@@ -195,8 +189,7 @@ impl Store {
                 items: rows.into_iter().map(|r| r.item).collect(),
             }
         } else {
-            self.merge(op, &places, sql, params, after, limit, order)
-                .await?
+            self.merge(&places, sql, params, after, limit).await?
         };
         match self.fault(op, When::After) {
             Some(fault) => Err(fault),
@@ -205,17 +198,15 @@ impl Store {
     }
 
     /// The merge of [`Store::page`] over several places.
-    #[allow(clippy::too_many_arguments)]
     async fn merge(
         &self,
-        op: &str,
         places: &[Target<'_>],
         sql: &ListSql<'_>,
         params: &Params<'_>,
         after: Option<&str>,
         limit: u32,
-        order: Order,
     ) -> ApiResult<Page> {
+        let (op, order) = (sql.op, sql.order);
         let per_place = ids_per_place(limit, places.len());
         let mut trace = Trace::new(self.log_calls);
         let mut runs: Vec<Run> = Vec::with_capacity(places.len());
