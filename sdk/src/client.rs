@@ -337,10 +337,11 @@ impl Client {
     /// where it was stored, so that a deploy that changes the primary never orphans the
     /// key of an open job.
     /// - `asked` is the primary now (`resolved` is `None`), and was not then: the key
-    ///   is under the name that names it (looked at first);
+    ///   is under the name that names it (looked at first). A key under the plain name
+    ///   whose job runs on another provider is not this intent's;
     /// - `asked` is not the primary now, and was then: with no key under its own name,
-    ///   the key is under the name without a provider, in an entry that says it was made
-    ///   for `asked`.
+    ///   the key is under the name without a provider, in an entry whose job runs on
+    ///   `asked` (made by a submit that named it, or named none).
     fn stored_name(
         &self,
         token: &str,
@@ -365,13 +366,18 @@ impl Client {
         match resolved {
             // `asked` is the primary now. A key stored under the name that names it was
             // made for `asked` by name, when it was not the primary: that one is this
-            // intent's, before any key under the plain name (which a submit naming no
-            // provider may have made for the primary of its day).
+            // intent's. So is one under the plain name, unless its job runs on another
+            // provider (the primary of its day): then this intent is the one named.
             None => {
                 let named = name(Some(asked));
-                match self.inner.keys.get(&named) {
-                    Some(_) => (named, true),
-                    None => own,
+                if self.inner.keys.get(&named).is_some() {
+                    return (named, true);
+                }
+                match self.inner.keys.get(&own.0) {
+                    Some(entry) if entry.provider.as_deref().is_some_and(|p| p != asked) => {
+                        (named, true)
+                    }
+                    _ => own,
                 }
             }
             Some(_) if self.inner.keys.get(&own.0).is_some() => own,
@@ -451,6 +457,9 @@ impl Client {
             self.inner.keys.remove(intent);
         } else {
             entry.job_id = js::get_string(&job, "id");
+            // The provider its job runs on, as the server says: what a submit naming a
+            // provider matches this key on after the kind's primary changed.
+            entry.provider = js::get_string(&job, "provider").or(entry.provider);
             self.inner.keys.put(intent, &entry);
         }
         Ok(job)

@@ -81,9 +81,9 @@ pub(crate) struct Entry {
     pub(crate) created_at: f64,
     /// The job it created, once known.
     pub(crate) job_id: Option<String>,
-    /// The provider the submit that made it named, if it named one: how a later submit
-    /// that names the same provider finds this key after the kind's primary changed
-    /// (see `Client::stored_name`).
+    /// The provider its job runs on, once an answer said so (before that, the provider
+    /// the submit that made it named, if any): how a later submit that names a provider
+    /// finds this key after the kind's primary changed (see `Client::stored_name`).
     pub(crate) provider: Option<String>,
 }
 

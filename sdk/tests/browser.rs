@@ -732,18 +732,22 @@ async fn a_provider_lookup_that_keeps_failing_fails_the_submit_retryably_and_sen
 // A deploy that changes the kind's primary between two submits of an open job, either way.
 #[wasm_bindgen_test]
 async fn a_primary_that_changes_between_two_submits_of_an_open_job_keeps_one_job() {
-    for (before, after) in [
-        ("pass", "primary-is-fallback"),
-        ("primary-is-fallback", "pass"),
+    // (the first client's proxy, whether the first submit names `primary`, the second's)
+    for (before, named_first, after) in [
+        ("pass", true, "primary-is-fallback"),
+        ("primary-is-fallback", true, "pass"),
+        // A submit that named no provider made the job, on the primary of its day.
+        ("pass", false, "primary-is-fallback"),
     ] {
-        let id = scenario(&format!("primary-moves-{before}"));
+        let id = scenario(&format!("primary-moves-{before}-{named_first}"));
         // The job stays open: its provider call waits at a gate until the end.
         script("primary", &id, &format!(r#"[{{"gate":"{id}"}}]"#)).await;
         let storage = mapStorage();
         let text = format!("{id}: the primary changed while the job ran.");
         let primary = || Some(options(&[("provider", "primary".into())]).unchecked_into());
         let first = client(&format!("{}/{before}/{id}", proxy()), Some(storage.clone()));
-        let job = ok(first.submit("summarize".into(), input(&text), primary())).await;
+        let first_options = if named_first { primary() } else { None };
+        let job = ok(first.submit("summarize".into(), input(&text), first_options)).await;
         let later = client(&format!("{}/{after}/{id}", proxy()), Some(storage.clone()));
         let again = ok(later.submit("summarize".into(), input(&text), primary())).await;
         release(&id).await;

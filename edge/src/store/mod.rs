@@ -392,36 +392,35 @@ impl Store {
             return Err(fault);
         }
         let targets = self.backend.everywhere();
-        let calls = targets
-            .iter()
-            .map(|t| Ok((t, statements()?)))
-            .collect::<ApiResult<Vec<_>>>()?;
-        let out = self.call_all(calls).await?;
+        let targets: Vec<&Target<'_>> = targets.iter().collect();
+        let out = self.call_all(&targets, &|_| statements()).await?;
         match self.fault(op, When::After) {
             Some(fault) => Err(fault),
             None => Ok(out),
         }
     }
 
-    /// Each batch in its place, at most 32 in flight at once; the results in the same
-    /// order. Every place is called even after one fails, so that a write reaches all the
-    /// others (a certification copy, say); the first failure is reported once all have
-    /// answered. Boxed, and shared by every call that fans out, for the Worker's size.
+    /// The batch `statements(i)` in the place `targets[i]`, for each, at most 32 in flight
+    /// at once (their statements made wave by wave, so that a large parameter is not
+    /// copied for every place at once); the results in the same order. Every place is
+    /// called even after one fails, so that a write reaches all the others (a
+    /// certification copy, say); the first failure is reported once all have answered.
+    /// Boxed, and shared by every call that fans out, for the Worker's size.
     fn call_all<'a>(
         &'a self,
-        calls: Vec<(&'a Target<'a>, Vec<Stmt>)>,
+        targets: &'a [&'a Target<'a>],
+        statements: &'a dyn Fn(usize) -> ApiResult<Vec<Stmt>>,
     ) -> LocalBoxFuture<'a, ApiResult<Vec<Vec<Rows>>>> {
         Box::pin(async move {
-            let mut out = Vec::with_capacity(calls.len());
+            let mut out = Vec::with_capacity(targets.len());
             let mut failed = None;
-            let mut calls = calls.into_iter().peekable();
-            while calls.peek().is_some() {
-                let wave: Vec<_> = calls
-                    .by_ref()
-                    .take(32)
-                    .map(|(t, statements)| self.call(t, statements))
-                    .collect();
-                for result in futures_util::future::join_all(wave).await {
+            for (wave, chunk) in targets.chunks(32).enumerate() {
+                let calls = chunk
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| Ok(self.call(t, statements(wave * 32 + i)?)))
+                    .collect::<ApiResult<Vec<_>>>()?;
+                for result in futures_util::future::join_all(calls).await {
                     match result {
                         Ok(rows) => out.push(rows),
                         Err(e) => {
