@@ -40,7 +40,7 @@ struct KeySet {
 }
 
 /// The last fetch of the key set this isolate started: of which URL, which one it was
-/// (so that a fetch abandoned half-way clears only its own mark), and how it stands.
+/// (so that only the latest fetch records its outcome), and how it stands.
 struct Tried {
     url: String,
     serial: u64,
@@ -227,9 +227,6 @@ fn start_fetch(url: &str, background: &worker::Context) {
     });
     let url = url.to_owned();
     background.wait_until(async move {
-        // Dropped with this future: if that happens before the outcome is recorded
-        // below, the mark is cleared (see `Drop for Abandoned`).
-        let _abandoned = Abandoned(serial);
         let result = refresh(&url, started).await;
         let at_ms = crate::clock::now_ms();
         let outcome = match result {
@@ -250,25 +247,6 @@ fn start_fetch(url: &str, background: &worker::Context) {
             }
         });
     });
-}
-
-/// Held by a fetch while it runs. Dropped before the fetch recorded its outcome (its
-/// request went away mid-fetch), it clears that fetch's in-flight mark, so that a
-/// waiting request fetches instead of waiting out the time limit.
-struct Abandoned(u64);
-
-impl Drop for Abandoned {
-    fn drop(&mut self) {
-        TRIED.with(|t| {
-            let mut tried = t.borrow_mut();
-            let ours_in_flight = tried.as_ref().is_some_and(|t| {
-                t.serial == self.0 && matches!(t.outcome, Outcome::InFlight { .. })
-            });
-            if ours_in_flight {
-                *tried = None;
-            }
-        });
-    }
 }
 
 /// Fetches the key set at `url` into the cache: headers and body within

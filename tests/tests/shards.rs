@@ -209,27 +209,6 @@ fn keys_away_from_shard_zero(owner: &str, n: usize) -> Vec<String> {
         .collect()
 }
 
-/// Waits (at most 30 s) for the `dispatched` line of `attempt_id`, which its dispatch
-/// logs after its last store call (the primary's answer, once its gate is released).
-async fn wait_dispatched(attempt_id: &str) {
-    let path = std::env::var("ONCECLICK_WRANGLER_LOG").expect("ONCECLICK_WRANGLER_LOG");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        let log = std::fs::read_to_string(&path).unwrap_or_default();
-        if log.lines().any(|l| {
-            l.contains("\"event\":\"dispatched\"")
-                && l.contains(&format!("\"attempt_id\":\"{attempt_id}\""))
-        }) {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{attempt_id} never logged dispatched"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-}
-
 #[tokio::test]
 async fn a_hedge_reads_the_certifications_in_its_jobs_own_shard_never_shard_zero() {
     let (api, mock) = (Api::from_env(), Mock::from_env());
@@ -253,7 +232,13 @@ async fn a_hedge_reads_the_certifications_in_its_jobs_own_shard_never_shard_zero
         // The hedge's pre-check ran in the primary attempt's dispatch, on the job's own
         // place, and no call of that dispatch went anywhere else.
         // Every call of the primary's dispatch is logged once its `dispatched` line is.
-        wait_dispatched(&first).await;
+        let dispatched = onceclick_tests::log::wait_event("dispatched", 30, |v| {
+            v["attempt_id"] == first.as_str()
+        });
+        assert!(
+            dispatched.await.is_some(),
+            "{first} never logged dispatched"
+        );
         let calls = onceclick_tests::log::store_calls(&first);
         assert!(
             calls.iter().any(|(op, _)| op == "certifications"),
@@ -286,17 +271,6 @@ async fn health_and_the_provider_list_do_not_all_go_to_one_shard() {
             assert_eq!(places, BTreeSet::from(["d1".to_owned()]), "{path}");
         }
     }
-}
-
-/// The `list_page` line the Worker logged for the page of `limit` items that began with
-/// `first_id`.
-fn list_page_line(limit: u32, first_id: &str) -> Option<serde_json::Value> {
-    let path = std::env::var("ONCECLICK_WRANGLER_LOG").expect("ONCECLICK_WRANGLER_LOG");
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    text.lines()
-        .filter(|l| l.contains("\"event\":\"list_page\""))
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(&l[l.find('{')?..]).ok())
-        .find(|v| v["limit"] == limit && v["first"] == first_id)
 }
 
 #[tokio::test]
@@ -368,17 +342,11 @@ async fn a_page_over_large_jobs_holds_a_few_ids_per_shard_and_the_pages_document
 /// times a shard was asked again for more ids.
 async fn check_merge_line(items: &[String], limit: u32) -> usize {
     let Some(first) = items.first() else { return 0 };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    let line = loop {
-        if let Some(line) = list_page_line(limit, first) {
-            break line;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no list_page line for {first}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    };
+    let line = onceclick_tests::log::wait_event("list_page", 10, |v| {
+        v["limit"] == limit && v["first"] == first.as_str()
+    })
+    .await
+    .unwrap_or_else(|| panic!("no list_page line for {first}"));
     let asked = line["asked"].as_array().unwrap();
     // A few ids per shard, never a page of documents: ids_per_place(12, 8) is 8.
     let per_place = 8;

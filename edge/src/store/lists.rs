@@ -1,5 +1,8 @@
-//! The list endpoints' reads: one statement each, one range of one index (see
-//! `migrations/0005_lists.sql`), the items rendered by the database.
+//! The list endpoints' reads, and the operators' figures. On one database a page is one
+//! statement, one range of one index (see `migrations/0005_lists.sql`), the items
+//! rendered by the database; over several places it is a merge of their ids, then the
+//! page's documents by id (`Store::page`). Also the figures (`stats`) and what the D1
+//! kept by a move still holds.
 
 use super::backend::Target;
 use super::{exactly, js, js_num, js_opt, json_text, sql, Rows, Store};
