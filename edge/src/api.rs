@@ -25,8 +25,13 @@ pub(crate) async fn handle(mut req: Request, env: &Env, worker: &worker::Context
         Ok(store) => store.with_faults(faults, &req.path()),
         Err(e) => return e.into_response(),
     };
+    let host = crate::host::WorkerHost {
+        env,
+        ctx: Some(worker),
+    };
     let ctx = Ctx {
         env,
+        host: &host,
         worker,
         store: &store,
         fault,

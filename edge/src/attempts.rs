@@ -4,13 +4,16 @@
 use crate::auth::Caller;
 use crate::dispatch;
 use crate::error::{ApiResult, AppError};
+use crate::host::Host;
 use crate::http::{job_headers, json, read_json, Ctx};
 use crate::kinds;
 use crate::providers::{self, ProviderConfig};
-use crate::store::{Completion, NewAttemptOutcome, NextAttempt, Offer, StoredJob};
+use crate::store::{Completion, NewAttemptOutcome, NextAttempt, Offer, Store, StoredJob};
 use onceclick_protocol::contract::Kind;
 use onceclick_protocol::etag::Condition;
-use onceclick_protocol::{AttemptError, AttemptState, ErrorCode, IdempotencyKey, NewAttempt};
+use onceclick_protocol::{
+    AttemptError, AttemptState, ErrorCode, EventType, IdempotencyKey, NewAttempt,
+};
 use serde::Deserialize;
 use serde_json::Value;
 use worker::{Headers, Request, Response};
@@ -47,14 +50,52 @@ pub(crate) async fn create(
         .ok()
         .flatten()
         .map(|h| Condition::parse(&h));
-    let stored = ctx
-        .store
-        .job(Some(&caller.owner), job_id)
+    let made = decide_attempt(
+        ctx.host,
+        ctx.store,
+        &caller.owner,
+        job_id,
+        key.as_ref().map(IdempotencyKey::as_str),
+        &body,
+        if_match.as_ref().and_then(Condition::strong_tags),
+        ctx.fault.as_deref(),
+    )
+    .await?;
+    attempt_answer(
+        made.status,
+        &made.stored,
+        &made.attempt_id,
+        made.status == 200,
+    )
+}
+
+/// What the fallback button made: the attempt (new, 201; or a resend's, 200) and its
+/// job as it is now.
+pub(crate) struct AttemptMade {
+    pub(crate) status: u16,
+    pub(crate) stored: StoredJob,
+    pub(crate) attempt_id: String,
+}
+
+/// The decision of `POST /v1/jobs/{id}/attempts`, after the request is read.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn decide_attempt(
+    host: &dyn Host,
+    store: &Store,
+    owner: &str,
+    job_id: &str,
+    key: Option<&str>,
+    body: &NewAttempt,
+    if_match: Option<Vec<&str>>,
+    fault: Option<&str>,
+) -> ApiResult<AttemptMade> {
+    let stored = store
+        .job(Some(owner), job_id)
         .await?
         .ok_or_else(|| job_not_found(job_id))?;
-    let request_text = serde_json::to_string(&body).map_err(AppError::internal)?;
-    let configured = providers::configured(ctx.env)?;
-    let (kind, provider) = match choose(&stored, &body, &configured) {
+    let request_text = serde_json::to_string(body).map_err(AppError::internal)?;
+    let configured = providers::configured(host)?;
+    let (kind, provider) = match choose(&stored, body, &configured) {
         Ok(chosen) => chosen,
         // A resend is answered from what its first send made, even if a deploy has
         // since removed the provider or the kind it names.
@@ -62,15 +103,15 @@ pub(crate) async fn create(
             let Some(key) = &key else {
                 return Err(invalid);
             };
-            return match ctx
-                .store
-                .attempt_by_request(&caller.owner, job_id, key.as_str())
-                .await?
-            {
+            return match store.attempt_by_request(owner, job_id, key).await? {
                 Some((stored, attempt_id, fingerprint))
                     if fingerprint.as_deref() == Some(request_text.as_str()) =>
                 {
-                    attempt_answer(200, &stored, &attempt_id, true)
+                    Ok(AttemptMade {
+                        status: 200,
+                        stored,
+                        attempt_id,
+                    })
                 }
                 Some(_) => Err(key_reused(job_id)),
                 None => Err(invalid),
@@ -78,7 +119,7 @@ pub(crate) async fn create(
         }
     };
 
-    let attempt_id = ctx.store.new_attempt_id(job_id);
+    let attempt_id = store.new_attempt_id(job_id);
     let digest = providers::digest(&configured, &provider);
     let next = NextAttempt {
         new_id: &attempt_id,
@@ -86,24 +127,23 @@ pub(crate) async fn create(
         provider: &provider,
         contract_version: kind.contract_version(),
         provider_digest: &digest,
-        request: key.as_ref().map(|k| (k.as_str(), request_text.as_str())),
+        request: key.map(|k| (k, request_text.as_str())),
     };
-    let outcome = ctx
-        .store
-        .insert_attempt(
-            &next,
-            &caller.owner,
-            if_match.as_ref().and_then(Condition::strong_tags),
-        )
-        .await?;
+    let outcome = store.insert_attempt(&next, owner, if_match).await?;
     match outcome {
         NewAttemptOutcome::Created(stored) => {
-            dispatch::enqueue_after_response(ctx.worker, ctx.env, &attempt_id, ctx.fault.as_deref());
-            attempt_answer(201, &stored, &attempt_id, false)
+            dispatch::enqueue_after_response(host, &attempt_id, fault);
+            Ok(AttemptMade {
+                status: 201,
+                stored,
+                attempt_id,
+            })
         }
-        NewAttemptOutcome::Replayed { stored, attempt_id } => {
-            attempt_answer(200, &stored, &attempt_id, true)
-        }
+        NewAttemptOutcome::Replayed { stored, attempt_id } => Ok(AttemptMade {
+            status: 200,
+            stored,
+            attempt_id,
+        }),
         NewAttemptOutcome::KeyReused => Err(key_reused(job_id)),
         NewAttemptOutcome::NotFound => Err(job_not_found(job_id)),
         NewAttemptOutcome::NotCertified => Err(AppError::new(
@@ -210,7 +250,7 @@ fn attempt_answer(
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Resolve {
+pub(crate) struct Resolve {
     outcome: Outcome,
     /// An object, as the contract says; checked against the kind's output schema.
     #[serde(default)]
@@ -253,12 +293,19 @@ pub(crate) async fn resolve(
     attempt_id: &str,
 ) -> ApiResult<Response> {
     let body: Resolve = read_json(req, "a resolution").await?;
+    let stored = decide_resolve(ctx.store, attempt_id, body).await?;
+    let headers = job_headers(&stored);
+    json(200, stored.doc, headers)
+}
+
+/// The decision of a resolve, after the request is read: the job as it is after.
+pub(crate) async fn decide_resolve(
+    store: &Store,
+    attempt_id: &str,
+    body: Resolve,
+) -> ApiResult<StoredJob> {
     let not_found = || AppError::not_found(&format!("attempt {attempt_id}"));
-    let (job_id, state) = ctx
-        .store
-        .attempt_job(attempt_id)
-        .await?
-        .ok_or_else(not_found)?;
+    let (job_id, state) = store.attempt_job(attempt_id).await?.ok_or_else(not_found)?;
     let not_unknown = || {
         AppError::new(
             ErrorCode::AttemptNotUnknown,
@@ -269,6 +316,13 @@ pub(crate) async fn resolve(
     // Refused before anything is written. The writes below name `unknown` again, so
     // a resolution that loses a race with another is refused there too.
     if state != AttemptState::Unknown {
+        if crate::mutant::on(crate::mutant::Mutant::RefusedResolveWritesEvent) {
+            let details = serde_json::json!({"state": state});
+            let event = EventType::AttemptResolved;
+            store
+                .log_event(&job_id, event, Some(attempt_id), &details)
+                .await?;
+        }
         return Err(not_unknown());
     }
     match (body.outcome, body.result) {
@@ -280,12 +334,11 @@ pub(crate) async fn resolve(
         }
         (Outcome::Succeeded, Some(result)) => {
             let result = Value::Object(result);
-            let stored = ctx.store.job(None, &job_id).await?.ok_or_else(not_found)?;
+            let stored = store.job(None, &job_id).await?.ok_or_else(not_found)?;
             let kind = kinds::declared(&stored.job.kind)?;
             kind.check_output(&stored.job.input, &result)
                 .map_err(|v| AppError::new(ErrorCode::ContractViolation, v.0))?;
-            let completion = ctx
-                .store
+            let completion = store
                 .complete(&job_id, attempt_id, Offer::Resolution, &result)
                 .await?;
             let provider = stored
@@ -307,6 +360,9 @@ pub(crate) async fn resolve(
                     .with_job(&job_id))
                 }
                 Completion::Discarded { .. } => return Err(not_unknown()),
+                // The purge took the job since it was read: the attempt had left
+                // `unknown` another way first.
+                Completion::Gone => return Err(not_found()),
                 Completion::Won | Completion::Lost { .. } => {}
             }
         }
@@ -322,8 +378,7 @@ pub(crate) async fn resolve(
                     )),
                 ),
             };
-            if !ctx
-                .store
+            if !store
                 .move_attempt(attempt_id, &[AttemptState::Unknown], to, error.as_ref())
                 .await?
             {
@@ -331,9 +386,7 @@ pub(crate) async fn resolve(
             }
         }
     }
-    let stored = ctx.store.job(None, &job_id).await?.ok_or_else(not_found)?;
-    let headers = job_headers(&stored);
-    json(200, stored.doc, headers)
+    store.job(None, &job_id).await?.ok_or_else(not_found)
 }
 
 /// `POST /v1/attempts/{id}/dispatch` (admin): sends the attempt's dispatch message
@@ -345,7 +398,7 @@ pub(crate) async fn redispatch(ctx: &Ctx<'_>, attempt_id: &str) -> ApiResult<Res
         .attempt_job(attempt_id)
         .await?
         .ok_or_else(|| AppError::not_found(&format!("attempt {attempt_id}")))?;
-    dispatch::enqueue(ctx.env, attempt_id, ctx.fault.as_deref()).await;
+    dispatch::enqueue(ctx.host, attempt_id, ctx.fault.as_deref()).await;
     let body = serde_json::json!({"attempt_id": attempt_id, "job_id": job_id, "state": state});
     json(202, body.to_string(), Headers::new())
 }

@@ -4,15 +4,15 @@
 
 use crate::clock;
 use crate::error::{ApiResult, AppError};
+use crate::host::{Host, ProviderCall};
 use crate::kinds;
-use crate::openai::{self, CallOutcome};
+use crate::openai::CallOutcome;
 use crate::providers::{self, ProviderConfig};
 use crate::store::{Certification, Route, Store};
 use futures_util::future::join_all;
 use onceclick_protocol::contract::Kind;
 use serde_json::{json, Value};
 use std::collections::HashSet;
-use worker::Env;
 
 /// Runs every golden input of every kind that names `provider` through it at
 /// temperature 0, checks each full round trip against the kind's contract, and stores
@@ -20,10 +20,10 @@ use worker::Env;
 /// `max_prompt_tokens` fails without a call.
 pub(crate) async fn run(
     store: &Store,
-    env: &Env,
+    host: &dyn Host,
     provider: &ProviderConfig,
 ) -> ApiResult<Vec<Certification>> {
-    let api_key = providers::api_key(provider, env);
+    let api_key = providers::api_key(provider, host);
     let kinds = kinds::all().map_err(AppError::internal)?;
     let mut reports = Vec::new();
     for kind in kinds.iter().filter(|k| k.names_provider(&provider.name)) {
@@ -41,7 +41,14 @@ pub(crate) async fn run(
                 let call_id = clock::new_id("cert");
                 let api_key = api_key.as_deref();
                 async move {
-                    match openai::call(provider, api_key, kind, input, &call_id).await {
+                    let call = ProviderCall {
+                        provider,
+                        api_key,
+                        kind,
+                        input,
+                        attempt_id: &call_id,
+                    };
+                    match host.call(call).await {
                         CallOutcome::Output(_) => None,
                         CallOutcome::Failed(e) | CallOutcome::Unknown(e) => {
                             Some(json!({"input": i, "code": e.code, "message": e.message}))

@@ -13,10 +13,10 @@ use worker::{Headers, Response};
 /// `POST /v1/providers/{name}/certify` (admin): certifies the provider (see
 /// [`certification::run`]) and answers its reports.
 pub(crate) async fn certify(ctx: &Ctx<'_>, name: &str) -> ApiResult<Response> {
-    let configured = providers::configured(ctx.env)?;
+    let configured = providers::configured(ctx.host)?;
     let provider = providers::find(&configured, name)
         .ok_or_else(|| AppError::not_found(&format!("provider {name}")))?;
-    let reports = certification::run(ctx.store, ctx.env, provider).await?;
+    let reports = certification::run(ctx.store, ctx.host, provider).await?;
     let body = json!({"provider": name, "reports": reports});
     json(200, body.to_string(), Headers::new())
 }
@@ -24,7 +24,7 @@ pub(crate) async fn certify(ctx: &Ctx<'_>, name: &str) -> ApiResult<Response> {
 /// `GET /v1/providers`: every configured provider, with its certification for the
 /// current contract version of each kind that names it.
 pub(crate) async fn list(ctx: &Ctx<'_>) -> ApiResult<Response> {
-    let configured = providers::configured(ctx.env)?;
+    let configured = providers::configured(ctx.host)?;
     let reports = ctx.store.certifications(Route::Any).await?;
     let kinds = kinds::all().map_err(AppError::internal)?;
     let providers: Vec<Value> = configured

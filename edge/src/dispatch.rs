@@ -14,8 +14,9 @@ use crate::certification;
 use crate::clock;
 use crate::error::{ApiResult, AppError};
 use crate::fault;
+use crate::host::{Host, ProviderCall, WorkerHost};
 use crate::kinds;
-use crate::openai::{self, CallOutcome};
+use crate::openai::CallOutcome;
 use crate::providers::{self, ProviderConfig};
 use crate::store::{Claim, ClaimedAttempt, Completion, NextAttempt, Offer, Store};
 use futures_util::future::{join, join_all, select, Either};
@@ -24,11 +25,7 @@ use onceclick_protocol::{AttemptError, AttemptState, EventType};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::future::Future;
-use std::time::Duration;
-use worker::{
-    console_error, console_log, Context, Delay, Env, MessageBatch, MessageExt,
-    QueueRetryOptionsBuilder,
-};
+use worker::{Env, MessageBatch, MessageExt, QueueRetryOptionsBuilder};
 
 /// The queue binding that carries dispatch messages.
 pub(crate) const QUEUE: &str = "DISPATCH";
@@ -42,64 +39,53 @@ const RESULT_RETRY_DELAY_S: u32 = 30;
 
 /// One dispatch message: run this attempt, or record a result it already has.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub(crate) struct Dispatch {
-    pub(crate) attempt_id: String,
+pub struct Dispatch {
+    pub attempt_id: String,
     /// Test-only faults for the dispatcher's calls (see `fault.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) fault: Option<String>,
+    pub fault: Option<String>,
     /// A provider's result that D1 would not take when it came: record it, call nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) result: Option<PendingResult>,
+    pub result: Option<PendingResult>,
 }
 
 /// A result waiting to be recorded (its output as JSON text: a queue turns a
 /// `serde_json::Value` into a JS Map).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct PendingResult {
-    pub(crate) job_id: String,
-    pub(crate) provider: String,
-    pub(crate) output: String,
+pub struct PendingResult {
+    pub job_id: String,
+    pub provider: String,
+    pub output: String,
 }
 
 /// Enqueues the dispatch of `attempt_id` once the response is on its way
 /// (`wait_until`), so that a create does not wait for the queue: a send that never
 /// happens (the isolate dies first) is a lost dispatch, which the reconciler resends.
-pub(crate) fn enqueue_after_response(
-    worker: &Context,
-    env: &Env,
-    attempt_id: &str,
-    fault: Option<&str>,
-) {
-    let env = env.clone();
-    let attempt_id = attempt_id.to_owned();
-    let fault = fault.map(str::to_owned);
-    worker.wait_until(async move { enqueue(&env, &attempt_id, fault.as_deref()).await });
+pub(crate) fn enqueue_after_response(host: &dyn Host, attempt_id: &str, fault: Option<&str>) {
+    host.enqueue_after_response(message(attempt_id, fault));
+}
+
+fn message(attempt_id: &str, fault: Option<&str>) -> Dispatch {
+    Dispatch {
+        attempt_id: attempt_id.to_owned(),
+        fault: fault.map(str::to_owned),
+        result: None,
+    }
 }
 
 /// Enqueues the dispatch of `attempt_id`. A lost enqueue is not an error for the
 /// caller: the attempt stays `starting` and the reconciler sends it again.
-pub(crate) async fn enqueue(env: &Env, attempt_id: &str, fault: Option<&str>) {
-    send(
-        env,
-        Dispatch {
-            attempt_id: attempt_id.to_owned(),
-            fault: fault.map(str::to_owned),
-            result: None,
-        },
-    )
-    .await;
+pub(crate) async fn enqueue(host: &dyn Host, attempt_id: &str, fault: Option<&str>) {
+    send(host, message(attempt_id, fault)).await;
 }
 
-async fn send(env: &Env, message: Dispatch) -> bool {
+/// Sends `message`; false (and a line in the log) if the queue refused it.
+pub(crate) async fn send(host: &dyn Host, message: Dispatch) -> bool {
     let attempt_id = message.attempt_id.clone();
-    let sent = match env.queue(QUEUE) {
-        Ok(queue) => queue.send(message).await,
-        Err(e) => Err(e),
-    };
-    if let Err(e) = &sent {
-        console_error!(
-            "{}",
-            json!({"event": "enqueue_failed", "attempt_id": attempt_id, "cause": e.to_string()})
+    let sent = host.enqueue(message).await;
+    if let Err(cause) = &sent {
+        crate::log::error(
+            json!({"event": "enqueue_failed", "attempt_id": attempt_id, "cause": cause}),
         );
     }
     sent.is_ok()
@@ -108,7 +94,7 @@ async fn send(env: &Env, message: Dispatch) -> bool {
 /// Runs `write` until D1 takes it: again after a `service_unavailable` (the write failed
 /// or its reply was lost; every store call is safe to repeat), with a short backoff, at
 /// most [`WRITE_TRIES`] times. Other errors are returned at once.
-pub(crate) async fn persist<T, F, Fut>(mut write: F) -> ApiResult<T>
+pub(crate) async fn persist<T, F, Fut>(host: &dyn Host, mut write: F) -> ApiResult<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = ApiResult<T>>,
@@ -118,7 +104,7 @@ where
         match write().await {
             Err(e) if e.is_unavailable() && tries < WRITE_TRIES => {
                 let ms = (25u64 << tries).min(1_000);
-                Delay::from(Duration::from_millis(ms)).await;
+                host.sleep(ms).await;
                 tries += 1;
             }
             out => return out,
@@ -135,10 +121,7 @@ pub(crate) async fn consume(batch: MessageBatch<Dispatch>, env: &Env) {
             Ok(d) => d,
             Err(e) => {
                 // A message we cannot read will not read better later.
-                console_error!(
-                    "{}",
-                    json!({"event": "dispatch_unreadable", "cause": e.to_string()})
-                );
+                crate::log::error(json!({"event": "dispatch_unreadable", "cause": e.to_string()}));
                 message.ack();
                 return;
             }
@@ -154,25 +137,21 @@ pub(crate) async fn consume(batch: MessageBatch<Dispatch>, env: &Env) {
         let store = match Store::from_env(env) {
             Ok(store) => store.with_faults(faults, &dispatch.attempt_id),
             Err(e) => {
-                console_error!(
-                    "{}",
-                    json!({"event": "dispatch_no_store", "cause": e.cause_or_detail()})
+                crate::log::error(
+                    json!({"event": "dispatch_no_store", "cause": e.cause_or_detail()}),
                 );
                 message.retry();
                 return;
             }
         };
-        let outcome = match &dispatch.result {
-            Some(pending) => record_pending(&store, &dispatch.attempt_id, pending).await,
-            None => run(env, &store, &dispatch.attempt_id).await,
-        };
+        let host = WorkerHost { env, ctx: None };
+        let outcome = deliver(&host, &store, &dispatch).await;
         match outcome {
             Ok(()) => message.ack(),
             Err(e) => {
-                console_error!(
-                    "{}",
+                crate::log::error(
                     json!({"event": "dispatch_retry", "attempt_id": dispatch.attempt_id,
-                           "code": e.code.as_str(), "cause": e.cause_or_detail()})
+                           "code": e.code.as_str(), "cause": e.cause_or_detail()}),
                 );
                 if dispatch.result.is_some() {
                     // D1 refused this result through a whole delivery already: give it
@@ -190,23 +169,31 @@ pub(crate) async fn consume(batch: MessageBatch<Dispatch>, env: &Env) {
     join_all(runs).await;
 }
 
+/// One delivery of a dispatch message: record the result it carries, or claim and run
+/// its attempt. `Err` asks for the message again (the queue's retry).
+pub(crate) async fn deliver(host: &dyn Host, store: &Store, dispatch: &Dispatch) -> ApiResult<()> {
+    match &dispatch.result {
+        Some(pending) => record_pending(host, store, &dispatch.attempt_id, pending).await,
+        None => run(host, store, &dispatch.attempt_id).await,
+    }
+}
+
 /// Claims and runs one attempt. A delivery that finds the attempt already claimed (or
 /// cancelled, or its job finished) logs `dispatch_ignored` and makes no provider call.
-async fn run(env: &Env, store: &Store, attempt_id: &str) -> ApiResult<()> {
+async fn run(host: &dyn Host, store: &Store, attempt_id: &str) -> ApiResult<()> {
     // One token for every try of this claim: a try whose reply was lost is still ours.
     let token = clock::new_id("claim");
-    match persist(|| store.claim(attempt_id, &token)).await? {
+    match persist(host, || store.claim(attempt_id, &token)).await? {
         Claim::Claimed(attempt) => {
             let claim = store.round_trips();
             let job_id = attempt.job_id.clone();
-            let ran = run_claimed(env, store, attempt).await;
+            let ran = run_claimed(host, store, attempt).await;
             // What a dispatch costs in D1 (the bench and `tests/budgets.rs` read it).
-            console_log!(
-                "{}",
+            crate::log::info(
                 json!({"event": "dispatched", "job_id": job_id, "attempt_id": attempt_id,
                        "ok": ran.is_ok(),
                        "round_trips": {"claim": claim,
-                                       "after_claim": store.round_trips() - claim}})
+                                       "after_claim": store.round_trips() - claim}}),
             );
             ran
         }
@@ -244,7 +231,7 @@ struct NotCalled {
 /// Everything between the claim and the provider call that can fail. Its failure ends
 /// the attempt `failed` (no provider was called, so nothing is in doubt).
 fn prepare<'a>(
-    env: &Env,
+    host: &dyn Host,
     store: &Store,
     attempt: &'a ClaimedAttempt,
 ) -> Result<Prepared<'a>, NotCalled> {
@@ -261,7 +248,7 @@ fn prepare<'a>(
     };
     store.fault_at("dispatch_prepare").map_err(before_call)?;
     let kind = kinds::declared(&attempt.kind).map_err(before_call)?;
-    let configured = providers::configured(env).map_err(before_call)?;
+    let configured = providers::configured(host).map_err(before_call)?;
     let input = serde_json::from_str(&attempt.input)
         .map_err(AppError::internal)
         .map_err(before_call)?;
@@ -287,31 +274,28 @@ fn prepare<'a>(
 /// Runs a claimed attempt. A kind that declares `hedge_after_ms` gives a silent
 /// provider one hedge attempt on the next provider, run concurrently: whichever
 /// finishes first wins. The hedge itself is never hedged.
-async fn run_claimed(env: &Env, store: &Store, attempt: ClaimedAttempt) -> ApiResult<()> {
-    let Some(prepared) = prepare_or_fail(env, store, &attempt).await? else {
+async fn run_claimed(host: &dyn Host, store: &Store, attempt: ClaimedAttempt) -> ApiResult<()> {
+    let Some(prepared) = prepare_or_fail(host, store, &attempt).await? else {
         return Ok(());
     };
-    let own = call_and_record(env, store, &prepared);
+    let own = call_and_record(host, store, &prepared);
     let Some(ms) = prepared.kind.decl().hedge_after_ms else {
         return own.await;
     };
     futures_util::pin_mut!(own);
-    match select(own, Delay::from(Duration::from_millis(ms))).await {
+    match select(own, host.sleep(ms)).await {
         Either::Left((done, _)) => done,
         // Whatever happens to the hedge, the primary's call in flight goes on and its
         // answer is recorded.
-        Either::Right(((), own)) => match start_hedge(store, &prepared, ms).await {
+        Either::Right(((), own)) => match start_hedge(host, store, &prepared, ms).await {
             Ok(Some(hedge)) => {
-                let (a, b) = join(own, run_hedge(env, store, hedge)).await;
+                let (a, b) = join(own, run_hedge(host, store, hedge)).await;
                 a.and(b)
             }
             Ok(None) => own.await,
             Err(e) => {
-                console_error!(
-                    "{}",
-                    json!({"event": "hedge_failed", "job_id": attempt.job_id,
-                           "attempt_id": attempt.id, "cause": e.cause_or_detail()})
-                );
+                crate::log::error(json!({"event": "hedge_failed", "job_id": attempt.job_id,
+                           "attempt_id": attempt.id, "cause": e.cause_or_detail()}));
                 // Best effort: the log may fail for the same reason.
                 let reason = format!("the hedge could not start: {}", e.detail);
                 let _ = log_skipped(store, &attempt, "hedge", &reason).await;
@@ -322,9 +306,9 @@ async fn run_claimed(env: &Env, store: &Store, attempt: ClaimedAttempt) -> ApiRe
 }
 
 /// Runs a claimed hedge attempt: its call and its outcome, with no hedge of its own.
-async fn run_hedge(env: &Env, store: &Store, hedge: ClaimedAttempt) -> ApiResult<()> {
-    match prepare_or_fail(env, store, &hedge).await? {
-        Some(prepared) => call_and_record(env, store, &prepared).await,
+async fn run_hedge(host: &dyn Host, store: &Store, hedge: ClaimedAttempt) -> ApiResult<()> {
+    match prepare_or_fail(host, store, &hedge).await? {
+        Some(prepared) => call_and_record(host, store, &prepared).await,
         None => Ok(()),
     }
 }
@@ -332,19 +316,17 @@ async fn run_hedge(env: &Env, store: &Store, hedge: ClaimedAttempt) -> ApiResult
 /// [`prepare`]s a claimed attempt; if that fails, records the attempt `failed` (no
 /// provider was called) and returns `None`.
 async fn prepare_or_fail<'a>(
-    env: &Env,
+    host: &dyn Host,
     store: &Store,
     attempt: &'a ClaimedAttempt,
 ) -> ApiResult<Option<Prepared<'a>>> {
-    match prepare(env, store, attempt) {
+    match prepare(host, store, attempt) {
         Ok(prepared) => Ok(Some(prepared)),
         Err(NotCalled { error, cause }) => {
-            console_error!(
-                "{}",
-                json!({"event": "dispatch_failed", "job_id": attempt.job_id,
-                       "attempt_id": attempt.id, "error": error, "cause": cause})
-            );
+            crate::log::error(json!({"event": "dispatch_failed", "job_id": attempt.job_id,
+                       "attempt_id": attempt.id, "error": error, "cause": cause}));
             record_move(
+                host,
                 store,
                 attempt,
                 &[AttemptState::Running],
@@ -359,32 +341,32 @@ async fn prepare_or_fail<'a>(
 
 /// Calls the attempt's provider and records the outcome; a retryable failure then
 /// fails over, if the kind allows.
-async fn call_and_record(env: &Env, store: &Store, p: &Prepared<'_>) -> ApiResult<()> {
-    let api_key = providers::api_key(&p.provider, env);
+async fn call_and_record(host: &dyn Host, store: &Store, p: &Prepared<'_>) -> ApiResult<()> {
+    let api_key = providers::api_key(&p.provider, host);
     let started = clock::now_ms();
-    let outcome = openai::call(
-        &p.provider,
-        api_key.as_deref(),
-        p.kind,
-        &p.input,
-        &p.attempt.id,
-    )
-    .await;
+    let outcome = host
+        .call(ProviderCall {
+            provider: &p.provider,
+            api_key: api_key.as_deref(),
+            kind: p.kind,
+            input: &p.input,
+            attempt_id: &p.attempt.id,
+        })
+        .await;
     let event = match &outcome {
         CallOutcome::Output(_) => "call_answered",
         CallOutcome::Failed(_) => "call_failed",
         CallOutcome::Unknown(_) => "call_unknown",
     };
-    crate::analytics::call(
-        env,
+    host.count_call(
         event,
         p.kind.name(),
         &p.provider.name,
         clock::now_ms() - started,
     );
     let retryable = matches!(&outcome, CallOutcome::Failed(e) if e.retryable);
-    if record(env, store, p.attempt, outcome).await? && retryable {
-        fail_over(env, store, p).await?;
+    if record(host, store, p.attempt, outcome).await? && retryable {
+        fail_over(host, store, p).await?;
     }
     Ok(())
 }
@@ -432,10 +414,9 @@ async fn log_skipped(
     reason: &str,
 ) -> ApiResult<()> {
     let details = json!({"for": what, "reason": reason});
-    console_log!(
-        "{}",
+    crate::log::info(
         json!({"event": "failover_skipped", "job_id": attempt.job_id,
-               "attempt_id": attempt.id, "details": details})
+               "attempt_id": attempt.id, "details": details}),
     );
     store
         .log_event(
@@ -449,6 +430,7 @@ async fn log_skipped(
 
 /// Inserts and claims the hedge attempt, or says in the log why there is none.
 async fn start_hedge(
+    host: &dyn Host,
     store: &Store,
     running: &Prepared<'_>,
     silent_ms: u64,
@@ -477,13 +459,12 @@ async fn start_hedge(
         // The attempt finished, the job ended, or an attempt is unknown: no hedge.
         return Ok(None);
     }
-    console_log!(
-        "{}",
+    crate::log::info(
         json!({"event": "hedge_started", "job_id": attempt.job_id, "attempt_id": hedge_id,
-               "provider": next, "after_ms": silent_ms, "silent_attempt": attempt.id})
+               "provider": next, "after_ms": silent_ms, "silent_attempt": attempt.id}),
     );
     let token = clock::new_id("claim");
-    match persist(|| store.claim(&hedge_id, &token)).await? {
+    match persist(host, || store.claim(&hedge_id, &token)).await? {
         Claim::Claimed(hedge) => Ok(Some(hedge)),
         _ => Ok(None),
     }
@@ -492,7 +473,7 @@ async fn start_hedge(
 /// After a retryable failure, the kind's `auto_failover` tries the next certified
 /// provider, up to its `max_attempts`. Never after `unknown`: the caller only comes
 /// here for a recorded `failed`.
-async fn fail_over(env: &Env, store: &Store, failed: &Prepared<'_>) -> ApiResult<()> {
+async fn fail_over(host: &dyn Host, store: &Store, failed: &Prepared<'_>) -> ApiResult<()> {
     let Some(policy) = &failed.kind.decl().auto_failover else {
         return Ok(());
     };
@@ -517,7 +498,7 @@ async fn fail_over(env: &Env, store: &Store, failed: &Prepared<'_>) -> ApiResult
         )
         .await?;
     if inserted {
-        enqueue(env, &new_id, None).await;
+        enqueue(host, &new_id, None).await;
         Ok(())
     } else {
         let reason = format!(
@@ -534,7 +515,7 @@ async fn fail_over(env: &Env, store: &Store, failed: &Prepared<'_>) -> ApiResult
 /// Returns whether a failure or timeout was recorded (false for a result, and for an
 /// attempt that had already left those states).
 async fn record(
-    env: &Env,
+    host: &dyn Host,
     store: &Store,
     attempt: &ClaimedAttempt,
     outcome: CallOutcome,
@@ -542,7 +523,7 @@ async fn record(
     let (from, to, error): (&[AttemptState], _, _) = match outcome {
         CallOutcome::Output(output) => {
             record_result(
-                env,
+                host,
                 store,
                 &attempt.id,
                 &attempt.job_id,
@@ -559,12 +540,11 @@ async fn record(
         ),
         CallOutcome::Unknown(error) => (&[AttemptState::Running], AttemptState::Unknown, error),
     };
-    let recorded = record_move(store, attempt, from, to, &error).await?;
+    let recorded = record_move(host, store, attempt, from, to, &error).await?;
     if !recorded {
-        console_log!(
-            "{}",
+        crate::log::info(
             json!({"event": "late_result_discarded", "job_id": attempt.job_id,
-                   "attempt_id": attempt.id, "outcome": to, "error": error})
+                   "attempt_id": attempt.id, "outcome": to, "error": error}),
         );
     }
     Ok(recorded)
@@ -574,6 +554,7 @@ async fn record(
 /// in `to` after an earlier try failed counts as recorded: that try committed and only
 /// its reply was lost.
 async fn record_move(
+    host: &dyn Host,
     store: &Store,
     attempt: &ClaimedAttempt,
     from: &[AttemptState],
@@ -581,7 +562,7 @@ async fn record_move(
     error: &AttemptError,
 ) -> ApiResult<bool> {
     let mut failed_before = false;
-    let moved = persist(|| {
+    let moved = persist(host, || {
         let first = !failed_before;
         failed_before = true;
         async move {
@@ -596,7 +577,7 @@ async fn record_move(
         (true, _) => Ok(true),
         (false, true) => Ok(false),
         (false, false) => {
-            let now = persist(|| store.attempt_job(&attempt.id)).await?;
+            let now = persist(host, || store.attempt_job(&attempt.id)).await?;
             Ok(now.is_some_and(|(_, state)| state == to))
         }
     }
@@ -605,14 +586,18 @@ async fn record_move(
 /// Offers a provider's result until D1 takes it. If D1 keeps refusing, the result is
 /// handed to the queue in a message of its own rather than dropped.
 async fn record_result(
-    env: &Env,
+    host: &dyn Host,
     store: &Store,
     attempt_id: &str,
     job_id: &str,
     provider: &str,
     output: &Value,
 ) -> ApiResult<()> {
-    match persist(|| store.complete(job_id, attempt_id, Offer::Provider, output)).await {
+    match persist(host, || {
+        store.complete(job_id, attempt_id, Offer::Provider, output)
+    })
+    .await
+    {
         Ok(completion) => {
             log_completion(job_id, attempt_id, provider, &completion);
             Ok(())
@@ -623,17 +608,16 @@ async fn record_result(
                 provider: provider.to_owned(),
                 output: output.to_string(),
             };
-            console_error!(
-                "{}",
+            crate::log::error(
                 json!({"event": "result_queued", "job_id": job_id, "attempt_id": attempt_id,
-                       "cause": e.cause_or_detail()})
+                       "cause": e.cause_or_detail()}),
             );
             let message = Dispatch {
                 attempt_id: attempt_id.to_owned(),
                 fault: None,
                 result: Some(pending),
             };
-            if send(env, message).await {
+            if send(host, message).await {
                 Ok(())
             } else {
                 Err(e)
@@ -645,10 +629,17 @@ async fn record_result(
 
 /// A result that came back through the queue: offered again; the message is retried
 /// (by the queue) until D1 takes it.
-async fn record_pending(store: &Store, attempt_id: &str, pending: &PendingResult) -> ApiResult<()> {
+async fn record_pending(
+    host: &dyn Host,
+    store: &Store,
+    attempt_id: &str,
+    pending: &PendingResult,
+) -> ApiResult<()> {
     let output: Value = serde_json::from_str(&pending.output).map_err(AppError::internal)?;
-    let completion =
-        persist(|| store.complete(&pending.job_id, attempt_id, Offer::Provider, &output)).await?;
+    let completion = persist(host, || {
+        store.complete(&pending.job_id, attempt_id, Offer::Provider, &output)
+    })
+    .await?;
     log_completion(&pending.job_id, attempt_id, &pending.provider, &completion);
     Ok(())
 }
@@ -662,15 +653,16 @@ pub(crate) fn log_completion(
 ) {
     match completion {
         Completion::Won => {}
-        Completion::Lost { winner } => console_log!(
-            "{}",
+        Completion::Lost { winner } => crate::log::info(
             json!({"event": "race_lost", "job_id": job_id, "winner": winner,
-                   "loser": attempt_id, "provider": provider})
+                   "loser": attempt_id, "provider": provider}),
         ),
-        Completion::Discarded { state } => console_log!(
-            "{}",
-            json!({"event": "late_result_discarded", "job_id": job_id,
-                   "attempt_id": attempt_id, "attempt_state": state, "provider": provider})
-        ),
+        Completion::Discarded { state } => {
+            crate::log::info(json!({"event": "late_result_discarded", "job_id": job_id,
+                   "attempt_id": attempt_id, "attempt_state": state, "provider": provider}))
+        }
+        Completion::Gone => crate::log::info(json!({"event": "late_result_discarded",
+               "job_id": job_id, "attempt_id": attempt_id, "attempt_state": "purged",
+               "provider": provider})),
     }
 }

@@ -12,6 +12,8 @@ use worker::{Env, Headers, Request, Response};
 /// Everything a handler may need about the request's world.
 pub(crate) struct Ctx<'a> {
     pub(crate) env: &'a Env,
+    /// The same world through the core's interface (`host.rs`).
+    pub(crate) host: &'a dyn crate::host::Host,
     /// The request's context: work that may finish after the response (`wait_until`).
     pub(crate) worker: &'a worker::Context,
     pub(crate) store: &'a Store,

@@ -1,14 +1,14 @@
 //! Handlers for jobs: create-or-return, read, the event log, and cancel.
 
-use crate::analytics;
 use crate::auth::Caller;
 use crate::dispatch;
 use crate::error::{ApiResult, AppError};
 use crate::fault;
+use crate::host::Host;
 use crate::http::{job_headers, json, none_match, read_json, Ctx};
 use crate::kinds;
 use crate::providers;
-use crate::store::{NewJob, StoredJob};
+use crate::store::{NewJob, Store, StoredJob};
 use onceclick_protocol::contract::Kind;
 use onceclick_protocol::{fingerprint, CreateJob, ErrorCode, IdempotencyKey, JobStatus};
 use worker::{Headers, Request, Response};
@@ -48,26 +48,61 @@ pub(crate) async fn create(
     let key = IdempotencyKey::from_header(&raw_key)
         .map_err(|e| AppError::new(ErrorCode::IdempotencyKeyInvalid, e.to_string()))?;
     let request: CreateJob = read_json(req, "a job request").await?;
+    let created = decide_create(
+        ctx.host,
+        ctx.store,
+        &caller.owner,
+        &key,
+        &request,
+        ctx.fault.as_deref(),
+    )
+    .await?;
+    let headers = job_headers(&created.stored);
+    if !created.new {
+        let _ = headers.set("Idempotent-Replayed", "true");
+        return json(200, created.stored.doc, headers);
+    }
+    let _ = headers.set("Location", &format!("/v1/jobs/{}", created.stored.job.id));
+    json(201, created.stored.doc, headers)
+}
 
-    let (kind, provider) = match validate(ctx, &request) {
+/// What a create decided: the job (owner, key) is bound to, and whether this request
+/// bound it (201) or repeats the request that did (200, replayed).
+pub(crate) struct Created {
+    pub(crate) stored: StoredJob,
+    pub(crate) new: bool,
+}
+
+/// The decision of `POST /v1/jobs`, after the request is read: validate in the order
+/// of the contract, then one store call; the same request again is a replay, another
+/// request under the same key `409 idempotency_key_reused`. A new job's dispatch is
+/// enqueued once the answer is on its way.
+pub(crate) async fn decide_create(
+    host: &dyn Host,
+    store: &Store,
+    owner: &str,
+    key: &IdempotencyKey,
+    request: &CreateJob,
+    fault: Option<&str>,
+) -> ApiResult<Created> {
+    let (kind, provider) = match validate(host, request) {
         Ok(valid) => valid,
         Err(invalid) => {
-            return match ctx.store.job_by_key(&caller.owner, key.as_str()).await? {
-                Some(stored) => replay(stored, &request),
+            return match store.job_by_key(owner, key.as_str()).await? {
+                Some(stored) => replay(stored, request),
                 None => Err(invalid),
             }
         }
     };
 
     let fingerprint = fingerprint(kind.name(), &request.input, provider);
-    let (job_id, attempt_id) = ctx.store.new_job_ids(&caller.owner, key.as_str());
+    let (job_id, attempt_id) = store.new_job_ids(owner, key.as_str());
     let input = request.input.to_string();
-    let stored = ctx
-        .store
+    let stored = store
         .create_or_get_job(&NewJob {
             job_id: &job_id,
             attempt_id: &attempt_id,
-            owner: &caller.owner,
+            owner,
             key: key.as_str(),
             fingerprint: fingerprint.as_str(),
             kind: kind.name(),
@@ -77,31 +112,29 @@ pub(crate) async fn create(
         .await?;
 
     if stored.job.id != job_id {
-        let answer = replay(stored, &request);
+        let answer = replay(stored, request);
         let event = if answer.is_ok() {
             "job_replayed"
         } else {
             "job_conflict"
         };
-        analytics::create(ctx.env, &caller.owner, event, kind.name(), provider);
+        host.count_create(owner, event, kind.name(), provider);
         return answer;
     }
-    analytics::create(ctx.env, &caller.owner, "job_created", kind.name(), provider);
-    if !fault::drops_enqueue(ctx.fault.as_deref()) {
-        dispatch::enqueue_after_response(ctx.worker, ctx.env, &attempt_id, ctx.fault.as_deref());
+    host.count_create(owner, "job_created", kind.name(), provider);
+    if !fault::drops_enqueue(fault) {
+        dispatch::enqueue_after_response(host, &attempt_id, fault);
     }
-    let headers = job_headers(&stored);
-    let _ = headers.set("Location", &format!("/v1/jobs/{job_id}"));
-    json(201, stored.doc, headers)
+    Ok(Created { stored, new: true })
 }
 
 /// The kind and the provider a new job would run on, or why the request is refused.
-fn validate<'r>(ctx: &Ctx<'_>, request: &'r CreateJob) -> ApiResult<(&'static Kind, &'r str)> {
+fn validate<'r>(host: &dyn Host, request: &'r CreateJob) -> ApiResult<(&'static Kind, &'r str)> {
     let kind = kinds::declared(&request.kind)?;
     kind.check_input(&request.input)
         .map_err(|e| AppError::new(ErrorCode::InvalidInput, format!("input: {e}")))?;
     let provider = request.provider.as_deref().unwrap_or(kind.primary());
-    let configured = providers::configured(ctx.env)?;
+    let configured = providers::configured(host)?;
     if !kind.names_provider(provider) || !configured.iter().any(|p| p.name == provider) {
         return Err(AppError::new(
             ErrorCode::UnknownProvider,
@@ -118,12 +151,12 @@ fn validate<'r>(ctx: &Ctx<'_>, request: &'r CreateJob) -> ApiResult<(&'static Ki
 /// same thing, else `409 idempotency_key_reused`. A request that names no provider asks
 /// for the provider the job was made on (the primary of its day), so a later reorder
 /// of the kind's providers does not turn an honest resend into a conflict.
-fn replay(stored: StoredJob, request: &CreateJob) -> ApiResult<Response> {
+fn replay(stored: StoredJob, request: &CreateJob) -> ApiResult<Created> {
     let provider = request.provider.as_deref().unwrap_or(&stored.job.provider);
-    if stored.fingerprint == fingerprint(&request.kind, &request.input, provider).as_str() {
-        let headers = job_headers(&stored);
-        let _ = headers.set("Idempotent-Replayed", "true");
-        return json(200, stored.doc, headers);
+    if stored.fingerprint == fingerprint(&request.kind, &request.input, provider).as_str()
+        || crate::mutant::on(crate::mutant::Mutant::CreateSkipsFingerprint)
+    {
+        return Ok(Created { stored, new: false });
     }
     Err(AppError::new(
         ErrorCode::IdempotencyKeyReused,
@@ -169,8 +202,18 @@ pub(crate) async fn events(ctx: &Ctx<'_>, caller: &Caller, id: &str) -> ApiResul
 pub(crate) async fn cancel(ctx: &Ctx<'_>, caller: &Caller, job_id: &str) -> ApiResult<Response> {
     // An admin may cancel any owner's job (the operator's way out of `unknown`).
     let owner = (!caller.admin).then_some(caller.owner.as_str());
-    let stored = ctx
-        .store
+    let stored = decide_cancel(ctx.store, owner, job_id).await?;
+    let headers = job_headers(&stored);
+    json(200, stored.doc, headers)
+}
+
+/// The decision of a cancel by `owner` (any owner for `None`, an admin).
+pub(crate) async fn decide_cancel(
+    store: &Store,
+    owner: Option<&str>,
+    job_id: &str,
+) -> ApiResult<StoredJob> {
+    let stored = store
         .cancel(owner, job_id)
         .await?
         .ok_or_else(|| AppError::not_found(&format!("job {job_id}")))?;
@@ -181,6 +224,5 @@ pub(crate) async fn cancel(ctx: &Ctx<'_>, caller: &Caller, job_id: &str) -> ApiR
         )
         .with_job(job_id));
     }
-    let headers = job_headers(&stored);
-    json(200, stored.doc, headers)
+    Ok(stored)
 }

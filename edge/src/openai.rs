@@ -16,7 +16,7 @@ use worker::{AbortController, Delay, Fetch, Headers, Method, Request, RequestIni
 
 /// How one provider call ended.
 #[derive(Debug)]
-pub(crate) enum CallOutcome {
+pub enum CallOutcome {
     /// An output that keeps the kind's contract.
     Output(Value),
     /// The call failed, and the provider did no work; `retryable` says whether a new

@@ -6,11 +6,10 @@ use std::rc::Rc;
 
 /// The providers this deployment configures. A `PROVIDERS` that does not parse is a
 /// deployment error, not a client's: reported as internal.
-pub(crate) fn configured(env: &worker::Env) -> crate::error::ApiResult<Rc<Vec<ProviderConfig>>> {
-    let text = env
-        .var("PROVIDERS")
-        .map(|v| v.to_string())
-        .unwrap_or_else(|_| "[]".to_owned());
+pub(crate) fn configured(
+    host: &dyn crate::host::Host,
+) -> crate::error::ApiResult<Rc<Vec<ProviderConfig>>> {
+    let text = host.var("PROVIDERS").unwrap_or_else(|| "[]".to_owned());
     PARSED.with(|parsed| {
         if let Some((seen, list)) = &*parsed.borrow() {
             if *seen == text {
@@ -31,9 +30,8 @@ thread_local! {
 }
 
 /// The provider's API key, from the wrangler secret its config names.
-pub(crate) fn api_key(provider: &ProviderConfig, env: &worker::Env) -> Option<String> {
-    let name = provider.api_key_secret.as_deref()?;
-    env.secret(name).ok().map(|s| s.to_string())
+pub(crate) fn api_key(provider: &ProviderConfig, host: &dyn crate::host::Host) -> Option<String> {
+    host.secret(provider.api_key_secret.as_deref()?)
 }
 
 /// The provider called `name`, if configured.

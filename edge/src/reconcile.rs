@@ -12,18 +12,20 @@
 use crate::clock;
 use crate::dispatch;
 use crate::error::ApiResult;
+use crate::host::{Host, WorkerHost};
 use crate::providers;
 use crate::store::{ReconcileRule, Store};
 use serde_json::json;
-use worker::{console_log, Env};
+use worker::Env;
 
 /// The cron: the one database's pass. Sharded, each shard runs its own pass from its
 /// alarm (`shard.rs`), and the cron only sweeps the previous layout's database, if the
 /// deployment keeps one.
 pub(crate) async fn cron(env: &Env) -> ApiResult<()> {
     let store = Store::from_env(env)?;
+    let host = WorkerHost { env, ctx: None };
     if !store.is_sharded() {
-        return run(env, &store).await;
+        return run(&host, &store).await;
     }
     run_previous(env, &store).await
 }
@@ -31,7 +33,8 @@ pub(crate) async fn cron(env: &Env) -> ApiResult<()> {
 /// The pass over the previous layout's D1, when a sharded deployment keeps one.
 async fn run_previous(env: &Env, store: &Store) -> ApiResult<()> {
     if store.has_previous() {
-        run(env, &Store::new(env.d1("DB")?)).await?;
+        let host = WorkerHost { env, ctx: None };
+        run(&host, &Store::new(env.d1("DB")?)).await?;
     }
     Ok(())
 }
@@ -47,7 +50,7 @@ pub(crate) async fn run_now(
     alarm_in_ms: Option<i64>,
 ) -> ApiResult<()> {
     let Some(shards) = store.shards() else {
-        return run(env, store).await;
+        return run(&WorkerHost { env, ctx: None }, store).await;
     };
     run_previous(env, store).await?;
     let calls = shards.all().map(|shard| {
@@ -74,24 +77,25 @@ const DEFAULT_PURGE_CHUNK: f64 = 200.0;
 /// Purge batches per run at most; the next run goes on where this one stopped.
 const MAX_PURGE_CHUNKS: usize = 25;
 
-fn var_f64(env: &Env, name: &str) -> Option<f64> {
-    env.var(name).ok().and_then(|v| v.to_string().parse().ok())
+fn var_f64(host: &dyn Host, name: &str) -> Option<f64> {
+    host.var(name).and_then(|v| v.parse().ok())
 }
 
-pub(crate) async fn run(env: &Env, store: &Store) -> ApiResult<()> {
+/// One reconciler pass over `store` (one database, or one shard's own).
+pub(crate) async fn run(host: &dyn Host, store: &Store) -> ApiResult<()> {
     let now = clock::now_ms();
 
     let starting_after =
-        var_f64(env, "RECONCILE_STARTING_AFTER_MS").unwrap_or(DEFAULT_STARTING_AFTER_MS);
+        var_f64(host, "RECONCILE_STARTING_AFTER_MS").unwrap_or(DEFAULT_STARTING_AFTER_MS);
     let stuck = store
         .stuck_starting(&clock::rfc3339(now - starting_after), 100)
         .await?;
     for attempt_id in &stuck {
-        dispatch::enqueue(env, attempt_id, None).await;
+        dispatch::enqueue(host, attempt_id, None).await;
     }
 
-    let lost_grace = var_f64(env, "RECONCILE_LOST_GRACE_MS").unwrap_or(LOST_GRACE_MS);
-    let rules: Vec<ReconcileRule> = providers::configured(env)?
+    let lost_grace = var_f64(host, "RECONCILE_LOST_GRACE_MS").unwrap_or(LOST_GRACE_MS);
+    let rules: Vec<ReconcileRule> = providers::configured(host)?
         .iter()
         .map(|p| ReconcileRule {
             abandon_before: p.abandon_after_ms.map(|ms| clock::rfc3339(now - ms as f64)),
@@ -101,11 +105,11 @@ pub(crate) async fn run(env: &Env, store: &Store) -> ApiResult<()> {
         .collect();
     let (abandoned, lost) = store.reconcile(&rules).await?;
 
-    let hours = var_f64(env, "JOB_RETENTION_HOURS")
+    let hours = var_f64(host, "JOB_RETENTION_HOURS")
         .unwrap_or(DEFAULT_RETENTION_HOURS)
         .max(MIN_RETENTION_HOURS);
     let cutoff = clock::rfc3339(now - hours * 3_600_000.0);
-    let chunk = var_f64(env, "PURGE_CHUNK")
+    let chunk = var_f64(host, "PURGE_CHUNK")
         .unwrap_or(DEFAULT_PURGE_CHUNK)
         .clamp(1.0, 1_000.0) as u32;
     let mut purged = 0;
@@ -119,10 +123,9 @@ pub(crate) async fn run(env: &Env, store: &Store) -> ApiResult<()> {
 
     store.purge_stats(&cutoff).await?;
 
-    console_log!(
-        "{}",
+    crate::log::info(
         json!({"event": "reconciled", "store": store.name(), "redispatched": stuck.len(), "abandoned": abandoned,
-               "lost": lost, "purged": purged})
+               "lost": lost, "purged": purged}),
     );
     Ok(())
 }

@@ -283,7 +283,11 @@ impl Shard {
             .map_err(AppError::internal)?;
         let scope = "/v1/_reconcile";
         let store = Store::local(local).with_faults(faults.unwrap_or_default(), scope);
-        reconcile::run(&self.env, &store).await
+        let host = crate::host::WorkerHost {
+            env: &self.env,
+            ctx: None,
+        };
+        reconcile::run(&host, &store).await
     }
 
     async fn reconcile_now(&self, now: ReconcileNow) -> Value {

@@ -39,6 +39,7 @@ mod example;
 mod load;
 mod moves;
 mod sdk;
+mod sim;
 mod test;
 mod test_worker;
 mod tools;
@@ -87,6 +88,23 @@ xflags::xflags! {
             /// Seconds until it expires (default one day).
             optional --ttl seconds: u64
         }
+        /// The deterministic simulation (`sim/`): a million operations from one seed.
+        cmd sim {
+            /// The run's seed (default 1).
+            optional --seed seed: u64
+            /// Operations in all (default 1,000,000; 100,000,000 with --soak).
+            optional --ops ops: u64
+            /// Replay one world from its seed, with its trace.
+            optional --world seed: u64
+            /// With --world: operations left out, as a failure's replay line names them.
+            optional --skip list: String
+            /// Plant one defect (with --world); see --mutants for their names.
+            optional --mutant name: String
+            /// Every planted defect, each until the simulation catches it.
+            optional --mutants
+            /// 100,000,000 operations, with progress.
+            optional --soak
+        }
         /// Build the Worker (wrangler's `[build] command`).
         cmd build-edge {}
         /// `cargo fmt --check` and clippy on every crate.
@@ -130,6 +148,7 @@ pub enum XtaskCmd {
     Dev(Dev),
     Test(Test),
     Token(Token),
+    Sim(Sim),
     BuildEdge(BuildEdge),
     Lint(Lint),
     Sdk(Sdk),
@@ -159,6 +178,17 @@ pub struct Token {
     pub owner: String,
     pub admin: bool,
     pub ttl: Option<u64>,
+}
+
+#[derive(Debug)]
+pub struct Sim {
+    pub seed: Option<u64>,
+    pub ops: Option<u64>,
+    pub world: Option<u64>,
+    pub skip: Option<String>,
+    pub mutant: Option<String>,
+    pub mutants: bool,
+    pub soak: bool,
 }
 
 #[derive(Debug)]
@@ -239,6 +269,7 @@ fn real_main() -> Result<()> {
         XtaskCmd::Token(flags) => dev::token(&flags),
         XtaskCmd::BuildEdge(_) => wrangler::build_edge(&Tools::bootstrap()?),
         XtaskCmd::Lint(_) => test::lint(&project_root()),
+        XtaskCmd::Sim(flags) => sim::run(&sim::args(&flags)),
         XtaskCmd::Sdk(_) => sdk::build(&Tools::bootstrap()?),
         XtaskCmd::Bench(flags) => match test_worker::StoreKind::parse(flags.store.as_deref())? {
             Some(test_worker::StoreKind::Durable) => {

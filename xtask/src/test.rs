@@ -5,7 +5,7 @@
 
 use crate::test_worker::{StoreKind, TestWorker};
 use crate::tools::{self, project_root, run, Tools};
-use crate::{bench, crashes, e2e, example, sdk, wrangler};
+use crate::{bench, crashes, e2e, example, sdk, sim, wrangler};
 use anyhow::{bail, Context, Result};
 use std::path::Path;
 use std::process::Command;
@@ -37,6 +37,7 @@ pub(crate) fn suites(flags: &crate::Test) -> Result<()> {
                 "--all-features",
             ])
             .current_dir(&root))?;
+        sim::test_stage()?;
     }
 
     wrangler::build_edge(&tools)?;
@@ -235,8 +236,6 @@ pub(crate) fn lint(root: &Path) -> Result<()> {
         .args([
             "clippy",
             "--workspace",
-            "--exclude",
-            "onceclick-edge",
             "--exclude",
             "onceclick-bench-baseline",
             "--all-targets",

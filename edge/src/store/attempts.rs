@@ -5,11 +5,10 @@ use super::{
     changes, first_row, js, js_flag, js_num, js_opt, json_text, sql, DocRow, Route, Stmt, Store,
     StoredJob,
 };
-use crate::error::{ApiResult, AppError};
+use crate::error::ApiResult;
 use onceclick_protocol::{AttemptError, AttemptState, JobStatus};
 use serde::Deserialize;
 use serde_json::Value;
-use wasm_bindgen::JsValue;
 
 /// An attempt the dispatcher has claimed (`starting → running`), with what it needs.
 #[derive(Debug, Clone, Deserialize)]
@@ -73,6 +72,10 @@ pub(crate) enum Completion {
     Lost { winner: Option<String> },
     /// The attempt or its job had ended (cancelled, abandoned…); the output was dropped.
     Discarded { state: AttemptState },
+    /// The attempt is no more: its job ended and was purged (a race with the purge: a
+    /// provider's answer or an admin's resolution that came after the attempt left
+    /// `running` or `unknown` another way). The output was dropped.
+    Gone,
 }
 
 /// Why a new attempt was or was not inserted.
@@ -149,7 +152,7 @@ impl Guard<'_> {
     }
 
     /// The guard's parameters, bound from `?8` on (D1 refuses more than the SQL names).
-    fn params(&self) -> Vec<JsValue> {
+    fn params(&self) -> Vec<Value> {
         match self {
             Guard::Owner { owner, if_match } => vec![js(owner), js_opt(if_match.as_deref())],
             Guard::Hedge { running_id } => vec![js(running_id)],
@@ -315,8 +318,11 @@ impl Store {
                 [cas, supersede_starting, settle, discard, read],
             )
             .await?;
-        let row = first_row::<Row>(&read)?
-            .ok_or_else(|| AppError::internal("complete: the attempt vanished"))?;
+        // No attempt at all: its job ended and the purge took it (with the job) since the
+        // offer was read; the output has nowhere to go.
+        let Some(row) = first_row::<Row>(&read)? else {
+            return Ok(Completion::Gone);
+        };
         // An admin's resolution counts only if this very batch moved the attempt: one
         // that finds it already settled (by a provider's result that came first, say)
         // did nothing, and is told so.

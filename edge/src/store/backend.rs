@@ -104,6 +104,9 @@ pub(super) enum Backend {
     D1(D1Database),
     Local(Local),
     Shards(Shards),
+    /// The native shell's places (the simulator's): not compiled into the Worker.
+    #[cfg(not(target_arch = "wasm32"))]
+    Native(super::native::Native),
 }
 
 /// One place a call runs.
@@ -113,6 +116,9 @@ pub(super) enum Target<'a> {
     Object(&'a Shards, Shard),
     /// An id no backend made: it names no row anywhere.
     Nowhere,
+    /// A place of the native shell, by name (`d1`, or a shard's object name).
+    #[cfg(not(target_arch = "wasm32"))]
+    Native(&'a super::native::Native, String),
 }
 
 fn var(env: &Env, name: &str) -> Option<String> {
@@ -157,41 +163,17 @@ impl Backend {
             }
             Backend::D1(db) => return Ok(Target::D1(db)),
             Backend::Local(local) => return Ok(Target::Local(local)),
+            #[cfg(not(target_arch = "wasm32"))]
+            Backend::Native(native) => return native.target(route),
             Backend::Shards(shards) => shards,
         };
-        Ok(match route {
-            Route::Key { owner, key } => {
-                Target::Object(shards, shard::shard_for_key(owner, key, shards.count))
-            }
-            // An id of another shard count names no job of this layout: routing it would
-            // bring an object of that count into being for nothing.
-            Route::Id(id) => match shard::route_of_id(id) {
-                IdRoute::Shard(shard) if shard.count == shards.count => {
-                    Target::Object(shards, shard)
-                }
-                IdRoute::Shard(_) => Target::Nowhere,
-                IdRoute::Database => shards.previous.as_ref().map_or(Target::Nowhere, Target::D1),
-                IdRoute::Unknown => Target::Nowhere,
+        Ok(
+            match sharded_place(shards.count, shards.previous.is_some(), route)? {
+                Place::Shard(shard) => Target::Object(shards, shard),
+                Place::Previous => shards.previous.as_ref().map_or(Target::Nowhere, Target::D1),
+                Place::Nowhere => Target::Nowhere,
             },
-            Route::Any => {
-                let count = shards.count.get();
-                let index =
-                    ((worker::js_sys::Math::random() * f64::from(count)) as u32).min(count - 1);
-                Target::Object(
-                    shards,
-                    Shard {
-                        count: shards.count,
-                        index,
-                    },
-                )
-            }
-            Route::Before => shards.previous.as_ref().map_or(Target::Nowhere, Target::D1),
-            Route::Whole => {
-                return Err(AppError::internal(
-                    "a sharded store is swept inside each shard, never as a whole",
-                ))
-            }
-        })
+        )
     }
 
     /// Every place: each shard and the previous layout's D1, or the one database.
@@ -199,6 +181,8 @@ impl Backend {
         match self {
             Backend::D1(db) => vec![Target::D1(db)],
             Backend::Local(local) => vec![Target::Local(local)],
+            #[cfg(not(target_arch = "wasm32"))]
+            Backend::Native(native) => native.everywhere(),
             Backend::Shards(shards) => shards
                 .all()
                 .map(|shard| Target::Object(shards, shard))
@@ -209,24 +193,68 @@ impl Backend {
 
     /// A job id and an attempt id for the place `route` names.
     pub(super) fn new_ids(&self, route: Route<'_>) -> (String, String) {
-        let shard = match (self, route) {
-            (Backend::Shards(shards), Route::Key { owner, key }) => {
-                Some(shard::shard_for_key(owner, key, shards.count))
+        let count = match self {
+            Backend::Shards(shards) => Some(shards.count),
+            #[cfg(not(target_arch = "wasm32"))]
+            Backend::Native(native) => native.count(),
+            _ => None,
+        };
+        let shard = match (count, route) {
+            (Some(count), Route::Key { owner, key }) => {
+                Some(shard::shard_for_key(owner, key, count))
             }
-            (Backend::Shards(shards), Route::Id(id)) => match shard::route_of_id(id) {
-                IdRoute::Shard(shard) if shard.count == shards.count => Some(shard),
+            (Some(count), Route::Id(id)) => match shard::route_of_id(id) {
+                IdRoute::Shard(shard) if shard.count == count => Some(shard),
                 _ => None,
             },
             _ => None,
         };
         let id = |prefix: &str| {
-            let v7 = uuid::Uuid::now_v7().to_string();
+            let v7 = crate::clock::uuid_v7();
             shard
                 .and_then(|s| shard::sharded_id(prefix, &v7, s))
                 .unwrap_or_else(|| format!("{prefix}_{v7}"))
         };
         (id("job"), id("att"))
     }
+}
+
+/// Where a route goes in a sharded layout, whatever carries the call there (the
+/// Worker's Durable Objects, or the simulator's databases).
+pub(super) enum Place {
+    Shard(Shard),
+    /// The previous layout's database (if kept: the caller knows).
+    Previous,
+    Nowhere,
+}
+
+pub(super) fn sharded_place(
+    count: ShardCount,
+    has_previous: bool,
+    route: Route<'_>,
+) -> ApiResult<Place> {
+    Ok(match route {
+        Route::Key { owner, key } => Place::Shard(shard::shard_for_key(owner, key, count)),
+        // An id of another shard count names no job of this layout: routing it would
+        // bring an object of that count into being for nothing.
+        Route::Id(id) => match shard::route_of_id(id) {
+            IdRoute::Shard(shard) if shard.count == count => Place::Shard(shard),
+            IdRoute::Shard(_) => Place::Nowhere,
+            IdRoute::Database if has_previous => Place::Previous,
+            IdRoute::Database | IdRoute::Unknown => Place::Nowhere,
+        },
+        Route::Any => Place::Shard(Shard {
+            count,
+            index: crate::clock::random_below(count.get()),
+        }),
+        Route::Before if has_previous => Place::Previous,
+        Route::Before => Place::Nowhere,
+        Route::Whole => {
+            return Err(AppError::internal(
+                "a sharded store is swept inside each shard, never as a whole",
+            ))
+        }
+    })
 }
 
 fn bad_shards(text: &str) -> AppError {
@@ -244,6 +272,8 @@ impl Target<'_> {
             Target::Local(local) => local.name.clone(),
             Target::Object(_, shard) => shard.object_name(),
             Target::Nowhere => "none".to_owned(),
+            #[cfg(not(target_arch = "wasm32"))]
+            Target::Native(_, name) => name.clone(),
         }
     }
 
@@ -253,7 +283,10 @@ impl Target<'_> {
             Target::D1(db) => {
                 let prepared = statements
                     .into_iter()
-                    .map(|s| db.prepare(s.sql).bind(&s.params))
+                    .map(|s| {
+                        let params: Vec<JsValue> = s.params.iter().map(param_js).collect();
+                        db.prepare(s.sql).bind(&params)
+                    })
                     .collect::<worker::Result<Vec<_>>>()?;
                 let results = db.batch(prepared).await.map_err(d1_error)?;
                 Ok(results.into_iter().map(Rows::D1).collect())
@@ -262,7 +295,7 @@ impl Target<'_> {
                 .run(
                     statements
                         .into_iter()
-                        .map(|s| (s.sql.to_owned(), s.params))
+                        .map(|s| (s.sql.to_owned(), s.params.iter().map(param_js).collect()))
                         .collect(),
                 )
                 .map(rows_of)
@@ -272,7 +305,7 @@ impl Target<'_> {
                     "shard": shard.object_name(),
                     "statements": statements.iter().map(|s| json!({
                         "sql": s.sql,
-                        "params": s.params.iter().map(param_json).collect::<Vec<_>>(),
+                        "params": s.params,
                     })).collect::<Vec<_>>(),
                 });
                 let answer = shards.send(*shard, "/batch", &body).await?;
@@ -282,7 +315,9 @@ impl Target<'_> {
                     .ok_or_else(|| AppError::internal("a shard answered without results"))?;
                 Ok(rows_of(results))
             }
-            Target::Nowhere => Ok(statements.iter().map(|_| Rows::Js(Array::new())).collect()),
+            Target::Nowhere => Ok(statements.iter().map(|_| Rows::none()).collect()),
+            #[cfg(not(target_arch = "wasm32"))]
+            Target::Native(native, name) => native.run(name, statements).await,
         }
     }
 }
@@ -292,17 +327,6 @@ fn rows_of(sets: Array) -> Vec<Rows> {
     sets.iter()
         .map(|set| Rows::Js(set.dyn_into::<Array>().unwrap_or_default()))
         .collect()
-}
-
-/// A statement parameter (text, a number or null) as JSON, for the trip to a shard.
-fn param_json(value: &JsValue) -> Value {
-    if let Some(text) = value.as_string() {
-        Value::String(text)
-    } else if let Some(n) = value.as_f64() {
-        serde_json::Number::from_f64(n).map_or(Value::Null, Value::Number)
-    } else {
-        Value::Null
-    }
 }
 
 /// A JSON parameter back as the JS value SQLite binds.

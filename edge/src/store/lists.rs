@@ -10,7 +10,6 @@ use crate::error::ApiResult;
 use crate::fault::When;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use wasm_bindgen::JsValue;
 
 /// Which jobs to list, newest first.
 pub(crate) enum JobFilter<'a> {
@@ -66,7 +65,7 @@ struct ListSql<'a> {
 
 /// A list's parameters for a cursor and a row count: the filter's, in its statements'
 /// order.
-type Params<'a> = dyn Fn(Option<&str>, u32) -> Vec<JsValue> + 'a;
+type Params<'a> = dyn Fn(Option<&str>, u32) -> Vec<Value> + 'a;
 
 /// The ids one place is asked for at a time in a merge: its even share of the page, λ,
 /// and four standard deviations more (a place holds about Poisson(λ) of a page, the hash
@@ -394,11 +393,10 @@ impl Trace {
 
     fn log(self, op: &str, limit: u32, first: Option<&str>, page_bytes: usize) {
         if self.on {
-            worker::console_log!(
-                "{}",
+            crate::log::info(
                 json!({"event": "list_page", "op": op, "limit": limit, "first": first,
                        "asked": self.asked,
-                       "peak_bytes": self.peak, "page_bytes": page_bytes})
+                       "peak_bytes": self.peak, "page_bytes": page_bytes}),
             );
         }
     }

@@ -23,6 +23,8 @@ pub(crate) use lists::{AttemptFilter, JobFilter, Page, StatRow};
 pub(crate) use reconciler::ReconcileRule;
 
 mod backend;
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) mod native;
 
 pub(crate) use backend::{Local, Route, WireBatch};
 
@@ -90,27 +92,46 @@ impl DocRow {
     }
 }
 
-/// One statement of [`sql`] with its parameters (text, numbers or null, bound `?1`…).
+/// One statement of [`sql`] with its parameters (text, numbers or null, bound `?1`…),
+/// in the neutral value type both shells bind: the Worker turns them into `JsValue`s at
+/// its edge (`backend.rs`), the simulator binds them in rusqlite.
 pub(crate) struct Stmt {
     pub(crate) sql: &'static str,
-    pub(crate) params: Vec<JsValue>,
+    pub(crate) params: Vec<Value>,
 }
 
-/// What one statement returned, from D1 or from a shard's SQLite.
+/// What one statement returned, from D1 or from a shard's SQLite (or, in the native
+/// shell, from the simulator's SQLite).
 pub(crate) enum Rows {
     D1(D1Result),
     /// Row objects as a shard's SQLite gave them: read with the same
     /// `serde_wasm_bindgen` code as D1's rows, so each row type is compiled in once.
     Js(worker::js_sys::Array),
+    /// Row objects as JSON (the native shell only: not compiled into the Worker).
+    #[cfg(not(target_arch = "wasm32"))]
+    Json(Vec<Value>),
 }
 
 impl Rows {
+    /// No rows (a route to no place).
+    fn none() -> Self {
+        #[cfg(target_arch = "wasm32")]
+        return Rows::Js(worker::js_sys::Array::new());
+        #[cfg(not(target_arch = "wasm32"))]
+        return Rows::Json(Vec::new());
+    }
+
     fn results<T: serde::de::DeserializeOwned>(&self) -> ApiResult<Vec<T>> {
         match self {
             Rows::D1(result) => Ok(result.results::<T>()?),
             Rows::Js(rows) => rows
                 .iter()
                 .map(|row| serde_wasm_bindgen::from_value::<T>(row).map_err(AppError::internal))
+                .collect(),
+            #[cfg(not(target_arch = "wasm32"))]
+            Rows::Json(rows) => rows
+                .iter()
+                .map(|row| serde_json::from_value::<T>(row.clone()).map_err(AppError::internal))
                 .collect(),
         }
     }
@@ -128,6 +149,8 @@ impl Rows {
                 .ok()
                 .and_then(|t| t.as_string())
                 .map_or(0, |t| t.len()),
+            #[cfg(not(target_arch = "wasm32"))]
+            Rows::Json(rows) => serde_json::to_string(rows).map_or(0, |t| t.len()),
         }
     }
 
@@ -135,23 +158,25 @@ impl Rows {
         match self {
             Rows::D1(result) => Ok(result.results::<Value>()?.len()),
             Rows::Js(rows) => Ok(rows.length() as usize),
+            #[cfg(not(target_arch = "wasm32"))]
+            Rows::Json(rows) => Ok(rows.len()),
         }
     }
 }
 
-fn js(s: &str) -> JsValue {
-    JsValue::from_str(s)
+fn js(s: &str) -> Value {
+    Value::String(s.to_owned())
 }
 
-fn js_opt(s: Option<&str>) -> JsValue {
-    s.map_or(JsValue::NULL, js)
+fn js_opt(s: Option<&str>) -> Value {
+    s.map_or(Value::Null, js)
 }
 
-fn js_num(n: u32) -> JsValue {
-    JsValue::from_f64(f64::from(n))
+fn js_num(n: u32) -> Value {
+    Value::from(n)
 }
 
-fn js_flag(b: bool) -> JsValue {
+fn js_flag(b: bool) -> Value {
     js_num(u32::from(b))
 }
 
@@ -200,6 +225,12 @@ impl Store {
         Ok(store)
     }
 
+    /// The native shell's store (the simulator's): its places and their layout.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub(crate) fn native(places: std::rc::Rc<dyn native::Places>, layout: native::Layout) -> Self {
+        Self::with_backend(Backend::Native(native::Native::new(places, layout)))
+    }
+
     /// Inside a shard: its own SQLite, for the shard's reconciler.
     pub(crate) fn local(local: Local) -> Self {
         Self::with_backend(Backend::Local(local))
@@ -211,19 +242,31 @@ impl Store {
             Backend::D1(_) => "d1".to_owned(),
             Backend::Local(local) => local.name.clone(),
             Backend::Shards(_) => "shards".to_owned(),
+            #[cfg(not(target_arch = "wasm32"))]
+            Backend::Native(native) => native.name(),
         }
     }
 
     /// True when jobs live in shards that reconcile themselves (the cron has nothing
     /// to do but the previous layout's D1, if any).
     pub(crate) fn is_sharded(&self) -> bool {
-        matches!(self.backend, Backend::Shards(_))
+        match &self.backend {
+            Backend::Shards(_) => true,
+            #[cfg(not(target_arch = "wasm32"))]
+            Backend::Native(native) => native.is_sharded(),
+            _ => false,
+        }
     }
 
     /// True when a sharded deployment keeps the D1 database (`DB`) it moved from,
     /// still answering that database's keys and jobs.
     pub(crate) fn has_previous(&self) -> bool {
-        matches!(&self.backend, Backend::Shards(shards) if shards.previous.is_some())
+        match &self.backend {
+            Backend::Shards(shards) => shards.previous.is_some(),
+            #[cfg(not(target_arch = "wasm32"))]
+            Backend::Native(native) => native.has_previous(),
+            _ => false,
+        }
     }
 
     /// The shards of a sharded deployment, by object name (for the test-only
@@ -258,12 +301,9 @@ impl Store {
         let mut faults = self.faults.borrow_mut();
         let i = faults.iter().position(|f| f.op == op && f.when == when)?;
         faults.remove(i);
-        worker::console_error!(
-            "{}",
-            serde_json::json!({"event": "fault_fired", "op": op,
+        crate::log::error(serde_json::json!({"event": "fault_fired", "op": op,
                                "when": if when == When::Before { "before" } else { "after" },
-                               "scope": self.fault_scope})
-        );
+                               "scope": self.fault_scope}));
         let what = match when {
             When::Before => "failed before it committed",
             When::After => "committed, and its reply was lost",
@@ -322,7 +362,7 @@ impl Store {
         }
     }
 
-    fn stmt(&self, sql: &'static str, params: &[JsValue]) -> ApiResult<Stmt> {
+    fn stmt(&self, sql: &'static str, params: &[Value]) -> ApiResult<Stmt> {
         Ok(Stmt {
             sql,
             params: params.to_vec(),
@@ -350,10 +390,9 @@ impl Store {
             }
             let target = self.backend.target(route)?;
             if self.log_calls {
-                worker::console_log!(
-                    "{}",
+                crate::log::info(
                     serde_json::json!({"event": "store_call", "op": op, "place": target.name(),
-                                       "scope": self.fault_scope})
+                                       "scope": self.fault_scope}),
                 );
             }
             let out = self.call(&target, statements).await?;
@@ -464,7 +503,7 @@ impl Store {
         op: &str,
         route: Route<'_>,
         sql: &'static str,
-        params: &[JsValue],
+        params: &[Value],
     ) -> ApiResult<Option<StoredJob>> {
         let stmt = self.stmt(sql, params)?;
         first_row::<DocRow>(&self.one(op, route, stmt).await?)?

@@ -1,0 +1,107 @@
+//! The world as the core sees it: the narrow interface between the Worker's own
+//! decisions (the handlers' `decide` functions, the dispatcher, the reconciler, the
+//! store's calls) and the platform they run on. Two shells implement it: the Worker
+//! ([`WorkerHost`], workers-rs), and the simulator (`sim/`, natively). The store's own
+//! seam is `store::backend` (the places a batch runs in), and the clock's and the
+//! log's are `clock.rs` and `log.rs`.
+
+use crate::dispatch::Dispatch;
+use crate::openai::CallOutcome;
+use futures_util::future::LocalBoxFuture;
+use onceclick_protocol::contract::{Kind, ProviderConfig};
+use serde_json::Value;
+
+/// One provider call, as the dispatcher makes it.
+pub struct ProviderCall<'a> {
+    pub provider: &'a ProviderConfig,
+    pub api_key: Option<&'a str>,
+    pub kind: &'static Kind,
+    pub input: &'a Value,
+    /// The attempt: the call's `Idempotency-Key`.
+    pub attempt_id: &'a str,
+}
+
+/// What the core asks of its platform.
+pub trait Host {
+    /// A configuration variable (`[vars]` in `wrangler.toml`), if set.
+    fn var(&self, name: &str) -> Option<String>;
+    /// A secret (a provider's API key), if set.
+    fn secret(&self, name: &str) -> Option<String>;
+    /// Sends a dispatch message to the queue; the error's text if the queue refused it.
+    fn enqueue(&self, message: Dispatch) -> LocalBoxFuture<'_, Result<(), String>>;
+    /// Sends a dispatch message once the response is on its way (`wait_until`): lost,
+    /// with everything else in flight, if the isolate dies first.
+    fn enqueue_after_response(&self, message: Dispatch);
+    /// Calls a provider, within its `timeout_ms`.
+    fn call<'a>(&'a self, call: ProviderCall<'a>) -> LocalBoxFuture<'a, CallOutcome>;
+    /// A timer.
+    fn sleep(&self, ms: u64) -> LocalBoxFuture<'static, ()>;
+    /// Counts a create's outcome for the figures outside the store (Analytics Engine).
+    fn count_create(&self, owner: &str, event: &str, kind: &str, provider: &str);
+    /// Counts a provider call's outcome and time, likewise.
+    fn count_call(&self, event: &str, kind: &str, provider: &str, ms: f64);
+}
+
+/// The Worker's shell: workers-rs bindings of one request (or one queue batch, cron
+/// run or alarm, which have no response to wait for).
+pub(crate) struct WorkerHost<'a> {
+    pub(crate) env: &'a worker::Env,
+    pub(crate) ctx: Option<&'a worker::Context>,
+}
+
+impl Host for WorkerHost<'_> {
+    fn var(&self, name: &str) -> Option<String> {
+        self.env.var(name).ok().map(|v| v.to_string())
+    }
+
+    fn secret(&self, name: &str) -> Option<String> {
+        self.env.secret(name).ok().map(|s| s.to_string())
+    }
+
+    fn enqueue(&self, message: Dispatch) -> LocalBoxFuture<'_, Result<(), String>> {
+        Box::pin(async move {
+            let queue = self
+                .env
+                .queue(crate::dispatch::QUEUE)
+                .map_err(|e| e.to_string())?;
+            queue.send(message).await.map_err(|e| e.to_string())
+        })
+    }
+
+    fn enqueue_after_response(&self, message: Dispatch) {
+        let env = self.env.clone();
+        let send = async move {
+            let host = WorkerHost {
+                env: &env,
+                ctx: None,
+            };
+            crate::dispatch::send(&host, message).await;
+        };
+        match self.ctx {
+            Some(ctx) => ctx.wait_until(send),
+            None => worker::wasm_bindgen_futures::spawn_local(send),
+        }
+    }
+
+    fn call<'a>(&'a self, call: ProviderCall<'a>) -> LocalBoxFuture<'a, CallOutcome> {
+        Box::pin(crate::openai::call(
+            call.provider,
+            call.api_key,
+            call.kind,
+            call.input,
+            call.attempt_id,
+        ))
+    }
+
+    fn sleep(&self, ms: u64) -> LocalBoxFuture<'static, ()> {
+        Box::pin(worker::Delay::from(std::time::Duration::from_millis(ms)))
+    }
+
+    fn count_create(&self, owner: &str, event: &str, kind: &str, provider: &str) {
+        crate::analytics::create(self.env, owner, event, kind, provider);
+    }
+
+    fn count_call(&self, event: &str, kind: &str, provider: &str, ms: f64) {
+        crate::analytics::call(self.env, event, kind, provider, ms);
+    }
+}

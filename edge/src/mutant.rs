@@ -1,0 +1,38 @@
+//! Planted defects, for proving that the simulation catches them (`sim/`): each breaks
+//! one rule of the core behind a switch that only the native shell has. In the Worker
+//! [`on`] is a constant `false`, so no mutant is compiled in. The defects that live in
+//! SQL (the compare-and-swap, the reconciler's and the purge's conditions) are planted
+//! by the simulator's SQLite instead, on the statement's text.
+
+/// One planted defect in Rust.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mutant {
+    /// A refused resolve writes its event anyway.
+    RefusedResolveWritesEvent,
+    /// A create answers a key bound to another request as a replay.
+    CreateSkipsFingerprint,
+    /// A sharded create does not ask the previous layout's database for its key.
+    ShardedCreateSkipsBefore,
+}
+
+#[cfg(target_arch = "wasm32")]
+#[inline(always)]
+pub(crate) fn on(_: Mutant) -> bool {
+    false
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+thread_local! {
+    static ACTIVE: std::cell::Cell<Option<Mutant>> = const { std::cell::Cell::new(None) };
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) fn on(mutant: Mutant) -> bool {
+    ACTIVE.with(|active| active.get() == Some(mutant))
+}
+
+/// Plants `mutant` (or none) for this thread.
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) fn plant(mutant: Option<Mutant>) {
+    ACTIVE.with(|active| active.set(mutant));
+}

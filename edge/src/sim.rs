@@ -1,0 +1,246 @@
+//! The core's door for its second shell, the deterministic simulator (`sim/`): the
+//! interface it implements ([`Host`], and natively [`Places`]) and the decisions it
+//! drives, the same functions the Worker's handlers, queue consumer, cron and alarms
+//! call once they have read a request. Natively only, apart from the interface types.
+
+pub use crate::dispatch::{Dispatch, PendingResult};
+pub use crate::host::{Host, ProviderCall};
+pub use crate::mutant::Mutant;
+pub use crate::openai::CallOutcome;
+
+#[cfg(not(target_arch = "wasm32"))]
+pub use native::*;
+
+#[cfg(not(target_arch = "wasm32"))]
+mod native {
+    use super::{Dispatch, Host, Mutant};
+    use crate::error::AppError;
+    pub use crate::store::native::{Batch, Layout, Places};
+    use crate::store::StoredJob;
+    use onceclick_protocol::{CreateJob, ErrorCode, IdempotencyKey, Job, NewAttempt};
+    use serde_json::Value;
+    use std::rc::Rc;
+
+    /// The migrations, in order, as the shards apply them (and D1, by wrangler).
+    pub fn migrations() -> &'static [(&'static str, &'static str)] {
+        crate::shard::MIGRATIONS
+    }
+
+    /// Sets the virtual clock.
+    pub fn set_now_ms(ms: f64) {
+        crate::clock::set_now_ms(ms);
+    }
+
+    /// The virtual clock, in milliseconds since the epoch.
+    pub fn now_ms() -> f64 {
+        crate::clock::now_ms()
+    }
+
+    /// The store calls a fault may name (`X-Onceclick-Fault`).
+    pub fn fault_ops() -> &'static [&'static str] {
+        crate::fault::OPS
+    }
+
+    /// The virtual clock as the store's times spell it (RFC 3339, milliseconds).
+    pub fn rfc3339(ms: f64) -> String {
+        crate::clock::rfc3339(ms)
+    }
+
+    /// Seeds the generator behind ids and random picks.
+    pub fn seed(seed: u64) {
+        crate::clock::seed(seed);
+    }
+
+    /// The log lines written since the last call.
+    pub fn drain_log() -> Vec<Value> {
+        crate::log::drain()
+    }
+
+    /// Plants one defect of the core (or none).
+    pub fn plant(mutant: Option<Mutant>) {
+        crate::mutant::plant(mutant);
+    }
+
+    /// A store over the simulator's places, with test-only faults armed as the
+    /// `X-Onceclick-Fault` header names them (`op:before,op:after`), for `scope`.
+    pub struct Store(pub(crate) crate::store::Store);
+
+    impl Store {
+        pub fn new(
+            places: Rc<dyn Places>,
+            layout: Layout,
+            faults: &str,
+            scope: &str,
+        ) -> Result<Self, String> {
+            let faults = if faults.is_empty() {
+                Vec::new()
+            } else {
+                crate::fault::parse(faults)?
+            };
+            Ok(Self(
+                crate::store::Store::native(places, layout).with_faults(faults, scope),
+            ))
+        }
+    }
+
+    /// The answer a request got, as a client sees it.
+    #[derive(Debug, Clone)]
+    pub struct Answer {
+        pub status: u16,
+        /// The problem's code, for an error.
+        pub code: Option<ErrorCode>,
+        /// The job, for a success.
+        pub job: Option<Job>,
+        /// The job's ETag, for a success.
+        pub etag: Option<String>,
+        /// The attempt an answer is about (the fallback button's).
+        pub attempt_id: Option<String>,
+        /// The job a problem names, if any.
+        pub problem_job: Option<String>,
+        /// What really went wrong, for a failure on our side (never sent to a client).
+        pub cause: Option<String>,
+    }
+
+    impl Answer {
+        fn ok(status: u16, stored: StoredJob, attempt_id: Option<String>) -> Self {
+            Self {
+                status,
+                code: None,
+                etag: Some(stored.etag),
+                job: Some(stored.job),
+                attempt_id,
+                problem_job: None,
+                cause: None,
+            }
+        }
+
+        fn error(e: AppError) -> Self {
+            Self {
+                status: e.code.status(),
+                code: Some(e.code),
+                job: None,
+                etag: None,
+                attempt_id: None,
+                problem_job: e.job_id,
+                cause: e.cause,
+            }
+        }
+    }
+
+    /// `POST /v1/jobs` by `owner` with `key`, once read.
+    pub async fn create(
+        host: &dyn Host,
+        store: &Store,
+        owner: &str,
+        key: &str,
+        request: &CreateJob,
+        fault: Option<&str>,
+    ) -> Answer {
+        let key = match IdempotencyKey::from_header(key) {
+            Ok(key) => key,
+            Err(e) => {
+                return Answer::error(AppError::new(
+                    ErrorCode::IdempotencyKeyInvalid,
+                    e.to_string(),
+                ))
+            }
+        };
+        match crate::jobs::decide_create(host, &store.0, owner, &key, request, fault).await {
+            Ok(made) => Answer::ok(if made.new { 201 } else { 200 }, made.stored, None),
+            Err(e) => Answer::error(e),
+        }
+    }
+
+    /// `POST /v1/jobs/{id}/cancel` by `owner` (an admin for `None`).
+    pub async fn cancel(store: &Store, owner: Option<&str>, job_id: &str) -> Answer {
+        match crate::jobs::decide_cancel(&store.0, owner, job_id).await {
+            Ok(stored) => Answer::ok(200, stored, None),
+            Err(e) => Answer::error(e),
+        }
+    }
+
+    /// `GET /v1/jobs/{id}` by `owner` (any owner for `None`).
+    pub async fn read(store: &Store, owner: Option<&str>, job_id: &str) -> Answer {
+        match store.0.job(owner, job_id).await {
+            Ok(Some(stored)) => Answer::ok(200, stored, None),
+            Ok(None) => Answer::error(AppError::not_found(&format!("job {job_id}"))),
+            Err(e) => Answer::error(e),
+        }
+    }
+
+    /// The fallback button: `POST /v1/jobs/{id}/attempts` by `owner`, with its own key.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn fallback(
+        host: &dyn Host,
+        store: &Store,
+        owner: &str,
+        job_id: &str,
+        key: Option<&str>,
+        body: &NewAttempt,
+        if_match: Option<&str>,
+        fault: Option<&str>,
+    ) -> Answer {
+        let condition = if_match.map(onceclick_protocol::etag::Condition::parse);
+        let tags = condition.as_ref().and_then(|c| c.strong_tags());
+        let made =
+            crate::attempts::decide_attempt(host, &store.0, owner, job_id, key, body, tags, fault)
+                .await;
+        match made {
+            Ok(made) => Answer::ok(made.status, made.stored, Some(made.attempt_id)),
+            Err(e) => Answer::error(e),
+        }
+    }
+
+    /// `POST /v1/attempts/{id}/resolve` (admin), with its JSON body.
+    pub async fn resolve(store: &Store, attempt_id: &str, body: &Value) -> Answer {
+        let body = match serde_json::from_value(body.clone()) {
+            Ok(body) => body,
+            Err(e) => return Answer::error(AppError::new(ErrorCode::InvalidJson, e.to_string())),
+        };
+        match crate::attempts::decide_resolve(&store.0, attempt_id, body).await {
+            Ok(stored) => Answer::ok(200, stored, Some(attempt_id.to_owned())),
+            Err(e) => Answer::error(e),
+        }
+    }
+
+    /// Sends a dispatch message through `host`, logging a refusal (what a create's
+    /// `wait_until` does).
+    pub async fn send(host: &dyn Host, message: Dispatch) -> bool {
+        crate::dispatch::send(host, message).await
+    }
+
+    /// One delivery of a dispatch message; `Err` asks the queue for it again.
+    pub async fn deliver(
+        host: &dyn Host,
+        store: &Store,
+        dispatch: &Dispatch,
+    ) -> Result<(), ErrorCode> {
+        crate::dispatch::deliver(host, &store.0, dispatch)
+            .await
+            .map_err(|e| e.code)
+    }
+
+    /// One reconciler pass (the cron's on one database, or a shard's alarm's).
+    pub async fn reconcile(host: &dyn Host, store: &Store) -> Result<(), ErrorCode> {
+        crate::reconcile::run(host, &store.0)
+            .await
+            .map_err(|e| e.code)
+    }
+
+    /// Certifies `provider` for every kind that names it (`POST
+    /// /v1/providers/{name}/certify`): whether every report passed.
+    pub async fn certify(
+        host: &dyn Host,
+        store: &Store,
+        provider: &str,
+    ) -> Result<bool, ErrorCode> {
+        let configured = crate::providers::configured(host).map_err(|e| e.code)?;
+        let config = crate::providers::find(&configured, provider)
+            .ok_or(ErrorCode::NotFound)?
+            .clone();
+        let reports = crate::certification::run(&store.0, host, &config)
+            .await
+            .map_err(|e| e.code)?;
+        Ok(reports.iter().all(|r| r.passed))
+    }
+}

@@ -1,0 +1,103 @@
+//! The store's native shell: the places a store call can go to, carried by the
+//! simulator (SQLite through rusqlite, in memory) instead of D1 and Durable Objects.
+//! Routing is the Worker's own code (`backend::sharded_place`); only the carrying
+//! differs. Not compiled into the Worker.
+
+use super::backend::{sharded_place, Place, Route, Target};
+use super::{storage_error, Rows, Stmt};
+use crate::error::ApiResult;
+use futures_util::future::LocalBoxFuture;
+use onceclick_protocol::shard::{Shard, ShardCount};
+use serde_json::Value;
+use std::rc::Rc;
+
+/// One batch for one place: its statements and their parameters.
+pub type Batch = Vec<(&'static str, Vec<Value>)>;
+
+/// The places of a native store: runs a batch in the place `name` (`d1`, or a shard's
+/// object name such as `s4.1`) as one transaction, and answers each statement's rows as
+/// JSON objects, or the error text the database gave (read as the Worker reads a D1 or
+/// shard error: `store::storage_error`).
+pub trait Places {
+    fn run(
+        &self,
+        place: &str,
+        batch: Batch,
+    ) -> LocalBoxFuture<'static, Result<Vec<Vec<Value>>, String>>;
+}
+
+/// How the native store's places are laid out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// One database (`d1`), as on `STORE=d1`.
+    One,
+    /// Inside one shard: its own database, for its reconciler (the alarm).
+    Inside(Shard),
+    /// `count` shards, and the previous layout's D1 (`d1`) if `previous`.
+    Sharded { count: ShardCount, previous: bool },
+}
+
+pub(crate) struct Native {
+    places: Rc<dyn Places>,
+    layout: Layout,
+}
+
+impl Native {
+    pub(crate) fn new(places: Rc<dyn Places>, layout: Layout) -> Self {
+        Self { places, layout }
+    }
+
+    pub(super) fn count(&self) -> Option<ShardCount> {
+        match self.layout {
+            Layout::Sharded { count, .. } => Some(count),
+            _ => None,
+        }
+    }
+
+    pub(super) fn is_sharded(&self) -> bool {
+        matches!(self.layout, Layout::Sharded { .. })
+    }
+
+    pub(super) fn has_previous(&self) -> bool {
+        matches!(self.layout, Layout::Sharded { previous: true, .. })
+    }
+
+    pub(super) fn name(&self) -> String {
+        match self.layout {
+            Layout::One => "d1".to_owned(),
+            Layout::Inside(shard) => shard.object_name(),
+            Layout::Sharded { .. } => "shards".to_owned(),
+        }
+    }
+
+    pub(super) fn target(&self, route: Route<'_>) -> ApiResult<Target<'_>> {
+        let (count, previous) = match self.layout {
+            Layout::One | Layout::Inside(_) if matches!(route, Route::Before) => {
+                return Ok(Target::Nowhere)
+            }
+            Layout::One | Layout::Inside(_) => return Ok(Target::Native(self, self.name())),
+            Layout::Sharded { count, previous } => (count, previous),
+        };
+        Ok(match sharded_place(count, previous, route)? {
+            Place::Shard(shard) => Target::Native(self, shard.object_name()),
+            Place::Previous => Target::Native(self, "d1".to_owned()),
+            Place::Nowhere => Target::Nowhere,
+        })
+    }
+
+    pub(super) fn everywhere(&self) -> Vec<Target<'_>> {
+        match self.layout {
+            Layout::One | Layout::Inside(_) => vec![Target::Native(self, self.name())],
+            Layout::Sharded { count, previous } => (0..count.get())
+                .map(|index| Target::Native(self, Shard { count, index }.object_name()))
+                .chain(previous.then(|| Target::Native(self, "d1".to_owned())))
+                .collect(),
+        }
+    }
+
+    pub(super) async fn run(&self, place: &str, statements: Vec<Stmt>) -> ApiResult<Vec<Rows>> {
+        let batch = statements.into_iter().map(|s| (s.sql, s.params)).collect();
+        let sets = self.places.run(place, batch).await.map_err(storage_error)?;
+        Ok(sets.into_iter().map(Rows::Json).collect())
+    }
+}

@@ -1,0 +1,147 @@
+//! The simulator's shell of the core's [`Host`]: configuration, the queue, providers and
+//! timers, all in virtual time and all drawn from the run's seed.
+
+use crate::exec::{Role, Sleep, Yield};
+use crate::world::World;
+use futures_util::future::LocalBoxFuture;
+use onceclick_edge::sim::{CallOutcome, Dispatch, Host, ProviderCall};
+use onceclick_protocol::AttemptError;
+use serde_json::json;
+use std::rc::Rc;
+
+/// What a scripted provider does with one call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Script {
+    /// Answers a valid output after the delay.
+    Answer,
+    /// Fails at once, retryably (a 500 or 429): no work done.
+    FailRetryable,
+    /// Fails for good (a 400): no work done.
+    FailForGood,
+    /// Never answers: the call times out (`unknown`); no work done, as it happens.
+    Hang,
+    /// Does the work and answers after the call timed out: paid for, and the answer lost.
+    Late,
+    /// Answers with its status, then the body is cut off (`unknown`): paid for.
+    CutOff,
+}
+
+impl Script {
+    /// Whether the provider did (and bills) the work.
+    pub(crate) fn paid(self) -> bool {
+        matches!(self, Script::Answer | Script::Late | Script::CutOff)
+    }
+}
+
+/// One provider call, as the world remembers it.
+#[derive(Clone, Debug)]
+pub(crate) struct CallRecord {
+    pub(crate) script: Script,
+    /// Its answer reached the dispatcher (the dispatcher's task lived that long).
+    pub(crate) delivered: bool,
+}
+
+/// The host of one task of one isolate.
+pub(crate) struct SimHost {
+    pub(crate) world: Rc<World>,
+    pub(crate) isolate: u32,
+}
+
+impl Host for SimHost {
+    fn var(&self, name: &str) -> Option<String> {
+        self.world.vars.get(name).cloned()
+    }
+
+    fn secret(&self, name: &str) -> Option<String> {
+        (name == "FALLBACK_API_KEY").then(|| "sim-key".to_owned())
+    }
+
+    fn enqueue(&self, message: Dispatch) -> LocalBoxFuture<'_, Result<(), String>> {
+        Box::pin(async move {
+            Yield::new().await;
+            self.world.send(message)
+        })
+    }
+
+    fn enqueue_after_response(&self, message: Dispatch) {
+        let world = self.world.clone();
+        self.world
+            .exec
+            .spawn(self.isolate, Role::AfterResponse, async move {
+                Yield::new().await;
+                let host = SimHost {
+                    world: world.clone(),
+                    isolate: 0,
+                };
+                onceclick_edge::sim::send(&host, message).await;
+            });
+    }
+
+    fn call<'a>(&'a self, call: ProviderCall<'a>) -> LocalBoxFuture<'a, CallOutcome> {
+        let world = self.world.clone();
+        if call.attempt_id.starts_with("cert_") {
+            return Box::pin(async move { CallOutcome::Output(world.output(call.input, 0)) });
+        }
+        let (script, delay) = world.provider_call(call.attempt_id, &call.provider.name);
+        let timeout = call.provider.timeout_ms;
+        let attempt_id = call.attempt_id.to_owned();
+        let input = call.input.clone();
+        Box::pin(async move {
+            let answers_in = match script {
+                Script::Hang | Script::Late => timeout,
+                _ => delay.min(timeout),
+            };
+            let at = onceclick_edge::sim::now_ms() as u64 + answers_in;
+            Sleep {
+                exec: world.exec.clone(),
+                at,
+                armed: false,
+            }
+            .await;
+            world.delivered(&attempt_id);
+            let timed_out = |what: &str| {
+                CallOutcome::Unknown(AttemptError::new(
+                    "provider_timeout",
+                    format!("no answer within {timeout} ms ({what})"),
+                    true,
+                ))
+            };
+            match script {
+                Script::Answer if delay <= timeout => {
+                    CallOutcome::Output(world.output(&input, world.serial()))
+                }
+                Script::Answer => timed_out("slow"),
+                Script::FailRetryable => CallOutcome::Failed(AttemptError::new(
+                    "provider_error",
+                    "the provider answered 500",
+                    true,
+                )),
+                Script::FailForGood => CallOutcome::Failed(AttemptError::new(
+                    "provider_rejected",
+                    "the provider answered 400",
+                    false,
+                )),
+                Script::Hang => timed_out("hang"),
+                Script::Late => timed_out("late"),
+                Script::CutOff => CallOutcome::Unknown(AttemptError::new(
+                    "provider_cut_off",
+                    json!("the answer broke off after its status").to_string(),
+                    true,
+                )),
+            }
+        })
+    }
+
+    fn sleep(&self, ms: u64) -> LocalBoxFuture<'static, ()> {
+        let at = onceclick_edge::sim::now_ms() as u64 + ms;
+        Box::pin(Sleep {
+            exec: self.world.exec.clone(),
+            at,
+            armed: false,
+        })
+    }
+
+    fn count_create(&self, _: &str, _: &str, _: &str, _: &str) {}
+
+    fn count_call(&self, _: &str, _: &str, _: &str, _: f64) {}
+}

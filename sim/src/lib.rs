@@ -1,0 +1,158 @@
+//! The deterministic simulation of onceclick's core.
+//!
+//! The Worker's own decisions (`onceclick-edge`, built natively: the handlers'
+//! `decide` functions, the dispatcher, the reconciler and every store call with its
+//! SQL) run here under a seeded scheduler, against SQLite with the Worker's migrations,
+//! with a virtual clock, a queue that delays, reorders and redelivers, scripted
+//! providers, crashes that drop an isolate's tasks, and store faults on either side of
+//! the commit. A reference model predicts the answers; the invariants of RELIABILITY.md
+//! are checked after every step, on the jobs that step touched. A run is many small
+//! worlds, each from a seed derived from the run's; a failing world is shrunk to the
+//! operations it needs and printed as a trace that `cargo xtask sim` replays.
+
+mod db;
+mod exec;
+mod host;
+mod rng;
+mod world;
+
+pub use db::{AnyMutant, SqlMutant};
+pub use onceclick_edge::sim::Mutant;
+pub use world::{Figures, Shape, Violation};
+
+use db::FaultRates;
+use rng::Rng;
+use std::collections::BTreeSet;
+use world::World;
+
+/// Where every world's virtual clock starts.
+pub(crate) const EPOCH_MS: u64 = 1_800_000_000_000;
+
+/// Operations per world.
+pub const WORLD_OPS: u64 = 2_000;
+
+/// One world to run.
+#[derive(Clone, Debug)]
+pub struct WorldSpec {
+    /// The world's own seed (from which everything in it follows).
+    pub seed: u64,
+    pub ops: u64,
+    pub mutant: Option<AnyMutant>,
+    /// Operations left out (shrinking).
+    pub skip: BTreeSet<u64>,
+}
+
+impl WorldSpec {
+    /// The world's shape and faults, from its seed.
+    fn shape(&self) -> (Shape, FaultRates) {
+        let mut rng = Rng::new(Rng::derive(self.seed, u64::MAX));
+        let shape = match rng.below(6) {
+            0 | 1 => Shape::D1,
+            2 => Shape::Shards(2),
+            3 => Shape::Shards(4),
+            _ => Shape::Moved(2),
+        };
+        let faults = match rng.below(4) {
+            0 => FaultRates::default(),
+            _ => FaultRates {
+                before: 5_000 + rng.below(20_000) as u32,
+                after: 5_000 + rng.below(20_000) as u32,
+            },
+        };
+        (shape, faults)
+    }
+}
+
+/// What one world came to.
+#[derive(Clone, Debug)]
+pub struct WorldRun {
+    pub shape: Shape,
+    pub figures: Figures,
+    pub violations: Vec<Violation>,
+    pub trace: Vec<String>,
+    pub summary: String,
+    /// For a world with an SQL mutant: whether its statement ever ran.
+    pub mutant_ran: bool,
+}
+
+/// Runs one world; with `trace`, keeps a line per event.
+pub fn run_world(spec: &WorldSpec, trace: bool) -> WorldRun {
+    let (shape, faults) = spec.shape();
+    onceclick_edge::sim::seed(spec.seed);
+    onceclick_edge::sim::set_now_ms(EPOCH_MS as f64);
+    let _ = onceclick_edge::sim::drain_log();
+    let world = World::new(spec.seed, shape, spec.mutant, trace, spec.ops / 2);
+    world.setup(faults);
+    for index in 0..spec.ops {
+        if spec.skip.contains(&index) {
+            continue;
+        }
+        world.operation(index, Rng::derive(spec.seed, index));
+        // A world stops at its first broken promise: the rest would follow from it.
+        if !world.violations().is_empty() {
+            break;
+        }
+    }
+    if world.violations().is_empty() {
+        world.settle();
+    }
+    onceclick_edge::sim::plant(None);
+    WorldRun {
+        shape,
+        figures: world.figures(),
+        violations: world.violations(),
+        trace: world.trace(),
+        summary: world.summary(),
+        mutant_ran: world.mutant_ran(),
+    }
+}
+
+/// The seed of world `n` of a run seeded `seed`.
+pub fn world_seed(seed: u64, n: u64) -> u64 {
+    Rng::derive(seed, n)
+}
+
+/// Shrinks a failing world: first to the operations up to its failure, then without
+/// every operation (in halving chunks) whose absence still fails it. Returns the
+/// smaller spec (it still fails).
+pub fn shrink(spec: &WorldSpec, budget: u32) -> WorldSpec {
+    let mut best = spec.clone();
+    let first = run_world(&best, false);
+    let Some(v) = first.violations.first() else {
+        return best;
+    };
+    best.ops = v.op + 1;
+    let mut runs = 0;
+    let mut chunk = (best.ops / 2).max(1);
+    while chunk >= 1 && runs < budget {
+        let mut start = 0;
+        let mut changed = false;
+        while start < best.ops && runs < budget {
+            let mut trial = best.clone();
+            let cut: Vec<u64> = (start..(start + chunk).min(best.ops))
+                .filter(|i| !trial.skip.contains(i))
+                .collect();
+            if cut.is_empty() {
+                start += chunk;
+                continue;
+            }
+            trial.skip.extend(cut);
+            runs += 1;
+            let run = run_world(&trial, false);
+            if let Some(v) = run.violations.first() {
+                trial.ops = v.op + 1;
+                best = trial;
+                changed = true;
+            } else {
+                start += chunk;
+            }
+        }
+        if !changed {
+            if chunk == 1 {
+                break;
+            }
+            chunk /= 2;
+        }
+    }
+    best
+}

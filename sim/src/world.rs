@@ -1,0 +1,1335 @@
+//! One world: a store layout, its places, a queue, providers, clients and isolates,
+//! driven operation by operation from one seed, with the reference model and the
+//! invariants checked after every step on the jobs that step touched.
+
+use crate::db::{self, AnyMutant, Db, FaultRates, SimPlaces};
+use crate::exec::{Exec, Role};
+use crate::host::{CallRecord, Script, SimHost};
+use crate::rng::Rng;
+use onceclick_edge::sim::{self, Answer, Dispatch, Layout};
+use onceclick_protocol::shard::{Shard, ShardCount};
+use onceclick_protocol::{AttemptState, CreateJob, ErrorCode, NewAttempt};
+use serde_json::{json, Value};
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::rc::Rc;
+
+/// The front isolates (requests and their `wait_until` work), the consumer's, and the
+/// reconciler's.
+const FRONT: [u32; 2] = [1, 2];
+const CONSUMER: u32 = 3;
+const RECONCILER: u32 = 4;
+/// The queue's deliveries of one message (`max_retries = 5` in `wrangler.toml`, plus
+/// the first).
+const DELIVERIES: u32 = 6;
+const OWNERS: [&str; 3] = ["alice", "bob", "o:carol"];
+
+/// The store layouts a world may have.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    /// One D1.
+    D1,
+    /// Shards.
+    Shards(u32),
+    /// One D1 first, then the move: shards with that D1 kept as the previous store.
+    Moved(u32),
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Figures {
+    pub ops: u64,
+    pub requests: u64,
+    pub deliveries: u64,
+    pub redeliveries: u64,
+    pub provider_calls: u64,
+    pub reconciles: u64,
+    pub crashes: u64,
+    pub clock_jumps: u64,
+    pub store_faults: u64,
+    pub batches: u64,
+    pub checks: u64,
+    pub jobs: u64,
+    pub polls: u64,
+}
+
+impl Figures {
+    pub fn add(&mut self, o: &Figures) {
+        self.ops += o.ops;
+        self.requests += o.requests;
+        self.deliveries += o.deliveries;
+        self.redeliveries += o.redeliveries;
+        self.provider_calls += o.provider_calls;
+        self.reconciles += o.reconciles;
+        self.crashes += o.crashes;
+        self.clock_jumps += o.clock_jumps;
+        self.store_faults += o.store_faults;
+        self.batches += o.batches;
+        self.checks += o.checks;
+        self.jobs += o.jobs;
+        self.polls += o.polls;
+    }
+}
+
+/// A broken promise: which, at which operation.
+#[derive(Clone, Debug)]
+pub struct Violation {
+    pub op: u64,
+    pub what: String,
+}
+
+struct Msg {
+    id: u64,
+    dispatch: Dispatch,
+    due: u64,
+    deliveries: u32,
+}
+
+/// What the model knows of one intent (one owner's key).
+#[derive(Clone, Debug)]
+struct Intent {
+    owner: &'static str,
+    key: String,
+    kind: &'static str,
+    text: String,
+    provider: Option<&'static str>,
+    /// The job the key is bound to, once an answer named it.
+    job: Option<String>,
+    /// Whether a create has answered 201 (bound the key): only one may.
+    created: bool,
+    /// The text of the job the key is bound to, once an answer showed it.
+    bound_text: Option<String>,
+    /// Every text a create under this key has sent.
+    sent: BTreeSet<String>,
+}
+
+/// What the model last saw of a job.
+#[derive(Clone, Debug)]
+struct Seen {
+    place: String,
+    owner: String,
+    status: String,
+    result: Option<String>,
+    completed_by: Option<String>,
+    attempts: BTreeMap<String, String>,
+}
+
+/// One fallback key of a job: its body's provider, and the attempt its answer named.
+type Fallback = (Option<&'static str>, Option<String>);
+
+/// A request in flight, and what its answer must agree with.
+#[derive(Clone, Debug)]
+enum Request {
+    /// A create of intent `intent` with the text `text` (its own, or a changed one).
+    Create {
+        intent: usize,
+        text: String,
+    },
+    Fallback {
+        job: String,
+        key: String,
+        body: Option<&'static str>,
+    },
+    Cancel {
+        job: String,
+    },
+    Resolve {
+        attempt: String,
+        outcome: &'static str,
+    },
+    Read {
+        job: String,
+    },
+}
+
+pub(crate) struct World {
+    pub(crate) exec: Rc<Exec>,
+    db: Rc<Db>,
+    places: Rc<SimPlaces>,
+    layout: Cell<Layout>,
+    shape: Shape,
+    pub(crate) vars: BTreeMap<String, String>,
+    queue: RefCell<Vec<Msg>>,
+    next_msg: Cell<u64>,
+    /// Deliveries in flight: task → message.
+    delivering: RefCell<BTreeMap<u64, Msg>>,
+    calls: RefCell<BTreeMap<String, CallRecord>>,
+    rng: RefCell<Rng>,
+    intents: RefCell<Vec<Intent>>,
+    seen: RefCell<BTreeMap<String, Seen>>,
+    /// Jobs the purge took (with their keys, which are free again).
+    purged: RefCell<BTreeSet<String>>,
+    /// Fallback keys per job: key → (body's provider, the attempt its answer named).
+    fallbacks: RefCell<BTreeMap<(String, String), Fallback>>,
+    /// Requests in flight: task → request.
+    requests: RefCell<BTreeMap<u64, Request>>,
+    answers: RefCell<Vec<(u64, Request, Answer)>>,
+    /// (event, attempt) of every log line naming an attempt.
+    lines: RefCell<BTreeSet<(String, String)>>,
+    violations: RefCell<Vec<Violation>>,
+    op: Cell<u64>,
+    serial: Cell<u64>,
+    figures: RefCell<Figures>,
+    trace: Option<RefCell<Vec<String>>>,
+    rust_mutant: Option<sim::Mutant>,
+    move_at: u64,
+}
+
+fn layout_of(shape: Shape, moved: bool) -> Layout {
+    let count = |n: u32| {
+        ShardCount::new(n)
+            .or(ShardCount::new(1))
+            .unwrap_or_else(|| unreachable!())
+    };
+    match shape {
+        Shape::D1 => Layout::One,
+        Shape::Shards(n) => Layout::Sharded {
+            count: count(n),
+            previous: false,
+        },
+        Shape::Moved(_) if !moved => Layout::One,
+        Shape::Moved(n) => Layout::Sharded {
+            count: count(n),
+            previous: true,
+        },
+    }
+}
+
+fn s(v: Option<&Value>) -> Option<String> {
+    v.and_then(|v| match v {
+        Value::Null => None,
+        Value::String(s) => Some(s.clone()),
+        other => Some(other.to_string()),
+    })
+}
+
+impl World {
+    pub(crate) fn new(
+        seed: u64,
+        shape: Shape,
+        mutant: Option<AnyMutant>,
+        trace: bool,
+        move_at: u64,
+    ) -> Rc<Self> {
+        let sql_mutant = match mutant {
+            Some(AnyMutant::Sql(m)) => Some(m),
+            _ => None,
+        };
+        let rust_mutant = match mutant {
+            Some(AnyMutant::Rust(m)) => Some(m),
+            _ => None,
+        };
+        let db = Rc::new(Db::new(seed, sql_mutant));
+        let vars = [
+            (
+                "PROVIDERS",
+                json!([
+                    {"name": "primary", "base_url": "http://sim/primary/v1", "model": "m-small",
+                     "timeout_ms": 1000, "abandon_after_ms": 20000},
+                    {"name": "fallback", "base_url": "http://sim/fallback/v1", "model": "m-large",
+                     "timeout_ms": 1000, "api_key_secret": "FALLBACK_API_KEY"},
+                ])
+                .to_string(),
+            ),
+            ("RECONCILE_STARTING_AFTER_MS", "5000".to_owned()),
+            ("RECONCILE_LOST_GRACE_MS", "2000".to_owned()),
+            ("JOB_RETENTION_HOURS", "24".to_owned()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        Rc::new(Self {
+            exec: Rc::new(Exec::default()),
+            places: Rc::new(SimPlaces(db.clone())),
+            db,
+            layout: Cell::new(layout_of(shape, false)),
+            shape,
+            vars,
+            queue: RefCell::new(Vec::new()),
+            next_msg: Cell::new(0),
+            delivering: RefCell::new(BTreeMap::new()),
+            calls: RefCell::new(BTreeMap::new()),
+            rng: RefCell::new(Rng::new(seed)),
+            intents: RefCell::new(Vec::new()),
+            seen: RefCell::new(BTreeMap::new()),
+            purged: RefCell::new(BTreeSet::new()),
+            fallbacks: RefCell::new(BTreeMap::new()),
+            requests: RefCell::new(BTreeMap::new()),
+            answers: RefCell::new(Vec::new()),
+            lines: RefCell::new(BTreeSet::new()),
+            violations: RefCell::new(Vec::new()),
+            op: Cell::new(0),
+            serial: Cell::new(0),
+            figures: RefCell::new(Figures::default()),
+            trace: trace.then(|| RefCell::new(Vec::new())),
+            rust_mutant,
+            move_at,
+        })
+    }
+
+    fn now(&self) -> u64 {
+        sim::now_ms() as u64
+    }
+
+    fn note(&self, line: impl FnOnce() -> String) {
+        if let Some(trace) = &self.trace {
+            let line = format!(
+                "#{:<6} t={:<9} {}",
+                self.op.get(),
+                self.now() - crate::EPOCH_MS,
+                line()
+            );
+            trace.borrow_mut().push(line);
+        }
+    }
+
+    pub(crate) fn trace(&self) -> Vec<String> {
+        self.trace
+            .as_ref()
+            .map(|t| t.borrow().clone())
+            .unwrap_or_default()
+    }
+
+    fn violate(&self, what: String) {
+        self.note(|| format!("VIOLATION {what}"));
+        self.violations.borrow_mut().push(Violation {
+            op: self.op.get(),
+            what,
+        });
+    }
+
+    pub(crate) fn violations(&self) -> Vec<Violation> {
+        self.violations.borrow().clone()
+    }
+
+    pub(crate) fn figures(&self) -> Figures {
+        let mut f = self.figures.borrow().clone();
+        f.batches = *self.db.batches.borrow();
+        f.store_faults = *self.db.faults_fired.borrow();
+        f.polls = self.exec.polls.get();
+        f
+    }
+
+    pub(crate) fn mutant_ran(&self) -> bool {
+        *self.db.mutant_ran.borrow()
+    }
+
+    pub(crate) fn serial(&self) -> u64 {
+        let n = self.serial.get() + 1;
+        self.serial.set(n);
+        n
+    }
+
+    /// A provider's output for `input`: valid for the kind, and different every call.
+    pub(crate) fn output(&self, _input: &Value, n: u64) -> Value {
+        json!({"summary": format!("s{n}"), "sentiment": "neutral"})
+    }
+
+    fn store(&self, layout: Layout, scope: &str) -> sim::Store {
+        let places: Rc<dyn sim::Places> = self.places.clone();
+        match sim::Store::new(places, layout, "", scope) {
+            Ok(store) => store,
+            Err(e) => panic!("a store with no faults: {e}"),
+        }
+    }
+
+    fn host(self: &Rc<Self>, isolate: u32) -> SimHost {
+        SimHost {
+            world: self.clone(),
+            isolate,
+        }
+    }
+
+    /// The queue takes a message (a small delay before it can be delivered).
+    pub(crate) fn send(&self, dispatch: Dispatch) -> Result<(), String> {
+        let id = self.next_msg.get() + 1;
+        self.next_msg.set(id);
+        let due = self.now() + self.rng.borrow_mut().below(50);
+        self.note(|| format!("queue <- {} (msg {id})", dispatch.attempt_id));
+        self.queue.borrow_mut().push(Msg {
+            id,
+            dispatch,
+            due,
+            deliveries: 0,
+        });
+        Ok(())
+    }
+
+    /// A provider call begins: checked (claimed first, once per attempt), scripted.
+    pub(crate) fn provider_call(&self, attempt_id: &str, provider: &str) -> (Script, u64) {
+        self.figures.borrow_mut().provider_calls += 1;
+        // Claimed first: the claim (and only the claim) sets the token. The attempt may
+        // have been cancelled since, between the claim and the call.
+        match self.attempt_claim(attempt_id) {
+            Some(Some(_)) => {}
+            other => self.violate(format!(
+                "provider call for {attempt_id}, which was never claimed ({other:?}): no call before its claim"
+            )),
+        }
+        let mut rng = self.rng.borrow_mut();
+        let script = rng.weighted(&[
+            (50, Script::Answer),
+            (12, Script::FailRetryable),
+            (5, Script::FailForGood),
+            (8, Script::Hang),
+            (10, Script::Late),
+            (5, Script::CutOff),
+        ]);
+        let delay = 20 + rng.below(1_100);
+        drop(rng);
+        if self
+            .calls
+            .borrow_mut()
+            .insert(
+                attempt_id.to_owned(),
+                CallRecord {
+                    script,
+                    delivered: false,
+                },
+            )
+            .is_some()
+        {
+            self.violate(format!("a second provider call for attempt {attempt_id}"));
+        }
+        self.note(|| format!("call {provider} for {attempt_id}: {script:?} in {delay} ms"));
+        (script, delay)
+    }
+
+    pub(crate) fn delivered(&self, attempt_id: &str) {
+        if let Some(call) = self.calls.borrow_mut().get_mut(attempt_id) {
+            call.delivered = true;
+        }
+    }
+
+    /// Where an attempt or job id lives, by the current layout (v7 ids: `d1`).
+    fn place_of(&self, id: &str) -> Option<String> {
+        match onceclick_protocol::shard::route_of_id(id) {
+            onceclick_protocol::shard::IdRoute::Shard(shard) => Some(shard.object_name()),
+            onceclick_protocol::shard::IdRoute::Database => Some("d1".to_owned()),
+            onceclick_protocol::shard::IdRoute::Unknown => None,
+        }
+    }
+
+    /// The attempt's claim token (`None` inside: never claimed), if it exists.
+    fn attempt_claim(&self, attempt_id: &str) -> Option<Option<String>> {
+        let place = self.place_of(attempt_id)?;
+        let rows = self.db.query(
+            &place,
+            "SELECT claim_token FROM attempts WHERE id = ?1",
+            &[json!(attempt_id)],
+        );
+        rows.first().map(|r| s(r.get("claim_token")))
+    }
+
+    // --- the operations ---------------------------------------------------------
+
+    /// Runs operation `index` with its own seed.
+    pub(crate) fn operation(self: &Rc<Self>, index: u64, seed: u64) {
+        self.op.set(index);
+        self.figures.borrow_mut().ops += 1;
+        let mut rng = Rng::new(seed);
+        // A moved world moves halfway, once its front isolates hold no request (the
+        // move's first deploy refuses new keys until the old layout's creates are done).
+        if let Shape::Moved(_) = self.shape {
+            if self.layout.get() == Layout::One && index >= self.move_at {
+                self.drain_front();
+                self.layout.set(layout_of(self.shape, true));
+                self.note(|| "the move: shards, with D1 kept as the previous store".to_owned());
+            }
+        }
+        let pick = rng.weighted(&[
+            (14, 0u8), // a new intent
+            (8, 1),    // its resend
+            (3, 2),    // the same key, another request
+            (5, 3),    // the fallback button
+            (3, 4),    // cancel
+            (3, 5),    // resolve
+            (2, 6),    // read
+            (14, 7),   // a queue delivery
+            (3, 8),    // a reconciler pass
+            (16, 9),   // time passes
+            (2, 10),   // a clock jump
+            (1, 11),   // a crash
+            (30, 12),  // tasks run
+        ]);
+        match pick {
+            0 => self.new_intent(&mut rng),
+            1 => self.resend(&mut rng, false),
+            2 => self.resend(&mut rng, true),
+            3 => self.fallback(&mut rng),
+            4 => self.cancel(&mut rng),
+            5 => self.resolve(&mut rng),
+            6 => self.read(&mut rng),
+            7 => self.deliver(&mut rng),
+            8 => self.reconcile(&mut rng),
+            9 => self.advance(1 + rng.below(400)),
+            10 => {
+                self.figures.borrow_mut().clock_jumps += 1;
+                let ms = rng.weighted(&[(6, 5_000u64), (3, 60_000), (1, 25 * 3_600_000)]);
+                self.advance(ms + rng.below(ms));
+            }
+            11 => self.crash(&mut rng),
+            _ => {}
+        }
+        for _ in 0..rng.below(6) {
+            self.step(&mut rng);
+        }
+    }
+
+    fn spawn_request(self: &Rc<Self>, rng: &mut Rng, request: Request) {
+        self.figures.borrow_mut().requests += 1;
+        let isolate = FRONT[rng.below(FRONT.len() as u64) as usize];
+        let world = self.clone();
+        let layout = self.layout.get();
+        let req = request.clone();
+        let op = self.op.get();
+        self.note(|| format!("request {req:?} on isolate {isolate}"));
+        let id = self.exec.spawn(isolate, Role::Request(op), async move {
+            let host = world.host(isolate);
+            let store = world.store(layout, "request");
+            let answer = match &req {
+                Request::Create { intent, text } => {
+                    let i = world.intents.borrow()[*intent].clone();
+                    let body = CreateJob {
+                        kind: i.kind.to_owned(),
+                        input: json!({ "text": text }),
+                        provider: i.provider.map(str::to_owned),
+                    };
+                    sim::create(&host, &store, i.owner, &i.key, &body, None).await
+                }
+                Request::Fallback { job, key, body } => {
+                    let owner = world.seen.borrow().get(job).map(|s| s.owner.clone()).unwrap_or_default();
+                    let body = NewAttempt {
+                        provider: body.map(str::to_owned),
+                    };
+                    sim::fallback(&host, &store, &owner, job, Some(key), &body, None, None).await
+                }
+                Request::Cancel { job } => {
+                    let owner = world.seen.borrow().get(job).map(|s| s.owner.clone());
+                    sim::cancel(&store, owner.as_deref(), job).await
+                }
+                Request::Resolve { attempt, outcome } => {
+                    let body = match *outcome {
+                        "succeeded" => {
+                            json!({"outcome": "succeeded", "result": {"summary": format!("r{}", world.serial()), "sentiment": "neutral"}})
+                        }
+                        other => json!({ "outcome": other }),
+                    };
+                    sim::resolve(&store, attempt, &body).await
+                }
+                Request::Read { job } => sim::read(&store, None, job).await,
+            };
+            let task = crate::exec::current();
+            let request = world.requests.borrow_mut().remove(&task);
+            if let Some(request) = request {
+                world.answers.borrow_mut().push((task, request, answer));
+            }
+        });
+        self.note(|| format!("  (task {id})"));
+        self.requests.borrow_mut().insert(id, request);
+    }
+
+    fn new_intent(self: &Rc<Self>, rng: &mut Rng) {
+        let n = self.intents.borrow().len();
+        let kind = if rng.below(3) == 0 {
+            "summarize_hedged"
+        } else {
+            "summarize"
+        };
+        let intent = Intent {
+            owner: OWNERS[rng.below(OWNERS.len() as u64) as usize],
+            key: format!("k{n}-{}", rng.below(1_000_000)),
+            kind,
+            text: format!(
+                "The text of intent number {n}, long enough to be summarized in a few words."
+            ),
+            provider: (rng.below(5) == 0).then_some("fallback"),
+            job: None,
+            created: false,
+            bound_text: None,
+            sent: BTreeSet::new(),
+        };
+        self.intents.borrow_mut().push(intent);
+        self.create(rng, n, false);
+    }
+
+    fn create(self: &Rc<Self>, rng: &mut Rng, intent: usize, mismatch: bool) {
+        let text = {
+            let mut intents = self.intents.borrow_mut();
+            let i = &mut intents[intent];
+            let text = if mismatch {
+                format!("{} Changed: {}.", i.text, rng.below(1_000))
+            } else {
+                i.text.clone()
+            };
+            i.sent.insert(text.clone());
+            text
+        };
+        self.spawn_request(rng, Request::Create { intent, text });
+    }
+
+    fn resend(self: &Rc<Self>, rng: &mut Rng, mismatch: bool) {
+        let candidates: Vec<usize> = self
+            .intents
+            .borrow()
+            .iter()
+            .enumerate()
+            .filter(|(_, i)| !mismatch || i.job.is_some())
+            .map(|(n, _)| n)
+            .collect();
+        if candidates.is_empty() {
+            return;
+        }
+        let intent = candidates[rng.below(candidates.len() as u64) as usize];
+        self.create(rng, intent, mismatch);
+    }
+
+    fn known_job(&self, rng: &mut Rng) -> Option<String> {
+        let seen = self.seen.borrow();
+        if seen.is_empty() {
+            return None;
+        }
+        let n = rng.below(seen.len() as u64) as usize;
+        seen.keys().nth(n).cloned()
+    }
+
+    fn fallback(self: &Rc<Self>, rng: &mut Rng) {
+        let Some(job) = self.known_job(rng) else {
+            return;
+        };
+        let earlier: Vec<(String, Option<&'static str>)> = self
+            .fallbacks
+            .borrow()
+            .iter()
+            .filter(|((j, _), _)| *j == job)
+            .map(|((_, k), (b, _))| (k.clone(), *b))
+            .collect();
+        let (key, body) = if !earlier.is_empty() && rng.below(3) == 0 {
+            earlier[rng.below(earlier.len() as u64) as usize].clone()
+        } else {
+            let key = format!("fb{}", rng.below(1_000_000_000));
+            let body = (rng.below(2) == 0).then_some("fallback");
+            self.fallbacks
+                .borrow_mut()
+                .insert((job.clone(), key.clone()), (body, None));
+            (key, body)
+        };
+        self.spawn_request(rng, Request::Fallback { job, key, body });
+    }
+
+    fn cancel(self: &Rc<Self>, rng: &mut Rng) {
+        if let Some(job) = self.known_job(rng) {
+            self.spawn_request(rng, Request::Cancel { job });
+        }
+    }
+
+    fn read(self: &Rc<Self>, rng: &mut Rng) {
+        if let Some(job) = self.known_job(rng) {
+            self.spawn_request(rng, Request::Read { job });
+        }
+    }
+
+    fn resolve(self: &Rc<Self>, rng: &mut Rng) {
+        let unknown: Vec<String> = self
+            .seen
+            .borrow()
+            .values()
+            .flat_map(|s| {
+                s.attempts
+                    .iter()
+                    .filter(|(_, st)| *st == "unknown")
+                    .map(|(id, _)| id.clone())
+            })
+            .collect();
+        let any: Vec<String> = self
+            .seen
+            .borrow()
+            .values()
+            .flat_map(|s| s.attempts.keys().cloned())
+            .collect();
+        let pool = if !unknown.is_empty() && rng.below(5) != 0 {
+            unknown
+        } else {
+            any
+        };
+        if pool.is_empty() {
+            return;
+        }
+        let attempt = pool[rng.below(pool.len() as u64) as usize].clone();
+        let outcome = rng.weighted(&[(4, "failed"), (2, "cancelled"), (4, "succeeded")]);
+        self.spawn_request(rng, Request::Resolve { attempt, outcome });
+    }
+
+    fn deliver(self: &Rc<Self>, rng: &mut Rng) {
+        let now = self.now();
+        let due: Vec<usize> = self
+            .queue
+            .borrow()
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.due <= now)
+            .map(|(i, _)| i)
+            .collect();
+        if due.is_empty() {
+            return;
+        }
+        // Any due message, not the oldest: the queue does not keep order.
+        let i = due[rng.below(due.len() as u64) as usize];
+        let mut msg = self.queue.borrow_mut().remove(i);
+        msg.deliveries += 1;
+        let mut figures = self.figures.borrow_mut();
+        figures.deliveries += 1;
+        if msg.deliveries > 1 {
+            figures.redeliveries += 1;
+        }
+        drop(figures);
+        // At least once: now and then a message is delivered and also kept.
+        if rng.below(40) == 0 {
+            let id = self.next_msg.get() + 1;
+            self.next_msg.set(id);
+            self.queue.borrow_mut().push(Msg {
+                id,
+                dispatch: msg.dispatch.clone(),
+                due: now + rng.below(2_000),
+                deliveries: msg.deliveries,
+            });
+        }
+        let world = self.clone();
+        let layout = self.layout.get();
+        let dispatch = msg.dispatch.clone();
+        self.note(|| {
+            format!(
+                "deliver msg {} ({}), delivery {}",
+                msg.id, dispatch.attempt_id, msg.deliveries
+            )
+        });
+        let task = self
+            .exec
+            .spawn(CONSUMER, Role::Delivery(msg.id), async move {
+                let host = world.host(CONSUMER);
+                let store = world.store(layout, &dispatch.attempt_id);
+                let outcome = sim::deliver(&host, &store, &dispatch).await;
+                let task = crate::exec::current();
+                let msg = world.delivering.borrow_mut().remove(&task);
+                if let (Err(code), Some(msg)) = (outcome, msg) {
+                    world.note(|| {
+                        format!(
+                            "delivery of msg {} failed ({}): retried",
+                            msg.id,
+                            code.as_str()
+                        )
+                    });
+                    world.retry(msg, 1_000);
+                }
+            });
+        self.delivering.borrow_mut().insert(task, msg);
+    }
+
+    /// A message back to the queue for a later delivery, unless it has had them all.
+    fn retry(&self, mut msg: Msg, delay: u64) {
+        if msg.deliveries >= DELIVERIES {
+            self.note(|| {
+                format!(
+                    "msg {} dead-lettered after {} deliveries",
+                    msg.id, msg.deliveries
+                )
+            });
+            return;
+        }
+        msg.due = self.now() + delay + self.rng.borrow_mut().below(delay);
+        self.queue.borrow_mut().push(msg);
+    }
+
+    fn reconcile(self: &Rc<Self>, rng: &mut Rng) {
+        self.figures.borrow_mut().reconciles += 1;
+        let layout = match self.layout.get() {
+            Layout::Sharded { count, previous } => {
+                let n = u64::from(count.get()) + u64::from(previous);
+                let i = rng.below(n) as u32;
+                if i < count.get() {
+                    Layout::Inside(Shard { count, index: i })
+                } else {
+                    Layout::One
+                }
+            }
+            other => other,
+        };
+        let world = self.clone();
+        self.note(|| format!("reconcile {layout:?}"));
+        self.exec.spawn(RECONCILER, Role::Reconcile, async move {
+            let host = world.host(RECONCILER);
+            let store = world.store(layout, "/v1/_reconcile");
+            let _ = sim::reconcile(&host, &store).await;
+        });
+    }
+
+    fn advance(&self, ms: u64) {
+        let to = self.now() + ms;
+        sim::set_now_ms(to as f64);
+        self.exec.fire_timers(to);
+    }
+
+    fn crash(&self, rng: &mut Rng) {
+        self.figures.borrow_mut().crashes += 1;
+        let isolate = rng.weighted(&[(2, FRONT[0]), (2, FRONT[1]), (3, CONSUMER), (1, RECONCILER)]);
+        let dropped = self.exec.crash(isolate);
+        self.note(|| format!("crash isolate {isolate}: {} tasks dropped", dropped.len()));
+        for (task, role) in dropped {
+            self.requests.borrow_mut().remove(&task);
+            db::take_writes(task);
+            if let Role::Delivery(_) = role {
+                // Never acked: the queue delivers it again.
+                if let Some(msg) = self.delivering.borrow_mut().remove(&task) {
+                    self.retry(msg, 500);
+                }
+            }
+        }
+    }
+
+    /// Polls one ready task, then checks what it did.
+    fn step(self: &Rc<Self>, rng: &mut Rng) -> bool {
+        let ready = self.exec.ready();
+        if ready.is_empty() {
+            return false;
+        }
+        let id = ready[rng.below(ready.len() as u64) as usize];
+        let done = self.exec.poll(id);
+        self.after_step(id, done);
+        true
+    }
+
+    fn drain_front(self: &Rc<Self>) {
+        let mut rng = Rng::new(self.op.get());
+        for _ in 0..100_000 {
+            let front = self
+                .exec
+                .count(|r| matches!(r, Role::Request(_) | Role::AfterResponse));
+            if front == 0 {
+                return;
+            }
+            if !self.step(&mut rng) {
+                self.advance(100);
+            }
+        }
+    }
+
+    // --- the checks ---------------------------------------------------------------
+
+    fn after_step(self: &Rc<Self>, task: u64, done: bool) {
+        for line in sim::drain_log() {
+            let event = line
+                .get("event")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            for field in ["attempt_id", "loser"] {
+                if let Some(a) = line.get(field).and_then(Value::as_str) {
+                    self.lines
+                        .borrow_mut()
+                        .insert((event.clone(), a.to_owned()));
+                }
+            }
+        }
+        let answers: Vec<_> = std::mem::take(&mut *self.answers.borrow_mut());
+        for (task, request, answer) in answers {
+            self.check_answer(task, &request, &answer);
+        }
+        if done {
+            db::take_writes(task);
+        }
+        let touched: Vec<(String, String)> = std::mem::take(&mut *self.db.touched.borrow_mut())
+            .into_iter()
+            .collect();
+        for (place, job) in touched {
+            self.check_job(&place, &job);
+        }
+    }
+
+    fn check_answer(&self, task: u64, request: &Request, answer: &Answer) {
+        self.figures.borrow_mut().checks += 1;
+        let writes = db::take_writes(task);
+        let status = answer.status;
+        let code = answer.code;
+        self.note(|| {
+            format!(
+                "answer {status} {} {}",
+                code.map(|c| c.as_str()).unwrap_or(""),
+                answer.job.as_ref().map(|j| j.id.as_str()).unwrap_or("")
+            )
+        });
+        if status >= 500 && code != Some(ErrorCode::ServiceUnavailable) {
+            self.violate(format!(
+                "{request:?} answered {status} {code:?}: a failure on our side ({})",
+                answer.cause.as_deref().unwrap_or("no cause")
+            ));
+            return;
+        }
+        // A refused request writes nothing but the figures' counters.
+        if (400..500).contains(&status) && status != 429 && writes > 0 {
+            // One race is no refusal: a resolve that moved the last live attempt of
+            // an old ended job, whose job the purge took before the resolve read it
+            // back (404, with the attempt gone everywhere).
+            let purged_under_it = match request {
+                Request::Resolve { attempt, .. } if status == 404 => {
+                    self.db.places().iter().all(|p| {
+                        self.db
+                            .query(p, "SELECT 1 FROM attempts WHERE id = ?1", &[json!(attempt)])
+                            .is_empty()
+                    })
+                }
+                _ => false,
+            };
+            if !purged_under_it {
+                self.violate(format!(
+                "{request:?} was refused ({status} {code:?}) and wrote {writes} rows outside the figures"
+            ));
+            }
+        }
+        if status == 503 {
+            return;
+        }
+        let purged = |id: &str| self.purged.borrow().contains(id);
+        match request {
+            Request::Create { .. } if answer.job.as_ref().is_some_and(|j| purged(&j.id)) => {}
+            Request::Create { .. } if answer.problem_job.as_deref().is_some_and(purged) => {}
+            Request::Create { intent, text } => {
+                let mut intents = self.intents.borrow_mut();
+                let i = &mut intents[*intent];
+                match (status, code, &answer.job) {
+                    (200 | 201, _, Some(job)) => {
+                        if let Some(known) = &i.job {
+                            if *known != job.id {
+                                self.violate(format!(
+                                    "key {}/{} answered job {} after job {known}: one key, two jobs",
+                                    i.owner, i.key, job.id
+                                ));
+                            }
+                        }
+                        if status == 201 {
+                            if i.created {
+                                self.violate(format!(
+                                    "key {}/{} bound twice (201 again) to {}",
+                                    i.owner, i.key, job.id
+                                ));
+                            }
+                            i.created = true;
+                        }
+                        let input = job.input.get("text").and_then(Value::as_str);
+                        if input != Some(text.as_str()) || job.kind != i.kind {
+                            self.violate(format!(
+                                "key {}/{} answered with a job of another request ({status}): the request was {text:?}, the job's {input:?}",
+                                i.owner, i.key
+                            ));
+                        }
+                        i.job = Some(job.id.clone());
+                        i.bound_text = Some(text.clone());
+                    }
+                    (409, Some(ErrorCode::IdempotencyKeyReused), _) => {
+                        // Only another request can be refused: the key's job has another
+                        // text (known), or another text was sent under it (unknown yet).
+                        let other = match &i.bound_text {
+                            Some(bound) => bound != text,
+                            None => i.sent.iter().any(|t| t != text),
+                        };
+                        if !other {
+                            self.violate(format!(
+                                "key {}/{} refused its own request (409): {text:?}",
+                                i.owner, i.key
+                            ));
+                        }
+                        if i.job.is_some() && answer.problem_job.as_ref() != i.job.as_ref() {
+                            self.violate(format!(
+                                "a 409 for {}/{} names job {:?}, not {:?}",
+                                i.owner, i.key, answer.problem_job, i.job
+                            ));
+                        }
+                    }
+                    _ => self.violate(format!(
+                        "a create of {}/{} answered {status} {code:?}",
+                        i.owner, i.key
+                    )),
+                }
+            }
+            Request::Fallback { job, key, .. } => {
+                let made = (status == 200 || status == 201)
+                    .then(|| answer.attempt_id.clone())
+                    .flatten();
+                if let Some(attempt) = made {
+                    let mut fallbacks = self.fallbacks.borrow_mut();
+                    let entry = fallbacks
+                        .entry((job.clone(), key.clone()))
+                        .or_insert((None, None));
+                    match &entry.1 {
+                        Some(first) if *first != attempt => self.violate(format!(
+                            "fallback key {key} of {job} made attempt {attempt} after {first}"
+                        )),
+                        _ => entry.1 = Some(attempt.clone()),
+                    }
+                    if status == 201 {
+                        if let Some(doc) = &answer.job {
+                            let others_live = doc.attempts.iter().any(|a| {
+                                a.id != attempt
+                                    && matches!(
+                                        a.state,
+                                        AttemptState::Starting
+                                            | AttemptState::Running
+                                            | AttemptState::Unknown
+                                    )
+                            });
+                            if others_live {
+                                self.violate(format!("fallback {attempt} of {job} was added beside a live or unknown attempt"));
+                            }
+                        }
+                    }
+                } else if !matches!(
+                    code,
+                    Some(
+                        ErrorCode::JobFinished
+                            | ErrorCode::AttemptUnresolved
+                            | ErrorCode::AttemptInFlight
+                            | ErrorCode::IdempotencyKeyReused
+                            | ErrorCode::ProviderNotCertified
+                            | ErrorCode::NotFound
+                            | ErrorCode::UnknownProvider
+                    )
+                ) {
+                    self.violate(format!("fallback on {job} answered {status} {code:?}"));
+                }
+            }
+            Request::Cancel { job } => match (status, code, &answer.job) {
+                (200, _, Some(doc)) if doc.status.as_str() == "cancelled" => {}
+                (409, Some(ErrorCode::JobFinished), _) => {}
+                (404, _, _) => {}
+                _ => self.violate(format!("cancel of {job} answered {status} {code:?}")),
+            },
+            Request::Resolve { attempt, outcome } => {
+                if status == 200 {
+                    let state = answer
+                        .job
+                        .as_ref()
+                        .and_then(|j| j.attempts.iter().find(|a| a.id == *attempt))
+                        .map(|a| a.state.as_str().to_owned());
+                    let ok = match *outcome {
+                        "succeeded" => matches!(state.as_deref(), Some("succeeded" | "superseded")),
+                        other => state.as_deref() == Some(other),
+                    };
+                    if !ok {
+                        self.violate(format!("resolve {attempt} as {outcome} left it {state:?}"));
+                    }
+                } else if !matches!(
+                    code,
+                    Some(
+                        ErrorCode::AttemptNotUnknown | ErrorCode::JobFinished | ErrorCode::NotFound
+                    )
+                ) {
+                    self.violate(format!("resolve {attempt} answered {status} {code:?}"));
+                }
+            }
+            Request::Read { .. } => {}
+        }
+    }
+
+    /// The invariants of one job a step touched.
+    fn check_job(&self, place: &str, job_id: &str) {
+        self.figures.borrow_mut().checks += 1;
+        let rows = self.db.query(
+            place,
+            "SELECT owner_id, idempotency_key, status, result, completed_by FROM jobs WHERE id = ?1",
+            &[json!(job_id)],
+        );
+        let Some(row) = rows.first() else {
+            // Gone: only a purge removes a job, and only one that has ended with
+            // nothing live or unknown.
+            if let Some(seen) = self.seen.borrow_mut().remove(job_id) {
+                let live = seen
+                    .attempts
+                    .values()
+                    .any(|st| matches!(st.as_str(), "starting" | "running" | "unknown"));
+                if live || !matches!(seen.status.as_str(), "succeeded" | "failed" | "cancelled") {
+                    self.violate(format!(
+                        "job {job_id} was purged while {} with attempts {:?}",
+                        seen.status, seen.attempts
+                    ));
+                }
+                self.note(|| format!("job {job_id} purged"));
+                // Its key is free again: a resend may bind a new job.
+                self.purged.borrow_mut().insert(job_id.to_owned());
+                for intent in self.intents.borrow_mut().iter_mut() {
+                    if intent.job.as_deref() == Some(job_id) {
+                        intent.job = None;
+                        intent.created = false;
+                        intent.bound_text = None;
+                    }
+                }
+            }
+            return;
+        };
+        let attempts: BTreeMap<String, (String, Option<String>)> = self
+            .db
+            .query(
+                place,
+                "SELECT id, state, error FROM attempts WHERE job_id = ?1",
+                &[json!(job_id)],
+            )
+            .into_iter()
+            .map(|r| {
+                let id = s(r.get("id")).unwrap_or_default();
+                (
+                    id,
+                    (s(r.get("state")).unwrap_or_default(), s(r.get("error"))),
+                )
+            })
+            .collect();
+        let status = s(row.get("status")).unwrap_or_default();
+        let result = s(row.get("result"));
+        let completed_by = s(row.get("completed_by"));
+        let owner = s(row.get("owner_id")).unwrap_or_default();
+        let key = s(row.get("idempotency_key")).unwrap_or_default();
+        let winners: Vec<&String> = attempts
+            .iter()
+            .filter(|(_, (st, _))| st == "succeeded")
+            .map(|(id, _)| id)
+            .collect();
+        if winners.len() > 1 {
+            self.violate(format!(
+                "job {job_id} has {} winners: {winners:?}",
+                winners.len()
+            ));
+        }
+        if (status == "succeeded") != completed_by.is_some()
+            || completed_by.is_some() != result.is_some()
+        {
+            self.violate(format!(
+                "job {job_id} is {status} with completed_by {completed_by:?} and result {result:?}"
+            ));
+        }
+        if let Some(by) = &completed_by {
+            if attempts.get(by).map(|a| a.0.as_str()) != Some("succeeded") {
+                self.violate(format!(
+                    "job {job_id} was completed by {by}, which is {:?}",
+                    attempts.get(by)
+                ));
+            }
+        }
+        let mut seen_map = self.seen.borrow_mut();
+        let first = !seen_map.contains_key(job_id);
+        if first {
+            self.figures.borrow_mut().jobs += 1;
+        }
+        let seen = seen_map.entry(job_id.to_owned()).or_insert_with(|| Seen {
+            place: place.to_owned(),
+            owner: owner.clone(),
+            status: status.clone(),
+            result: None,
+            completed_by: None,
+            attempts: BTreeMap::new(),
+        });
+        if seen.result.is_some() && (seen.result != result || seen.completed_by != completed_by) {
+            self.violate(format!(
+                "job {job_id}'s result changed from {:?} by {:?} to {result:?} by {completed_by:?}",
+                seen.result, seen.completed_by
+            ));
+        }
+        for (id, (state, _)) in &attempts {
+            if let Some(before) = seen.attempts.get(id) {
+                if before != state && !legal_move(before, state) {
+                    self.violate(format!(
+                        "attempt {id} moved {before} → {state}, not a move that exists"
+                    ));
+                }
+            }
+        }
+        seen.status = status;
+        seen.result = result;
+        seen.completed_by = completed_by;
+        seen.attempts = attempts.into_iter().map(|(id, (st, _))| (id, st)).collect();
+        let place_first = seen.place.clone();
+        drop(seen_map);
+        if first {
+            // One job per (owner, key), across every place.
+            let mut count = 0;
+            for p in self.db.places() {
+                count += self
+                    .db
+                    .query(
+                        &p,
+                        "SELECT id FROM jobs WHERE owner_id = ?1 AND idempotency_key = ?2",
+                        &[json!(owner), json!(key)],
+                    )
+                    .len();
+            }
+            if count > 1 {
+                self.violate(format!(
+                    "{count} jobs for ({owner}, {key}) across the places (one in {place_first})"
+                ));
+            }
+        }
+    }
+
+    // --- the end of a world -------------------------------------------------------
+
+    /// Faults stop, time passes, every message is delivered and every place is
+    /// reconciled until nothing moves; then no job may be stuck, and no paid-for work
+    /// lost without a record.
+    pub(crate) fn settle(self: &Rc<Self>) {
+        *self.db.faults.borrow_mut() = FaultRates::default();
+        let mut rng = Rng::new(0x5E77);
+        self.op.set(self.op.get() + 1);
+        self.note(|| "settle: faults stop, time passes".to_owned());
+        // Long enough for every rule of the reconciler to apply (a lost dispatch after
+        // 5 s, a lost dispatcher after timeout + 2 s, an abandon after 20 s), twice over.
+        let start = self.now();
+        let mut last_pass = 0;
+        for _ in 0..20_000 {
+            while self.step(&mut rng) {}
+            let now = self.now();
+            if self.queue.borrow().iter().any(|m| m.due <= now) {
+                self.deliver(&mut rng);
+                continue;
+            }
+            if now >= last_pass + 10_000 {
+                last_pass = now;
+                self.reconcile_everywhere();
+                continue;
+            }
+            if now >= start + 120_000 && self.exec.is_empty() && self.queue.borrow().is_empty() {
+                break;
+            }
+            let next_due = self.queue.borrow().iter().map(|m| m.due).min();
+            let next = [self.exec.next_timer(), next_due, Some(last_pass + 10_000)]
+                .into_iter()
+                .flatten()
+                .min()
+                .unwrap_or(now + 1_000);
+            self.advance(next.saturating_sub(now).max(1));
+        }
+        // Every job the model saw, read once more.
+        let jobs: Vec<(String, String)> = self
+            .seen
+            .borrow()
+            .iter()
+            .map(|(id, s)| (s.place.clone(), id.clone()))
+            .collect();
+        for (place, job) in &jobs {
+            self.check_job(place, job);
+        }
+        let lines = self.lines.borrow();
+        let calls = self.calls.borrow();
+        for (job_id, seen) in self.seen.borrow().iter() {
+            let waiting = seen.attempts.values().any(|st| st == "unknown");
+            let live = seen
+                .attempts
+                .values()
+                .any(|st| matches!(st.as_str(), "starting" | "running"));
+            if live
+                || !(matches!(seen.status.as_str(), "succeeded" | "failed" | "cancelled")
+                    || (waiting && seen.status == "unknown"))
+            {
+                self.violate(format!(
+                    "job {job_id} is stuck: {} with attempts {:?} once faults stopped and time passed",
+                    seen.status, seen.attempts
+                ));
+            }
+            for (attempt, state) in &seen.attempts {
+                let Some(call) = calls.get(attempt) else {
+                    continue;
+                };
+                if !call.script.paid() {
+                    continue;
+                }
+                let recorded = matches!(
+                    state.as_str(),
+                    "succeeded" | "superseded" | "unknown" | "abandoned" | "cancelled"
+                ) || lines.contains(&("race_lost".to_owned(), attempt.clone()))
+                    || lines.contains(&("late_result_discarded".to_owned(), attempt.clone()))
+                    || self.resolved_failed(&seen.place, attempt);
+                if !recorded {
+                    self.violate(format!(
+                        "paid work of attempt {attempt} ({:?}, delivered {}) was lost without a record: it is {state}",
+                        call.script, call.delivered
+                    ));
+                }
+            }
+        }
+    }
+
+    fn resolved_failed(&self, place: &str, attempt: &str) -> bool {
+        let rows = self.db.query(
+            place,
+            "SELECT error FROM attempts WHERE id = ?1",
+            &[json!(attempt)],
+        );
+        rows.first()
+            .and_then(|r| s(r.get("error")))
+            .is_some_and(|e| e.contains("\"resolved_failed\""))
+    }
+
+    fn reconcile_everywhere(self: &Rc<Self>) {
+        let layouts: Vec<Layout> = match self.layout.get() {
+            Layout::Sharded { count, previous } => (0..count.get())
+                .map(|index| Layout::Inside(Shard { count, index }))
+                .chain(previous.then_some(Layout::One))
+                .collect(),
+            other => vec![other],
+        };
+        for layout in layouts {
+            let world = self.clone();
+            self.exec.spawn(RECONCILER, Role::Reconcile, async move {
+                let host = world.host(RECONCILER);
+                let store = world.store(layout, "/v1/_reconcile");
+                let _ = sim::reconcile(&host, &store).await;
+            });
+        }
+    }
+
+    /// Before the first operation: the fallback provider certified (no faults).
+    pub(crate) fn setup(self: &Rc<Self>, faults: FaultRates) {
+        sim::plant(self.rust_mutant);
+        let world = self.clone();
+        let layout = self.layout.get();
+        self.exec.spawn(RECONCILER, Role::Setup, async move {
+            let host = world.host(RECONCILER);
+            let store = world.store(layout, "setup");
+            let _ = sim::certify(&host, &store, "fallback").await;
+        });
+        let mut rng = Rng::new(1);
+        while self.step(&mut rng) {}
+        let _ = sim::drain_log();
+        *self.db.faults.borrow_mut() = faults;
+        // In a moved world the shards are certified at the move: once now is enough,
+        // since every shard's copy is written by the same call (it goes everywhere).
+        if let Shape::Moved(n) = self.shape {
+            let world = self.clone();
+            let layout = layout_of(Shape::Moved(n), true);
+            self.exec.spawn(RECONCILER, Role::Setup, async move {
+                let host = world.host(RECONCILER);
+                let store = world.store(layout, "setup");
+                let _ = sim::certify(&host, &store, "fallback").await;
+            });
+            *self.db.faults.borrow_mut() = FaultRates::default();
+            while self.step(&mut rng) {}
+            let _ = sim::drain_log();
+            *self.db.faults.borrow_mut() = faults;
+        }
+        db::clear_writes();
+    }
+
+    pub(crate) fn summary(&self) -> String {
+        let mut out = String::new();
+        let jobs = self.seen.borrow();
+        let mut by: BTreeMap<&str, usize> = BTreeMap::new();
+        for s in jobs.values() {
+            *by.entry(s.status.as_str()).or_insert(0) += 1;
+        }
+        let _ = write!(out, "{} jobs {:?}", jobs.len(), by);
+        out
+    }
+}
+
+fn legal_move(from: &str, to: &str) -> bool {
+    let parse = |s: &str| serde_json::from_value::<AttemptState>(Value::String(s.to_owned())).ok();
+    match (parse(from), parse(to)) {
+        (Some(a), Some(b)) => a.can_move_to(b),
+        _ => false,
+    }
+}
