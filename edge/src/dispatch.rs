@@ -14,6 +14,7 @@ use crate::certification;
 use crate::clock;
 use crate::error::{ApiResult, AppError};
 use crate::fault;
+pub(crate) use crate::host::{send, Dispatch, PendingResult};
 use crate::host::{Host, ProviderCall, WorkerHost};
 use crate::kinds;
 use crate::openai::CallOutcome;
@@ -22,13 +23,9 @@ use crate::store::{Claim, ClaimedAttempt, Completion, NextAttempt, Offer, Store}
 use futures_util::future::{join, join_all, select, Either};
 use onceclick_protocol::contract::Kind;
 use onceclick_protocol::{AttemptError, AttemptState, EventType};
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::future::Future;
 use worker::{Env, MessageBatch, MessageExt, QueueRetryOptionsBuilder};
-
-/// The queue binding that carries dispatch messages.
-pub(crate) const QUEUE: &str = "DISPATCH";
 
 /// Tries of one D1 write inside one delivery, the first included.
 const WRITE_TRIES: u32 = 8;
@@ -36,27 +33,6 @@ const WRITE_TRIES: u32 = 8;
 /// How long a result that D1 would not take waits in the queue before it is offered
 /// again (the queue gives each message `max_retries` deliveries).
 const RESULT_RETRY_DELAY_S: u32 = 30;
-
-/// One dispatch message: run this attempt, or record a result it already has.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Dispatch {
-    pub attempt_id: String,
-    /// Test-only faults for the dispatcher's calls (see `fault.rs`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fault: Option<String>,
-    /// A provider's result that D1 would not take when it came: record it, call nothing.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub result: Option<PendingResult>,
-}
-
-/// A result waiting to be recorded (its output as JSON text: a queue turns a
-/// `serde_json::Value` into a JS Map).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct PendingResult {
-    pub job_id: String,
-    pub provider: String,
-    pub output: String,
-}
 
 /// Enqueues the dispatch of `attempt_id` once the response is on its way
 /// (`wait_until`), so that a create does not wait for the queue: a send that never
@@ -77,18 +53,6 @@ fn message(attempt_id: &str, fault: Option<&str>) -> Dispatch {
 /// caller: the attempt stays `starting` and the reconciler sends it again.
 pub(crate) async fn enqueue(host: &dyn Host, attempt_id: &str, fault: Option<&str>) {
     send(host, message(attempt_id, fault)).await;
-}
-
-/// Sends `message`; false (and a line in the log) if the queue refused it.
-pub(crate) async fn send(host: &dyn Host, message: Dispatch) -> bool {
-    let attempt_id = message.attempt_id.clone();
-    let sent = host.enqueue(message).await;
-    if let Err(cause) = &sent {
-        crate::log::error(
-            json!({"event": "enqueue_failed", "attempt_id": attempt_id, "cause": cause}),
-        );
-    }
-    sent.is_ok()
 }
 
 /// Runs `write` until D1 takes it: again after a `service_unavailable` (the write failed

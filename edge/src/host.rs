@@ -5,11 +5,47 @@
 //! seam is `store::backend` (the places a batch runs in), and the clock's and the
 //! log's are `clock.rs` and `log.rs`.
 
-use crate::dispatch::Dispatch;
 use crate::openai::CallOutcome;
 use futures_util::future::LocalBoxFuture;
 use onceclick_protocol::contract::{Kind, ProviderConfig};
-use serde_json::Value;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+/// The queue binding that carries dispatch messages.
+pub(crate) const QUEUE: &str = "DISPATCH";
+
+/// One dispatch message: run this attempt, or record a result it already has.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Dispatch {
+    pub attempt_id: String,
+    /// Test-only faults for the dispatcher's calls (see `fault.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fault: Option<String>,
+    /// A provider's result that D1 would not take when it came: record it, call nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<PendingResult>,
+}
+
+/// A result waiting to be recorded (its output as JSON text: a queue turns a
+/// `serde_json::Value` into a JS Map).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PendingResult {
+    pub job_id: String,
+    pub provider: String,
+    pub output: String,
+}
+
+/// Sends `message`; false (and a line in the log) if the queue refused it.
+pub(crate) async fn send(host: &dyn Host, message: Dispatch) -> bool {
+    let attempt_id = message.attempt_id.clone();
+    let sent = host.enqueue(message).await;
+    if let Err(cause) = &sent {
+        crate::log::error(
+            json!({"event": "enqueue_failed", "attempt_id": attempt_id, "cause": cause}),
+        );
+    }
+    sent.is_ok()
+}
 
 /// One provider call, as the dispatcher makes it.
 pub struct ProviderCall<'a> {
@@ -60,10 +96,7 @@ impl Host for WorkerHost<'_> {
 
     fn enqueue(&self, message: Dispatch) -> LocalBoxFuture<'_, Result<(), String>> {
         Box::pin(async move {
-            let queue = self
-                .env
-                .queue(crate::dispatch::QUEUE)
-                .map_err(|e| e.to_string())?;
+            let queue = self.env.queue(QUEUE).map_err(|e| e.to_string())?;
             queue.send(message).await.map_err(|e| e.to_string())
         })
     }
@@ -75,7 +108,7 @@ impl Host for WorkerHost<'_> {
                 env: &env,
                 ctx: None,
             };
-            crate::dispatch::send(&host, message).await;
+            send(&host, message).await;
         };
         match self.ctx {
             Some(ctx) => ctx.wait_until(send),

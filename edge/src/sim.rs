@@ -3,8 +3,7 @@
 //! drives, the same functions the Worker's handlers, queue consumer, cron and alarms
 //! call once they have read a request. Natively only, apart from the interface types.
 
-pub use crate::dispatch::{Dispatch, PendingResult};
-pub use crate::host::{Host, ProviderCall};
+pub use crate::host::{Dispatch, Host, PendingResult, ProviderCall};
 pub use crate::mutant::Mutant;
 pub use crate::openai::CallOutcome;
 
@@ -24,6 +23,11 @@ mod native {
     /// The migrations, in order, as the shards apply them (and D1, by wrangler).
     pub fn migrations() -> &'static [(&'static str, &'static str)] {
         crate::shard::MIGRATIONS
+    }
+
+    /// Every statement the store sends, by name (`store/sql.rs`).
+    pub fn statements() -> &'static [(&'static str, &'static str)] {
+        crate::store::sql::ALL
     }
 
     /// Sets the virtual clock.

@@ -319,3 +319,53 @@ impl Places for SimPlaces {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The simulator's `strftime` against SQLite's own, for every format the Worker's
+    /// SQL writes (`now!()`, and the figures' minute), on times that are not "now".
+    #[test]
+    fn strftime_agrees_with_sqlite() {
+        let builtin = Connection::open_in_memory().unwrap_or_else(|e| panic!("{e}"));
+        for format in ["%Y-%m-%dT%H:%M:%fZ", "%Y-%m-%dT%H:%M"] {
+            for time in [
+                "2026-12-01T17:05:04.123Z",
+                "2027-01-31T23:59:59.999Z",
+                "2026-02-28T00:00:00.000Z",
+            ] {
+                let theirs: String = builtin
+                    .query_row("SELECT strftime(?1, ?2)", [format, time], |r| r.get(0))
+                    .unwrap_or_else(|e| panic!("{e}"));
+                assert_eq!(
+                    strftime(format, time).as_deref(),
+                    Some(theirs.as_str()),
+                    "{format} {time}"
+                );
+            }
+        }
+    }
+
+    /// Every planted SQL defect rewrites exactly the statements it means, among all
+    /// the store sends: a renamed or reworded statement cannot leave a mutant planted
+    /// nowhere.
+    #[test]
+    fn each_sql_mutant_rewrites_exactly_its_statements() {
+        for (mutant, names) in [
+            (SqlMutant::CasWithoutCompletedBy, &["COMPLETE_CAS"][..]),
+            (SqlMutant::LostRunningFails, &["LOSE_RUNNING"][..]),
+            (
+                SqlMutant::PurgeTakesUnknown,
+                &["PURGE_EVENTS", "PURGE_ATTEMPTS", "PURGE_JOBS"][..],
+            ),
+        ] {
+            let hit: Vec<&str> = onceclick_edge::sim::statements()
+                .iter()
+                .filter(|(_, sql)| mutant.rewrite(sql).is_some())
+                .map(|(name, _)| *name)
+                .collect();
+            assert_eq!(hit, names, "{mutant:?}");
+        }
+    }
+}

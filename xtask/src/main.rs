@@ -51,7 +51,7 @@ use std::path::PathBuf;
 use tools::{project_root, Tools};
 
 /// Printed after every parse error; `usage_says_what_parses` keeps it true to the grammar.
-const USAGE: &str = "usage: cargo xtask <dev [--port N] [--store durable] | test [--browser] [--e2e] [--soak] [--only NAME] [--store d1|durable] | token --owner NAME [--admin] [--ttl SECONDS] | build-edge | lint | sdk | bench [--store durable] | load | move-status [--local] [--persist DIR] | certify --provider NAME [--url URL]>";
+const USAGE: &str = "usage: cargo xtask <dev [--port N] [--store durable] | test [--browser] [--e2e] [--soak] [--only NAME] [--store d1|durable] | token --owner NAME [--admin] [--ttl SECONDS] | sim [--seed N] [--ops N] [--world N] [--skip LIST] [--mutant NAME] [--mutants] [--soak] | build-edge | lint | sdk | bench [--store durable] | load | move-status [--local] [--persist DIR] | certify --provider NAME [--url URL]>";
 
 // One struct per command with its own flags, and `XtaskCmd`, the enum of them: generated
 // below from this grammar by `UPDATE_XFLAGS=1 cargo build -p xtask`.

@@ -12,7 +12,7 @@ mod certifications;
 mod jobs;
 mod lists;
 mod reconciler;
-mod sql;
+pub(crate) mod sql;
 
 pub(crate) use attempts::{
     Claim, ClaimedAttempt, Completion, NewAttemptOutcome, NextAttempt, Offer,

@@ -503,7 +503,7 @@ pub(crate) const STATS: &str = "SELECT kind, provider, metric, sum(n) AS n FROM 
 pub(crate) const PURGE_STATS: &str = "DELETE FROM stats WHERE minute < ?1";
 
 /// Every statement above, by name, for the schema test's `EXPLAIN QUERY PLAN`.
-#[allow(dead_code)] // read only by tests/tests/schema.rs
+#[allow(dead_code)] // read by tests/tests/schema.rs, and natively by the simulator (`sim.rs`)
 pub(crate) const ALL: &[(&str, &str)] = &[
     ("PING", PING),
     ("MOVE_STATUS", MOVE_STATUS),
