@@ -43,7 +43,8 @@ mod shell {
     thread_local! {
         static NOW_MS: Cell<f64> = const { Cell::new(1_800_000_000_000.0) };
         static RNG: Cell<u64> = const { Cell::new(0x9E37_79B9_7F4A_7C15) };
-        static SEQ: Cell<u16> = const { Cell::new(0) };
+        /// Ids made in the current virtual millisecond, and which millisecond that is.
+        static SEQ: Cell<(u64, u16)> = const { Cell::new((0, 0)) };
     }
 
     /// The virtual clock, in milliseconds since the epoch (the simulator moves it).
@@ -58,7 +59,7 @@ mod shell {
     /// Seeds the generator behind ids and `Route::Any`.
     pub(crate) fn seed(seed: u64) {
         RNG.with(|rng| rng.set(seed ^ 0x9E37_79B9_7F4A_7C15));
-        SEQ.with(|seq| seq.set(0));
+        SEQ.with(|seq| seq.set((0, 0)));
     }
 
     /// splitmix64: small, seedable, and good enough to spread ids and picks.
@@ -78,18 +79,21 @@ mod shell {
             .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
     }
 
-    /// A UUIDv7 of the virtual time; a counter in its first random bits keeps the ids
-    /// of one millisecond in order.
+    /// A UUIDv7 of the virtual time; a counter in its first 12 random bits, started
+    /// again each millisecond, keeps the ids of one millisecond in order (as the
+    /// runtime's does), up to 4,096 of them.
     pub(crate) fn uuid_v7() -> String {
+        let ms = now_ms() as u64;
         let seq = SEQ.with(|s| {
-            let n = s.get().wrapping_add(1);
-            s.set(n);
+            let (last, n) = s.get();
+            let n = if last == ms { n.wrapping_add(1) } else { 0 };
+            s.set((ms, n));
             n
         });
         let mut random = [0u8; 10];
         random[..2].copy_from_slice(&(seq & 0x0fff).to_be_bytes());
         random[2..].copy_from_slice(&next().to_be_bytes());
-        uuid::Builder::from_unix_timestamp_millis(now_ms() as u64, &random)
+        uuid::Builder::from_unix_timestamp_millis(ms, &random)
             .into_uuid()
             .to_string()
     }

@@ -112,7 +112,12 @@ impl Host for WorkerHost<'_> {
         };
         match self.ctx {
             Some(ctx) => ctx.wait_until(send),
-            None => worker::wasm_bindgen_futures::spawn_local(send),
+            // Only a request has a response to send first (the queue consumer, the cron
+            // and the alarm enqueue with `enqueue`, and wait). Should one come here, the
+            // message is lost as a dead isolate's would be, said in the log, and the
+            // reconciler sends it again.
+            None => crate::log::error(json!({"event": "enqueue_failed",
+                "cause": "enqueue_after_response outside a request"})),
         }
     }
 

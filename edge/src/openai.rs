@@ -6,9 +6,9 @@
 //! timeout, a 504, or an answer cut off after its status line, after which the
 //! provider may have done the work (or may still be doing it).
 
-use crate::providers::ProviderConfig;
 use futures_util::future::{select, Either};
 use onceclick_protocol::contract::Kind;
+use onceclick_protocol::contract::ProviderConfig;
 use onceclick_protocol::{ijson, AttemptError};
 use serde_json::{json, Value};
 use std::time::Duration;

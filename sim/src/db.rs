@@ -107,6 +107,8 @@ pub(crate) struct FaultRates {
 pub(crate) struct Db {
     conns: RefCell<BTreeMap<String, Connection>>,
     pub(crate) faults: RefCell<FaultRates>,
+    /// Until this virtual time, every batch fails before it runs (an outage).
+    pub(crate) outage_until: RefCell<u64>,
     pub(crate) rng: RefCell<crate::rng::Rng>,
     mutant: Option<SqlMutant>,
     /// Whether the planted SQL defect's statement ever ran (a mutant that never runs
@@ -188,6 +190,7 @@ impl Db {
         Self {
             conns: RefCell::new(BTreeMap::new()),
             faults: RefCell::new(FaultRates::default()),
+            outage_until: RefCell::new(0),
             rng: RefCell::new(crate::rng::Rng::new(seed ^ 0xD1D1)),
             mutant,
             mutant_ran: RefCell::new(false),
@@ -300,7 +303,8 @@ impl Places for SimPlaces {
             Yield::new().await;
             *db.batches.borrow_mut() += 1;
             let rates = *db.faults.borrow();
-            if db.rng.borrow_mut().chance(rates.before) {
+            let outage = (onceclick_edge::sim::now_ms() as u64) < *db.outage_until.borrow();
+            if outage || db.rng.borrow_mut().chance(rates.before) {
                 *db.faults_fired.borrow_mut() += 1;
                 return Err(
                     "D1_ERROR: Network connection lost (simulated, before commit)".to_owned(),

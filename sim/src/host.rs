@@ -37,8 +37,14 @@ impl Script {
 #[derive(Clone, Debug)]
 pub(crate) struct CallRecord {
     pub(crate) script: Script,
+    /// The provider answered an output within the timeout.
+    pub(crate) output: bool,
+    /// The dispatcher's task that made the call.
+    pub(crate) task: u64,
     /// Its answer reached the dispatcher (the dispatcher's task lived that long).
     pub(crate) delivered: bool,
+    /// The dispatcher's task was dropped by a crash before it finished.
+    pub(crate) orphaned: bool,
 }
 
 /// The host of one task of one isolate.
@@ -82,8 +88,8 @@ impl Host for SimHost {
         if call.attempt_id.starts_with("cert_") {
             return Box::pin(async move { CallOutcome::Output(world.output(call.input, 0)) });
         }
-        let (script, delay) = world.provider_call(call.attempt_id, &call.provider.name);
         let timeout = call.provider.timeout_ms;
+        let (script, delay) = world.provider_call(call.attempt_id, &call.provider.name, timeout);
         let attempt_id = call.attempt_id.to_owned();
         let input = call.input.clone();
         Box::pin(async move {

@@ -81,7 +81,7 @@ pub fn run_world(spec: &WorldSpec, trace: bool) -> WorldRun {
     onceclick_edge::sim::seed(spec.seed);
     onceclick_edge::sim::set_now_ms(EPOCH_MS as f64);
     let _ = onceclick_edge::sim::drain_log();
-    let world = World::new(spec.seed, shape, spec.mutant, trace, spec.ops / 2);
+    let world = World::new(spec.seed, shape, spec.mutant, trace, WORLD_OPS / 2);
     world.setup(faults);
     for index in 0..spec.ops {
         if spec.skip.contains(&index) {
@@ -121,7 +121,11 @@ pub fn shrink(spec: &WorldSpec, budget: u32) -> WorldSpec {
     let Some(v) = first.violations.first() else {
         return best;
     };
-    best.ops = v.op + 1;
+    // A failure found while settling is numbered past the last operation.
+    best.ops = (v.op + 1).min(spec.ops);
+    if run_world(&best, false).violations.is_empty() {
+        best.ops = spec.ops;
+    }
     let mut runs = 0;
     let mut chunk = (best.ops / 2).max(1);
     while chunk >= 1 && runs < budget {
@@ -140,7 +144,7 @@ pub fn shrink(spec: &WorldSpec, budget: u32) -> WorldSpec {
             runs += 1;
             let run = run_world(&trial, false);
             if let Some(v) = run.violations.first() {
-                trial.ops = v.op + 1;
+                trial.ops = (v.op + 1).min(best.ops);
                 best = trial;
                 changed = true;
             } else {

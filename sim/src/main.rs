@@ -39,15 +39,10 @@ fn run() -> Result<()> {
     };
     let threads = number("--threads")?.unwrap_or(2).max(1) as usize;
     if let Some(seed) = number("--world")? {
-        let skip: BTreeSet<u64> = value("--skip")
-            .map(|list| {
-                list.split(',')
-                    .filter(|s| !s.is_empty())
-                    .map(str::parse)
-                    .collect::<Result<_, _>>()
-            })
+        let skip = value("--skip")
+            .map(|list| parse_ranges(&list))
             .transpose()
-            .context("--skip: a comma-separated list of operation numbers")?
+            .context("--skip: operation numbers and ranges, as 3,7-12,40")?
             .unwrap_or_default();
         let spec = WorldSpec {
             seed,
@@ -55,21 +50,7 @@ fn run() -> Result<()> {
             mutant: value("--mutant").map(|m| mutant(&m)).transpose()?,
             skip,
         };
-        let run = run_world(&spec, true);
-        for line in &run.trace {
-            println!("{line}");
-        }
-        println!(
-            "world {seed} ({:?}): {} ops, {}; {}",
-            run.shape,
-            run.figures.ops,
-            run.summary,
-            verdict(&run.violations)
-        );
-        if run.violations.is_empty() {
-            return Ok(());
-        }
-        bail!("the world broke a promise");
+        return one_world(spec);
     }
     if args.iter().any(|a| a == "--mutants") {
         return mutants(number("--seed")?.unwrap_or(1));
@@ -77,6 +58,15 @@ fn run() -> Result<()> {
     let soak = args.iter().any(|a| a == "--soak");
     let seed = number("--seed")?.unwrap_or(1);
     let ops = number("--ops")?.unwrap_or(if soak { 100_000_000 } else { 1_000_000 });
+    // One world's worth or less: that world (the run's first), with its trace.
+    if ops <= WORLD_OPS {
+        return one_world(WorldSpec {
+            seed: world_seed(seed, 0),
+            ops,
+            mutant: None,
+            skip: BTreeSet::new(),
+        });
+    }
     let worlds = ops.div_ceil(WORLD_OPS);
     let started = Instant::now();
     let figures = run_many(seed, worlds, threads, soak, None)?;
@@ -108,6 +98,57 @@ fn run() -> Result<()> {
     Ok(())
 }
 
+/// `3,7-12,40` for the numbers 3, 7 to 12 and 40 (in order).
+fn ranges(numbers: impl Iterator<Item = u64>) -> String {
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for n in numbers {
+        match out.last_mut() {
+            Some((_, end)) if *end + 1 == n => *end = n,
+            _ => out.push((n, n)),
+        }
+    }
+    out.iter()
+        .map(|(a, b)| {
+            if a == b {
+                a.to_string()
+            } else {
+                format!("{a}-{b}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn parse_ranges(list: &str) -> Result<BTreeSet<u64>> {
+    let mut out = BTreeSet::new();
+    for part in list.split(',').filter(|p| !p.is_empty()) {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        let (a, b): (u64, u64) = (a.parse()?, b.parse()?);
+        out.extend(a..=b);
+    }
+    Ok(out)
+}
+
+/// Runs one world and prints its trace and a last line; an error if it broke a promise.
+fn one_world(spec: WorldSpec) -> Result<()> {
+    let run = run_world(&spec, true);
+    for line in &run.trace {
+        println!("{line}");
+    }
+    println!(
+        "world {} ({:?}): {} ops, {}; {}",
+        spec.seed,
+        run.shape,
+        run.figures.ops,
+        run.summary,
+        verdict(&run.violations)
+    );
+    if run.violations.is_empty() {
+        return Ok(());
+    }
+    bail!("the world broke a promise")
+}
+
 fn verdict(violations: &[onceclick_sim::Violation]) -> String {
     match violations.first() {
         None => "no promise broken".to_owned(),
@@ -115,7 +156,9 @@ fn verdict(violations: &[onceclick_sim::Violation]) -> String {
     }
 }
 
-/// Runs `worlds` worlds on `threads` threads; the first failure is shrunk and printed.
+/// Runs `worlds` worlds on `threads` threads. The lowest-numbered failing world is
+/// shrunk and printed (every world below it runs, so which one that is does not depend
+/// on the threads); a world that panics counts as failing, with its seed.
 fn run_many(
     seed: u64,
     worlds: u64,
@@ -123,15 +166,18 @@ fn run_many(
     progress: bool,
     mutant: Option<AnyMutant>,
 ) -> Result<Figures> {
-    let next = std::sync::atomic::AtomicU64::new(0);
-    let failed = std::sync::Mutex::new(None::<WorldSpec>);
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let next = AtomicU64::new(0);
+    let first_failure = AtomicU64::new(u64::MAX);
+    let failed =
+        std::sync::Mutex::new(std::collections::BTreeMap::<u64, (WorldSpec, String)>::new());
     let total = std::sync::Mutex::new(Figures::default());
     let started = Instant::now();
     std::thread::scope(|scope| {
         for _ in 0..threads {
             scope.spawn(|| loop {
-                let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                if n >= worlds || failed.lock().map(|f| f.is_some()).unwrap_or(true) {
+                let n = next.fetch_add(1, Ordering::Relaxed);
+                if n >= worlds || n > first_failure.load(Ordering::Relaxed) {
                     return;
                 }
                 let spec = WorldSpec {
@@ -140,8 +186,24 @@ fn run_many(
                     mutant,
                     skip: BTreeSet::new(),
                 };
-                let run = run_world(&spec, false);
-                if let Ok(mut t) = total.lock() {
+                let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    run_world(&spec, false)
+                }));
+                let broken = match &run {
+                    Ok(run) => run
+                        .violations
+                        .first()
+                        .map(|v| format!("operation {}: {}", v.op, v.what)),
+                    Err(panic) => Some(format!(
+                        "panicked: {}",
+                        panic
+                            .downcast_ref::<String>()
+                            .cloned()
+                            .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                            .unwrap_or_default()
+                    )),
+                };
+                if let (Ok(run), Ok(mut t)) = (&run, total.lock()) {
                     t.add(&run.figures);
                     if progress && (n + 1) % 500 == 0 {
                         eprintln!(
@@ -152,20 +214,22 @@ fn run_many(
                         );
                     }
                 }
-                if !run.violations.is_empty() {
+                if let Some(what) = broken {
+                    first_failure.fetch_min(n, Ordering::Relaxed);
                     if let Ok(mut f) = failed.lock() {
-                        f.get_or_insert(spec);
+                        f.insert(n, (spec, what));
                     }
-                    return;
                 }
             });
         }
     });
     let figures = total.into_inner().unwrap_or_default();
-    if let Some(spec) = failed.into_inner().ok().flatten() {
+    let lowest = failed.into_inner().ok().and_then(|f| f.into_iter().next());
+    if let Some((n, (spec, what))) = lowest {
+        eprintln!("sim: world {n} (seed {}) {what}", spec.seed);
         report(&spec);
         bail!(
-            "the simulation broke a promise (seed {seed}, world {})",
+            "the simulation broke a promise (seed {seed}, world {n}, its seed {})",
             spec.seed
         );
     }
@@ -185,12 +249,7 @@ fn report(spec: &WorldSpec) {
         eprintln!("  {line}");
     }
     eprintln!("sim: {}", verdict(&run.violations));
-    let skip: Vec<String> = small
-        .skip
-        .iter()
-        .filter(|i| **i < small.ops)
-        .map(u64::to_string)
-        .collect();
+    let skip = ranges(small.skip.iter().copied().filter(|i| *i < small.ops));
     eprintln!(
         "sim: replay: cargo xtask sim --world {} --ops {}{}{}",
         small.seed,
@@ -198,7 +257,7 @@ fn report(spec: &WorldSpec) {
         if skip.is_empty() {
             String::new()
         } else {
-            format!(" --skip {}", skip.join(","))
+            format!(" --skip {skip}")
         },
         spec.mutant
             .map(|m| format!(" --mutant {}", name(m)))
@@ -206,38 +265,48 @@ fn report(spec: &WorldSpec) {
     );
 }
 
-const MUTANTS: &[(&str, AnyMutant)] = &[
+/// The planted defects: a name, the defect, and what its catch must say (a catch for
+/// another reason would not show that the check meant for it works).
+type Planted = (&'static str, AnyMutant, &'static [&'static str]);
+
+const MUTANTS: &[Planted] = &[
     (
         "cas-without-completed-by",
         AnyMutant::Sql(SqlMutant::CasWithoutCompletedBy),
+        &["winners", "result changed"],
     ),
     (
         "refused-resolve-writes-event",
         AnyMutant::Rust(Mutant::RefusedResolveWritesEvent),
+        &["was refused"],
     ),
     (
         "lost-running-fails",
         AnyMutant::Sql(SqlMutant::LostRunningFails),
+        &["paid work"],
     ),
     (
         "purge-takes-unknown",
         AnyMutant::Sql(SqlMutant::PurgeTakesUnknown),
+        &["purged while"],
     ),
     (
         "create-skips-fingerprint",
         AnyMutant::Rust(Mutant::CreateSkipsFingerprint),
+        &["of another request"],
     ),
     (
         "sharded-create-skips-before",
         AnyMutant::Rust(Mutant::ShardedCreateSkipsBefore),
+        &["jobs for"],
     ),
 ];
 
 fn mutant(name: &str) -> Result<AnyMutant> {
     MUTANTS
         .iter()
-        .find(|(n, _)| *n == name)
-        .map(|(_, m)| *m)
+        .find(|(n, _, _)| *n == name)
+        .map(|(_, m, _)| *m)
         .with_context(|| {
             format!(
                 "no mutant {name}; the mutants: {}",
@@ -249,18 +318,19 @@ fn mutant(name: &str) -> Result<AnyMutant> {
 fn name(m: AnyMutant) -> &'static str {
     MUTANTS
         .iter()
-        .find(|(_, x)| *x == m)
-        .map_or("?", |(n, _)| n)
+        .find(|(_, x, _)| *x == m)
+        .map_or("?", |(n, _, _)| n)
 }
 
 /// Every planted defect must be caught: worlds run (one thread, in order) until one
 /// breaks a promise; the operations it took are printed.
 fn mutants(seed: u64) -> Result<()> {
     let mut missed = Vec::new();
-    for (label, m) in MUTANTS {
+    for (label, m, says) in MUTANTS {
         let started = Instant::now();
         let mut ops = 0;
         let mut caught = None;
+        let mut ran = false;
         for n in 0..200 {
             let spec = WorldSpec {
                 seed: world_seed(seed, n),
@@ -269,21 +339,27 @@ fn mutants(seed: u64) -> Result<()> {
                 skip: BTreeSet::new(),
             };
             let run = run_world(&spec, false);
+            ran |= run.mutant_ran;
             if let Some(v) = run.violations.first() {
-                ops += v.op + 1;
+                ops += v.op.min(WORLD_OPS) + 1;
                 caught = Some((n, v.clone()));
                 break;
             }
             ops += run.figures.ops;
         }
+        let sql = matches!(m, AnyMutant::Sql(_));
         match caught {
-            Some((n, v)) => println!(
+            Some((n, v)) if says.iter().any(|s| v.what.contains(s)) && (ran || !sql) => println!(
                 "sim: mutant {label}: caught after {ops} operations (world {}, operation {}): {} ({:.1} s)",
                 n + 1,
                 v.op,
                 v.what,
                 started.elapsed().as_secs_f64()
             ),
+            Some((_, v)) => {
+                println!("sim: mutant {label}: caught for another reason (its statement ran: {ran}): {}", v.what);
+                missed.push(*label);
+            }
             None => {
                 println!("sim: mutant {label}: NOT caught in {ops} operations");
                 missed.push(*label);

@@ -97,11 +97,15 @@ struct Intent {
     job: Option<String>,
     /// Whether a create has answered 201 (bound the key): only one may.
     created: bool,
-    /// The text of the job the key is bound to, once an answer showed it.
-    bound_text: Option<String>,
-    /// Every text a create under this key has sent.
-    sent: BTreeSet<String>,
+    /// The request (text, provider) of the job the key is bound to, once an answer
+    /// showed it.
+    bound: Option<Sent>,
+    /// Every request a create under this key has sent.
+    sent: BTreeSet<Sent>,
 }
+
+/// A create's request as the model tells them apart: its text and the provider it names.
+type Sent = (String, Option<&'static str>);
 
 /// What the model last saw of a job.
 #[derive(Clone, Debug)]
@@ -112,6 +116,8 @@ struct Seen {
     result: Option<String>,
     completed_by: Option<String>,
     attempts: BTreeMap<String, String>,
+    /// Attempts a person resolved as failed.
+    resolved_failed: BTreeSet<String>,
 }
 
 /// One fallback key of a job: its body's provider, and the attempt its answer named.
@@ -120,10 +126,12 @@ type Fallback = (Option<&'static str>, Option<String>);
 /// A request in flight, and what its answer must agree with.
 #[derive(Clone, Debug)]
 enum Request {
-    /// A create of intent `intent` with the text `text` (its own, or a changed one).
+    /// A create of intent `intent` with the text `text` and the provider `provider`
+    /// (its own, or a changed one).
     Create {
         intent: usize,
         text: String,
+        provider: Option<&'static str>,
     },
     Fallback {
         job: String,
@@ -157,15 +165,24 @@ pub(crate) struct World {
     rng: RefCell<Rng>,
     intents: RefCell<Vec<Intent>>,
     seen: RefCell<BTreeMap<String, Seen>>,
+    /// What the model last saw of each job the purge took.
+    purged_seen: RefCell<Vec<Seen>>,
     /// Jobs the purge took (with their keys, which are free again).
     purged: RefCell<BTreeSet<String>>,
     /// Fallback keys per job: key → (body's provider, the attempt its answer named).
     fallbacks: RefCell<BTreeMap<(String, String), Fallback>>,
+    /// The body each fallback key's attempt was made with, once an answer named it.
+    fallback_bodies: RefCell<BTreeMap<(String, String), Option<&'static str>>>,
     /// Requests in flight: task → request.
     requests: RefCell<BTreeMap<u64, Request>>,
     answers: RefCell<Vec<(u64, Request, Answer)>>,
     /// (event, attempt) of every log line naming an attempt.
     lines: RefCell<BTreeSet<(String, String)>>,
+    /// Attempts whose result came after the purge took their job (the log's line).
+    purged_lines: RefCell<BTreeSet<String>>,
+    /// Attempts a `race_lost` or `late_result_discarded` event names, as the database
+    /// recorded them.
+    recorded: RefCell<BTreeSet<String>>,
     violations: RefCell<Vec<Violation>>,
     op: Cell<u64>,
     serial: Cell<u64>,
@@ -253,10 +270,14 @@ impl World {
             intents: RefCell::new(Vec::new()),
             seen: RefCell::new(BTreeMap::new()),
             purged: RefCell::new(BTreeSet::new()),
+            purged_seen: RefCell::new(Vec::new()),
             fallbacks: RefCell::new(BTreeMap::new()),
             requests: RefCell::new(BTreeMap::new()),
+            fallback_bodies: RefCell::new(BTreeMap::new()),
             answers: RefCell::new(Vec::new()),
             lines: RefCell::new(BTreeSet::new()),
+            recorded: RefCell::new(BTreeSet::new()),
+            purged_lines: RefCell::new(BTreeSet::new()),
             violations: RefCell::new(Vec::new()),
             op: Cell::new(0),
             serial: Cell::new(0),
@@ -342,6 +363,12 @@ impl World {
 
     /// The queue takes a message (a small delay before it can be delivered).
     pub(crate) fn send(&self, dispatch: Dispatch) -> Result<(), String> {
+        // The queue refuses a send now and then, in a world with faults.
+        let refuse = self.db.faults.borrow().before / 2;
+        if self.rng.borrow_mut().chance(refuse) {
+            self.note(|| format!("queue refused {}", dispatch.attempt_id));
+            return Err("Queue send failed (simulated)".to_owned());
+        }
         let id = self.next_msg.get() + 1;
         self.next_msg.set(id);
         let due = self.now() + self.rng.borrow_mut().below(50);
@@ -356,7 +383,12 @@ impl World {
     }
 
     /// A provider call begins: checked (claimed first, once per attempt), scripted.
-    pub(crate) fn provider_call(&self, attempt_id: &str, provider: &str) -> (Script, u64) {
+    pub(crate) fn provider_call(
+        &self,
+        attempt_id: &str,
+        provider: &str,
+        timeout: u64,
+    ) -> (Script, u64) {
         self.figures.borrow_mut().provider_calls += 1;
         // Claimed first: the claim (and only the claim) sets the token. The attempt may
         // have been cancelled since, between the claim and the call.
@@ -384,7 +416,10 @@ impl World {
                 attempt_id.to_owned(),
                 CallRecord {
                     script,
+                    output: script == Script::Answer && delay <= timeout,
+                    task: crate::exec::current(),
                     delivered: false,
+                    orphaned: false,
                 },
             )
             .is_some()
@@ -408,6 +443,15 @@ impl World {
             onceclick_protocol::shard::IdRoute::Database => Some("d1".to_owned()),
             onceclick_protocol::shard::IdRoute::Unknown => None,
         }
+    }
+
+    /// Whether a row with this id is in `table` of any place.
+    fn exists(&self, table: &str, id: &str) -> bool {
+        let sql = format!("SELECT 1 FROM {table} WHERE id = ?1");
+        self.db
+            .places()
+            .iter()
+            .any(|p| !self.db.query(p, &sql, &[json!(id)]).is_empty())
     }
 
     /// The attempt's claim token (`None` inside: never claimed), if it exists.
@@ -450,6 +494,7 @@ impl World {
             (16, 9),   // time passes
             (2, 10),   // a clock jump
             (1, 11),   // a crash
+            (1, 13),   // a store outage of a few seconds (in a world with faults)
             (30, 12),  // tasks run
         ]);
         match pick {
@@ -469,6 +514,12 @@ impl World {
                 self.advance(ms + rng.below(ms));
             }
             11 => self.crash(&mut rng),
+            // One pick in three: a few outages a world.
+            13 if self.db.faults.borrow().before > 0 && rng.below(3) == 0 => {
+                let until = self.now() + 3_000 + rng.below(9_000);
+                self.note(|| format!("store outage until t={}", until - crate::EPOCH_MS));
+                *self.db.outage_until.borrow_mut() = until;
+            }
             _ => {}
         }
         for _ in 0..rng.below(6) {
@@ -488,12 +539,16 @@ impl World {
             let host = world.host(isolate);
             let store = world.store(layout, "request");
             let answer = match &req {
-                Request::Create { intent, text } => {
+                Request::Create {
+                    intent,
+                    text,
+                    provider,
+                } => {
                     let i = world.intents.borrow()[*intent].clone();
                     let body = CreateJob {
                         kind: i.kind.to_owned(),
                         input: json!({ "text": text }),
-                        provider: i.provider.map(str::to_owned),
+                        provider: provider.map(str::to_owned),
                     };
                     sim::create(&host, &store, i.owner, &i.key, &body, None).await
                 }
@@ -546,7 +601,7 @@ impl World {
             provider: (rng.below(5) == 0).then_some("fallback"),
             job: None,
             created: false,
-            bound_text: None,
+            bound: None,
             sent: BTreeSet::new(),
         };
         self.intents.borrow_mut().push(intent);
@@ -554,18 +609,37 @@ impl World {
     }
 
     fn create(self: &Rc<Self>, rng: &mut Rng, intent: usize, mismatch: bool) {
-        let text = {
+        let (text, provider) = {
             let mut intents = self.intents.borrow_mut();
             let i = &mut intents[intent];
-            let text = if mismatch {
-                format!("{} Changed: {}.", i.text, rng.below(1_000))
-            } else {
-                i.text.clone()
+            // Another request under the same key: another text, or another provider
+            // (the fingerprint holds both).
+            let sent = match (mismatch, rng.below(2)) {
+                (false, _) => (i.text.clone(), i.provider),
+                (true, 0) => (
+                    format!("{} Changed: {}.", i.text, rng.below(1_000)),
+                    i.provider,
+                ),
+                (true, _) => (
+                    i.text.clone(),
+                    if i.provider.is_some() {
+                        None
+                    } else {
+                        Some("fallback")
+                    },
+                ),
             };
-            i.sent.insert(text.clone());
-            text
+            i.sent.insert(sent.clone());
+            sent
         };
-        self.spawn_request(rng, Request::Create { intent, text });
+        self.spawn_request(
+            rng,
+            Request::Create {
+                intent,
+                text,
+                provider,
+            },
+        );
     }
 
     fn resend(self: &Rc<Self>, rng: &mut Rng, mismatch: bool) {
@@ -605,7 +679,14 @@ impl World {
             .map(|((_, k), (b, _))| (k.clone(), *b))
             .collect();
         let (key, body) = if !earlier.is_empty() && rng.below(3) == 0 {
-            earlier[rng.below(earlier.len() as u64) as usize].clone()
+            let (key, body) = earlier[rng.below(earlier.len() as u64) as usize].clone();
+            // Now and then the same key with another body: another click's request.
+            let body = match rng.below(4) {
+                0 if body.is_some() => None,
+                0 => Some("fallback"),
+                _ => body,
+            };
+            (key, body)
         } else {
             let key = format!("fb{}", rng.below(1_000_000_000));
             let body = (rng.below(2) == 0).then_some("fallback");
@@ -719,7 +800,13 @@ impl World {
                             code.as_str()
                         )
                     });
-                    world.retry(msg, 1_000);
+                    // A result D1 would not take waits 30 s (`RESULT_RETRY_DELAY_S`).
+                    let delay = if msg.dispatch.result.is_some() {
+                        30_000
+                    } else {
+                        1_000
+                    };
+                    world.retry(msg, delay);
                 }
             });
         self.delivering.borrow_mut().insert(task, msg);
@@ -774,6 +861,12 @@ impl World {
         let isolate = rng.weighted(&[(2, FRONT[0]), (2, FRONT[1]), (3, CONSUMER), (1, RECONCILER)]);
         let dropped = self.exec.crash(isolate);
         self.note(|| format!("crash isolate {isolate}: {} tasks dropped", dropped.len()));
+        let ids: BTreeSet<u64> = dropped.iter().map(|(t, _)| *t).collect();
+        for call in self.calls.borrow_mut().values_mut() {
+            if ids.contains(&call.task) {
+                call.orphaned = true;
+            }
+        }
         for (task, role) in dropped {
             self.requests.borrow_mut().remove(&task);
             db::take_writes(task);
@@ -822,6 +915,13 @@ impl World {
                 .and_then(Value::as_str)
                 .unwrap_or_default()
                 .to_owned();
+            if event == "late_result_discarded"
+                && line.get("attempt_state").and_then(Value::as_str) == Some("purged")
+            {
+                if let Some(a) = line.get("attempt_id").and_then(Value::as_str) {
+                    self.purged_lines.borrow_mut().insert(a.to_owned());
+                }
+            }
             for field in ["attempt_id", "loser"] {
                 if let Some(a) = line.get(field).and_then(Value::as_str) {
                     self.lines
@@ -892,7 +992,12 @@ impl World {
         match request {
             Request::Create { .. } if answer.job.as_ref().is_some_and(|j| purged(&j.id)) => {}
             Request::Create { .. } if answer.problem_job.as_deref().is_some_and(purged) => {}
-            Request::Create { intent, text } => {
+            Request::Create {
+                intent,
+                text,
+                provider,
+            } => {
+                let this: Sent = (text.clone(), *provider);
                 let mut intents = self.intents.borrow_mut();
                 let i = &mut intents[*intent];
                 match (status, code, &answer.job) {
@@ -915,21 +1020,31 @@ impl World {
                             i.created = true;
                         }
                         let input = job.input.get("text").and_then(Value::as_str);
-                        if input != Some(text.as_str()) || job.kind != i.kind {
+                        // No provider asks for the job's own (a replay), or the primary (a
+                        // new job).
+                        let asked = match (provider, status) {
+                            (Some(p), _) => *p,
+                            (None, 201) => "primary",
+                            (None, _) => job.provider.as_str(),
+                        };
+                        if input != Some(text.as_str())
+                            || job.kind != i.kind
+                            || job.provider != asked
+                        {
                             self.violate(format!(
-                                "key {}/{} answered with a job of another request ({status}): the request was {text:?}, the job's {input:?}",
-                                i.owner, i.key
+                                "key {}/{} answered with a job of another request ({status}): the request was {text:?} on {asked}, the job's {input:?} on {}",
+                                i.owner, i.key, job.provider
                             ));
                         }
                         i.job = Some(job.id.clone());
-                        i.bound_text = Some(text.clone());
+                        i.bound = Some(this.clone());
                     }
                     (409, Some(ErrorCode::IdempotencyKeyReused), _) => {
                         // Only another request can be refused: the key's job has another
                         // text (known), or another text was sent under it (unknown yet).
-                        let other = match &i.bound_text {
-                            Some(bound) => bound != text,
-                            None => i.sent.iter().any(|t| t != text),
+                        let other = match &i.bound {
+                            Some(bound) => !compatible(&this, bound),
+                            None => i.sent.iter().any(|t| !compatible(&this, t)),
                         };
                         if !other {
                             self.violate(format!(
@@ -950,11 +1065,22 @@ impl World {
                     )),
                 }
             }
-            Request::Fallback { job, key, .. } => {
+            Request::Fallback { job, key, body } => {
                 let made = (status == 200 || status == 201)
                     .then(|| answer.attempt_id.clone())
                     .flatten();
                 if let Some(attempt) = made {
+                    // A key's attempt answers only the body that made it.
+                    let mut bodies = self.fallback_bodies.borrow_mut();
+                    match bodies.get(&(job.clone(), key.clone())) {
+                        Some(first) if first != body => self.violate(format!(
+                            "fallback key {key} of {job} answered the body {body:?} with the attempt of {first:?}"
+                        )),
+                        _ => {
+                            bodies.insert((job.clone(), key.clone()), *body);
+                        }
+                    }
+                    drop(bodies);
                     let mut fallbacks = self.fallbacks.borrow_mut();
                     let entry = fallbacks
                         .entry((job.clone(), key.clone()))
@@ -967,6 +1093,12 @@ impl World {
                     }
                     if status == 201 {
                         if let Some(doc) = &answer.job {
+                            if doc.result.is_some() || doc.status.as_str() == "cancelled" {
+                                self.violate(format!(
+                                    "fallback {attempt} was added to {job}, which had ended ({})",
+                                    doc.status.as_str()
+                                ));
+                            }
                             let others_live = doc.attempts.iter().any(|a| {
                                 a.id != attempt
                                     && matches!(
@@ -999,7 +1131,8 @@ impl World {
             Request::Cancel { job } => match (status, code, &answer.job) {
                 (200, _, Some(doc)) if doc.status.as_str() == "cancelled" => {}
                 (409, Some(ErrorCode::JobFinished), _) => {}
-                (404, _, _) => {}
+                // Only a job the purge took is not found.
+                (404, _, _) if !self.exists("jobs", job) => {}
                 _ => self.violate(format!("cancel of {job} answered {status} {code:?}")),
             },
             Request::Resolve { attempt, outcome } => {
@@ -1016,6 +1149,10 @@ impl World {
                     if !ok {
                         self.violate(format!("resolve {attempt} as {outcome} left it {state:?}"));
                     }
+                } else if code == Some(ErrorCode::NotFound) && self.exists("attempts", attempt) {
+                    self.violate(format!(
+                        "resolve {attempt} answered 404, and the attempt exists"
+                    ));
                 } else if !matches!(
                     code,
                     Some(
@@ -1025,7 +1162,25 @@ impl World {
                     self.violate(format!("resolve {attempt} answered {status} {code:?}"));
                 }
             }
-            Request::Read { .. } => {}
+            Request::Read { job } => match (status, &answer.job) {
+                (200, Some(doc)) => {
+                    let seen = self.seen.borrow();
+                    let result = seen.get(job).and_then(|s| s.result.clone());
+                    let known: Option<Value> = result.and_then(|r| serde_json::from_str(&r).ok());
+                    // A read may have run before the result was set (its answer is heard
+                    // later); a result it shows must be the one.
+                    if doc.id != *job
+                        || (known.is_some() && doc.result.is_some() && doc.result != known)
+                    {
+                        self.violate(format!(
+                            "a read of {job} answered {} with result {:?}, not {known:?}",
+                            doc.id, doc.result
+                        ));
+                    }
+                }
+                (404, _) if !self.exists("jobs", job) => {}
+                _ => self.violate(format!("a read of {job} answered {status} {code:?}")),
+            },
         }
     }
 
@@ -1052,13 +1207,16 @@ impl World {
                     ));
                 }
                 self.note(|| format!("job {job_id} purged"));
+                // Its events go with it; what its attempts were paid for is checked when
+                // the world settles (a result still in the queue may come after).
+                self.purged_seen.borrow_mut().push(seen.clone());
                 // Its key is free again: a resend may bind a new job.
                 self.purged.borrow_mut().insert(job_id.to_owned());
                 for intent in self.intents.borrow_mut().iter_mut() {
                     if intent.job.as_deref() == Some(job_id) {
                         intent.job = None;
                         intent.created = false;
-                        intent.bound_text = None;
+                        intent.bound = None;
                     }
                 }
             }
@@ -1080,6 +1238,17 @@ impl World {
                 )
             })
             .collect();
+        // What the database recorded of results that did not become the job's.
+        for r in self.db.query(
+            place,
+            "SELECT attempt_id FROM job_events WHERE job_id = ?1 AND attempt_id IS NOT NULL
+                AND type IN ('race_lost', 'late_result_discarded')",
+            &[json!(job_id)],
+        ) {
+            if let Some(a) = s(r.get("attempt_id")) {
+                self.recorded.borrow_mut().insert(a);
+            }
+        }
         let status = s(row.get("status")).unwrap_or_default();
         let result = s(row.get("result"));
         let completed_by = s(row.get("completed_by"));
@@ -1123,12 +1292,27 @@ impl World {
             result: None,
             completed_by: None,
             attempts: BTreeMap::new(),
+            resolved_failed: BTreeSet::new(),
         });
         if seen.result.is_some() && (seen.result != result || seen.completed_by != completed_by) {
             self.violate(format!(
                 "job {job_id}'s result changed from {:?} by {:?} to {result:?} by {completed_by:?}",
                 seen.result, seen.completed_by
             ));
+        }
+        if matches!(seen.status.as_str(), "succeeded" | "cancelled") && seen.status != status {
+            self.violate(format!(
+                "job {job_id} was {} and is now {status}: an ended job changed",
+                seen.status
+            ));
+        }
+        for (id, (_, error)) in &attempts {
+            if error
+                .as_deref()
+                .is_some_and(|e| e.contains("\"resolved_failed\""))
+            {
+                seen.resolved_failed.insert(id.clone());
+            }
         }
         for (id, (state, _)) in &attempts {
             if let Some(before) = seen.attempts.get(id) {
@@ -1173,6 +1357,7 @@ impl World {
     /// lost without a record.
     pub(crate) fn settle(self: &Rc<Self>) {
         *self.db.faults.borrow_mut() = FaultRates::default();
+        *self.db.outage_until.borrow_mut() = 0;
         let mut rng = Rng::new(0x5E77);
         self.op.set(self.op.get() + 1);
         self.note(|| "settle: faults stop, time passes".to_owned());
@@ -1213,8 +1398,13 @@ impl World {
         for (place, job) in &jobs {
             self.check_job(place, job);
         }
-        let lines = self.lines.borrow();
-        let calls = self.calls.borrow();
+        let left = (self.exec.count(|_| true), self.queue.borrow().len());
+        if left != (0, 0) {
+            self.violate(format!(
+                "the world did not settle: {} tasks and {} messages left once faults stopped and time passed",
+                left.0, left.1
+            ));
+        }
         for (job_id, seen) in self.seen.borrow().iter() {
             let waiting = seen.attempts.values().any(|st| st == "unknown");
             let live = seen
@@ -1230,38 +1420,47 @@ impl World {
                     seen.status, seen.attempts
                 ));
             }
-            for (attempt, state) in &seen.attempts {
-                let Some(call) = calls.get(attempt) else {
-                    continue;
-                };
-                if !call.script.paid() {
-                    continue;
-                }
-                let recorded = matches!(
-                    state.as_str(),
-                    "succeeded" | "superseded" | "unknown" | "abandoned" | "cancelled"
-                ) || lines.contains(&("race_lost".to_owned(), attempt.clone()))
-                    || lines.contains(&("late_result_discarded".to_owned(), attempt.clone()))
-                    || self.resolved_failed(&seen.place, attempt);
-                if !recorded {
-                    self.violate(format!(
-                        "paid work of attempt {attempt} ({:?}, delivered {}) was lost without a record: it is {state}",
-                        call.script, call.delivered
-                    ));
-                }
-            }
+            self.check_paid(seen, false);
+        }
+        for seen in self.purged_seen.borrow().iter() {
+            self.check_paid(seen, true);
         }
     }
 
-    fn resolved_failed(&self, place: &str, attempt: &str) -> bool {
-        let rows = self.db.query(
-            place,
-            "SELECT error FROM attempts WHERE id = ?1",
-            &[json!(attempt)],
-        );
-        rows.first()
-            .and_then(|r| s(r.get("error")))
-            .is_some_and(|e| e.contains("\"resolved_failed\""))
+    /// Nothing paid for is lost without a record: every call whose provider did the work
+    /// ended as the job's result or `superseded`, or with a `race_lost` or
+    /// `late_result_discarded` event naming its attempt; or, when the dispatcher never
+    /// had an output to record (a late or cut-off answer, or a crash took it), the
+    /// attempt went to `unknown` and on to a person's or the abandon rule's decision.
+    fn check_paid(&self, seen: &Seen, purged: bool) {
+        let calls = self.calls.borrow();
+        let recorded = self.recorded.borrow();
+        for (attempt, state) in &seen.attempts {
+            let Some(call) = calls.get(attempt) else {
+                continue;
+            };
+            if !call.script.paid() {
+                continue;
+            }
+            // A result that came after the purge took its job has no row to go to: its
+            // record is the log line (`attempt_state: purged`).
+            let kept = matches!(state.as_str(), "succeeded" | "superseded")
+                || recorded.contains(attempt)
+                || (purged && self.purged_lines.borrow().contains(attempt));
+            let ok = if call.output && call.delivered && !call.orphaned {
+                // The dispatcher had the output and lived: it must have recorded it.
+                kept
+            } else {
+                kept || matches!(state.as_str(), "unknown" | "abandoned" | "cancelled")
+                    || seen.resolved_failed.contains(attempt)
+            };
+            if !ok {
+                self.violate(format!(
+                    "paid work of attempt {attempt} ({:?}, output {}, delivered {}, dispatcher crashed {}) was lost without a record: it is {state}",
+                    call.script, call.output, call.delivered, call.orphaned
+                ));
+            }
+        }
     }
 
     fn reconcile_everywhere(self: &Rc<Self>) {
@@ -1324,6 +1523,13 @@ impl World {
         let _ = write!(out, "{} jobs {:?}", jobs.len(), by);
         out
     }
+}
+
+/// Whether a create's request `asked` repeats the one that bound the key, `bound`:
+/// the same text, and the same provider or none (a request that names no provider asks
+/// for the job's own).
+fn compatible(asked: &Sent, bound: &Sent) -> bool {
+    asked.0 == bound.0 && (asked.1.is_none() || asked.1 == Some(bound.1.unwrap_or("primary")))
 }
 
 fn legal_move(from: &str, to: &str) -> bool {

@@ -210,11 +210,16 @@ fn integration(
 /// had been one statement per shard), the JWKS waiters and `GET /v1/move` (about 2 KB).
 /// Trimmed on the way: one fan-out future (`Store::call_all`) shared by every call that
 /// asks every place (-1.6 KB), a scan instead of a heap and no sort of the places
-/// (-3.5 KB). Lowered as the Worker shrinks (BENCHMARKS.md), so that it cannot grow back unnoticed:
+/// (-3.5 KB); raised to 364 KiB for issue 22 (368,118 B): the core's interface to its
+/// shell (`host.rs`: a `dyn Host` whose provider call, enqueue and timer are boxed
+/// futures), the handlers' decisions split from their HTTP (`decide_*`), statement
+/// parameters as `serde_json::Value` turned into `JsValue`s where D1 or a shard binds
+/// them, and a resolve or late result racing the purge told apart from a store that no
+/// longer holds the job (about 2.5 KB in all). Lowered as the Worker shrinks (BENCHMARKS.md), so that it cannot grow back unnoticed:
 /// the `url` crate, for one, would add about 75 KB with its IDNA tables (`req.url()`,
 /// `worker::Url`: use `http::query` and `Request::new`), and boon in the wasm
 /// about 475 KB.
-const WORKER_BUDGET: usize = 360 * 1024;
+const WORKER_BUDGET: usize = 364 * 1024;
 
 /// Fails when `bytes` is over `limit`.
 fn budget(what: &str, bytes: usize, limit: usize) -> Result<()> {

@@ -5,7 +5,7 @@ use super::{
     changes, first_row, js, js_flag, js_num, js_opt, json_text, sql, DocRow, Route, Stmt, Store,
     StoredJob,
 };
-use crate::error::ApiResult;
+use crate::error::{ApiResult, AppError};
 use onceclick_protocol::{AttemptError, AttemptState, JobStatus};
 use serde::Deserialize;
 use serde_json::Value;
@@ -318,9 +318,16 @@ impl Store {
                 [cas, supersede_starting, settle, discard, read],
             )
             .await?;
-        // No attempt at all: its job ended and the purge took it (with the job) since the
-        // offer was read; the output has nowhere to go.
+        // No attempt at all in the place its id names: its job ended and the purge
+        // took it (with the job) since the offer was read; the output has nowhere to go.
+        // An id that names no place (a job of a store this deployment no longer keeps)
+        // stays an error: the result is kept, retried, and in the log, never dropped.
         let Some(row) = first_row::<Row>(&read)? else {
+            if !self.routes_somewhere(Route::Id(job_id)) {
+                return Err(AppError::internal(
+                    "complete: the job's id names no place of this store",
+                ));
+            }
             return Ok(Completion::Gone);
         };
         // An admin's resolution counts only if this very batch moved the attempt: one

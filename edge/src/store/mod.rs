@@ -284,6 +284,12 @@ impl Store {
         self.backend.new_ids(Route::Key { owner, key })
     }
 
+    /// Whether `route` names a place of this store (an id of a store it no longer keeps,
+    /// or of another shard count, names none).
+    fn routes_somewhere(&self, route: Route<'_>) -> bool {
+        matches!(self.backend.target(route), Ok(t) if !matches!(t, Target::Nowhere))
+    }
+
     /// A new attempt id in the same place as the job `job_id`.
     pub(crate) fn new_attempt_id(&self, job_id: &str) -> String {
         self.backend.new_ids(Route::Id(job_id)).1
