@@ -118,6 +118,7 @@ struct Seen {
     attempts: BTreeMap<String, String>,
     /// Attempts a person resolved as failed.
     resolved_failed: BTreeSet<String>,
+    updated_at: String,
 }
 
 /// One fallback key of a job: its body's provider, and the attempt its answer named.
@@ -178,6 +179,11 @@ pub(crate) struct World {
     answers: RefCell<Vec<(u64, Request, Answer)>>,
     /// (event, attempt) of every log line naming an attempt.
     lines: RefCell<BTreeSet<(String, String)>>,
+    /// Attempts whose result the platform gave up on after the store had refused it:
+    /// the queue refused the message that carried it, or delivered it six times in
+    /// vain. The Worker logged each step (`result_queued`, `enqueue_failed`,
+    /// `dispatch_retry`); the output is lost, as designed, with its lines.
+    given_up: RefCell<BTreeSet<String>>,
     /// Attempts whose result came after the purge took their job (the log's line).
     purged_lines: RefCell<BTreeSet<String>>,
     /// Attempts a `race_lost` or `late_result_discarded` event names, as the database
@@ -278,6 +284,7 @@ impl World {
             lines: RefCell::new(BTreeSet::new()),
             recorded: RefCell::new(BTreeSet::new()),
             purged_lines: RefCell::new(BTreeSet::new()),
+            given_up: RefCell::new(BTreeSet::new()),
             violations: RefCell::new(Vec::new()),
             op: Cell::new(0),
             serial: Cell::new(0),
@@ -367,6 +374,11 @@ impl World {
         let refuse = self.db.faults.borrow().before / 2;
         if self.rng.borrow_mut().chance(refuse) {
             self.note(|| format!("queue refused {}", dispatch.attempt_id));
+            if dispatch.result.is_some() {
+                self.given_up
+                    .borrow_mut()
+                    .insert(dispatch.attempt_id.clone());
+            }
             return Err("Queue send failed (simulated)".to_owned());
         }
         let id = self.next_msg.get() + 1;
@@ -815,6 +827,11 @@ impl World {
     /// A message back to the queue for a later delivery, unless it has had them all.
     fn retry(&self, mut msg: Msg, delay: u64) {
         if msg.deliveries >= DELIVERIES {
+            if msg.dispatch.result.is_some() {
+                self.given_up
+                    .borrow_mut()
+                    .insert(msg.dispatch.attempt_id.clone());
+            }
             self.note(|| {
                 format!(
                     "msg {} dead-lettered after {} deliveries",
@@ -1189,7 +1206,7 @@ impl World {
         self.figures.borrow_mut().checks += 1;
         let rows = self.db.query(
             place,
-            "SELECT owner_id, idempotency_key, status, result, completed_by FROM jobs WHERE id = ?1",
+            "SELECT owner_id, idempotency_key, status, result, completed_by, updated_at FROM jobs WHERE id = ?1",
             &[json!(job_id)],
         );
         let Some(row) = rows.first() else {
@@ -1200,6 +1217,14 @@ impl World {
                     .attempts
                     .values()
                     .any(|st| matches!(st.as_str(), "starting" | "running" | "unknown"));
+                // Only past retention (`JOB_RETENTION_HOURS = 24`) since its last change.
+                let cutoff = sim::rfc3339((self.now() - 24 * 3_600_000) as f64);
+                if seen.updated_at > cutoff {
+                    self.violate(format!(
+                        "job {job_id} was purged though it last changed at {}, within retention",
+                        seen.updated_at
+                    ));
+                }
                 if live || !matches!(seen.status.as_str(), "succeeded" | "failed" | "cancelled") {
                     self.violate(format!(
                         "job {job_id} was purged while {} with attempts {:?}",
@@ -1293,6 +1318,7 @@ impl World {
             completed_by: None,
             attempts: BTreeMap::new(),
             resolved_failed: BTreeSet::new(),
+            updated_at: String::new(),
         });
         if seen.result.is_some() && (seen.result != result || seen.completed_by != completed_by) {
             self.violate(format!(
@@ -1324,6 +1350,7 @@ impl World {
             }
         }
         seen.status = status;
+        seen.updated_at = s(row.get("updated_at")).unwrap_or_default();
         seen.result = result;
         seen.completed_by = completed_by;
         seen.attempts = attempts.into_iter().map(|(id, (st, _))| (id, st)).collect();
@@ -1447,7 +1474,8 @@ impl World {
             let kept = matches!(state.as_str(), "succeeded" | "superseded")
                 || recorded.contains(attempt)
                 || (purged && self.purged_lines.borrow().contains(attempt));
-            let ok = if call.output && call.delivered && !call.orphaned {
+            let held = call.output && call.delivered && !call.orphaned;
+            let ok = if held && !self.given_up.borrow().contains(attempt) {
                 // The dispatcher had the output and lived: it must have recorded it.
                 kept
             } else {
