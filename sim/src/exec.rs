@@ -191,26 +191,25 @@ impl Future for Yield {
 
 /// Ready once the virtual clock reaches `at`.
 pub(crate) struct Sleep {
-    pub(crate) exec: Rc<Exec>,
-    pub(crate) at: u64,
-    pub(crate) armed: bool,
+    exec: Rc<Exec>,
+    at: u64,
+}
+
+impl Sleep {
+    pub(crate) fn until(exec: Rc<Exec>, at: u64) -> Self {
+        Self { exec, at }
+    }
 }
 
 impl Future for Sleep {
     type Output = ();
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         if onceclick_edge::sim::now_ms() as u64 >= self.at {
             return Poll::Ready(());
         }
-        if !self.armed {
-            self.armed = true;
-            let at = self.at;
-            self.exec.add_timer(at, cx.waker().clone());
-        } else {
-            // Woken early (a spurious wake): arm again.
-            let at = self.at;
-            self.exec.add_timer(at, cx.waker().clone());
-        }
+        // Armed at every pending poll: a wake before `at` (none happens today) would
+        // otherwise leave it with no timer.
+        self.exec.add_timer(self.at, cx.waker().clone());
         Poll::Pending
     }
 }

@@ -86,24 +86,18 @@ impl Host for SimHost {
     fn call<'a>(&'a self, call: ProviderCall<'a>) -> LocalBoxFuture<'a, CallOutcome> {
         let world = self.world.clone();
         if call.attempt_id.starts_with("cert_") {
-            return Box::pin(async move { CallOutcome::Output(world.output(call.input, 0)) });
+            return Box::pin(async move { CallOutcome::Output(world.output(0)) });
         }
         let timeout = call.provider.timeout_ms;
         let (script, delay) = world.provider_call(call.attempt_id, &call.provider.name, timeout);
         let attempt_id = call.attempt_id.to_owned();
-        let input = call.input.clone();
         Box::pin(async move {
             let answers_in = match script {
                 Script::Hang | Script::Late => timeout,
                 _ => delay.min(timeout),
             };
             let at = onceclick_edge::sim::now_ms() as u64 + answers_in;
-            Sleep {
-                exec: world.exec.clone(),
-                at,
-                armed: false,
-            }
-            .await;
+            Sleep::until(world.exec.clone(), at).await;
             world.delivered(&attempt_id);
             let timed_out = |what: &str| {
                 CallOutcome::Unknown(AttemptError::new(
@@ -114,7 +108,7 @@ impl Host for SimHost {
             };
             match script {
                 Script::Answer if delay <= timeout => {
-                    CallOutcome::Output(world.output(&input, world.serial()))
+                    CallOutcome::Output(world.output(world.serial()))
                 }
                 Script::Answer => timed_out("slow"),
                 Script::FailRetryable => CallOutcome::Failed(AttemptError::new(
@@ -140,11 +134,7 @@ impl Host for SimHost {
 
     fn sleep(&self, ms: u64) -> LocalBoxFuture<'static, ()> {
         let at = onceclick_edge::sim::now_ms() as u64 + ms;
-        Box::pin(Sleep {
-            exec: self.world.exec.clone(),
-            at,
-            armed: false,
-        })
+        Box::pin(Sleep::until(self.world.exec.clone(), at))
     }
 
     fn count_create(&self, _: &str, _: &str, _: &str, _: &str) {}

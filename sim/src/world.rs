@@ -177,8 +177,6 @@ pub(crate) struct World {
     /// Requests in flight: task → request.
     requests: RefCell<BTreeMap<u64, Request>>,
     answers: RefCell<Vec<(u64, Request, Answer)>>,
-    /// (event, attempt) of every log line naming an attempt.
-    lines: RefCell<BTreeSet<(String, String)>>,
     /// Attempts whose result the platform gave up on after the store had refused it:
     /// the queue refused the message that carried it, or delivered it six times in
     /// vain. The Worker logged each step (`result_queued`, `enqueue_failed`,
@@ -281,7 +279,6 @@ impl World {
             requests: RefCell::new(BTreeMap::new()),
             fallback_bodies: RefCell::new(BTreeMap::new()),
             answers: RefCell::new(Vec::new()),
-            lines: RefCell::new(BTreeSet::new()),
             recorded: RefCell::new(BTreeSet::new()),
             purged_lines: RefCell::new(BTreeSet::new()),
             given_up: RefCell::new(BTreeSet::new()),
@@ -349,7 +346,7 @@ impl World {
     }
 
     /// A provider's output for `input`: valid for the kind, and different every call.
-    pub(crate) fn output(&self, _input: &Value, n: u64) -> Value {
+    pub(crate) fn output(&self, n: u64) -> Value {
         json!({"summary": format!("s{n}"), "sentiment": "neutral"})
     }
 
@@ -927,23 +924,12 @@ impl World {
 
     fn after_step(self: &Rc<Self>, task: u64, done: bool) {
         for line in sim::drain_log() {
-            let event = line
-                .get("event")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned();
-            if event == "late_result_discarded"
+            let event = line.get("event").and_then(Value::as_str);
+            if event == Some("late_result_discarded")
                 && line.get("attempt_state").and_then(Value::as_str) == Some("purged")
             {
                 if let Some(a) = line.get("attempt_id").and_then(Value::as_str) {
                     self.purged_lines.borrow_mut().insert(a.to_owned());
-                }
-            }
-            for field in ["attempt_id", "loser"] {
-                if let Some(a) = line.get(field).and_then(Value::as_str) {
-                    self.lines
-                        .borrow_mut()
-                        .insert((event.clone(), a.to_owned()));
                 }
             }
         }
