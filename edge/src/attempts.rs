@@ -318,7 +318,7 @@ pub(crate) async fn decide_resolve(
     if state != AttemptState::Unknown {
         if crate::mutant::on(crate::mutant::Mutant::RefusedResolveWritesEvent) {
             let details = serde_json::json!({"state": state});
-            let event = EventType::AttemptResolved;
+            let event = EventType::LateResultDiscarded;
             store
                 .log_event(&job_id, event, Some(attempt_id), &details)
                 .await?;

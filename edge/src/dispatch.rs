@@ -150,14 +150,21 @@ async fn run(host: &dyn Host, store: &Store, attempt_id: &str) -> ApiResult<()> 
     match persist(host, || store.claim(attempt_id, &token)).await? {
         Claim::Claimed(attempt) => {
             let claim = store.round_trips();
+            let claimed = store.cost();
             let job_id = attempt.job_id.clone();
             let ran = run_claimed(host, store, attempt).await;
-            // What a dispatch costs in D1 (the bench and `tests/budgets.rs` read it).
+            let total = store.cost();
+            // What a dispatch costs in the store (the bench and `tests/budgets.rs` read
+            // it): round trips, and rows as the place bills them.
             crate::log::info(
                 json!({"event": "dispatched", "job_id": job_id, "attempt_id": attempt_id,
                        "ok": ran.is_ok(),
                        "round_trips": {"claim": claim,
-                                       "after_claim": store.round_trips() - claim}}),
+                                       "after_claim": store.round_trips() - claim},
+                       "rows_written": {"claim": claimed.written,
+                                        "after_claim": total.written - claimed.written},
+                       "rows_read": {"claim": claimed.read,
+                                     "after_claim": total.read - claimed.read}}),
             );
             ran
         }

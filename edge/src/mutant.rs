@@ -7,7 +7,8 @@
 /// One planted defect in Rust.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mutant {
-    /// A refused resolve writes its event anyway.
+    /// A refused resolve writes a log line anyway (one that numbers itself as the job's
+    /// next change, so only the check that a refusal writes nothing can catch it).
     RefusedResolveWritesEvent,
     /// A create answers a key bound to another request as a replay.
     CreateSkipsFingerprint,

@@ -43,6 +43,10 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
         "0006_stats.sql",
         include_str!("../migrations/0006_stats.sql"),
     ),
+    (
+        "0007_one_position.sql",
+        include_str!("../migrations/0007_one_position.sql"),
+    ),
 ];
 
 const MIGRATIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS onceclick_migrations (
@@ -216,17 +220,18 @@ impl Shard {
         Ok(())
     }
 
-    /// The answer's JSON text: `{"results": [[row, …], …]}`, or `{"error": "…"}`.
+    /// The answer's JSON text: `{"results": [[row, …], …], "rows_written": N,
+    /// "rows_read": N}`, or `{"error": "…"}`.
     async fn batch(&self, batch: WireBatch) -> String {
         self.learn_name(&batch.shard);
         let local = self.local();
         let out = self.migrate(&local).and_then(|()| local.run_wire(batch));
         match out {
-            Ok(results) => {
+            Ok(answer) => {
                 if !self.armed.get() {
                     self.arm_if_unset().await;
                 }
-                format!("{{\"results\":{results}}}")
+                answer
             }
             Err(error) => json!({ "error": error }).to_string(),
         }

@@ -9,8 +9,9 @@
 //!   in between (the round trip), and a crash can fall on either side of the commit.
 //! - Faults: a batch may fail before it runs, or run, commit, and lose its reply.
 //! - Instrumentation only the simulator has: temporary triggers name every job a batch
-//!   touched (so checks look only at those), and an update hook counts the rows each
-//!   task wrote outside the figures (so a refused request can be shown to write nothing).
+//!   touched, one line per row changed (so checks look only at those jobs, and the
+//!   lines of each committed batch count the rows its task wrote outside the figures: a
+//!   refused request can be shown to write nothing).
 
 use crate::exec::{self, Yield};
 use futures_util::future::LocalBoxFuture;
@@ -31,7 +32,9 @@ CREATE TEMP TRIGGER t_jobs_upd AFTER UPDATE ON main.jobs BEGIN INSERT INTO touch
 CREATE TEMP TRIGGER t_jobs_del AFTER DELETE ON main.jobs BEGIN INSERT INTO touched VALUES (OLD.id); END;
 CREATE TEMP TRIGGER t_att_ins AFTER INSERT ON main.attempts BEGIN INSERT INTO touched VALUES (NEW.job_id); END;
 CREATE TEMP TRIGGER t_att_upd AFTER UPDATE ON main.attempts BEGIN INSERT INTO touched VALUES (NEW.job_id); END;
+CREATE TEMP TRIGGER t_att_del AFTER DELETE ON main.attempts BEGIN INSERT INTO touched VALUES (OLD.job_id); END;
 CREATE TEMP TRIGGER t_ev_ins AFTER INSERT ON main.job_events BEGIN INSERT INTO touched VALUES (NEW.job_id); END;
+CREATE TEMP TRIGGER t_ev_del AFTER DELETE ON main.job_events BEGIN INSERT INTO touched VALUES (OLD.job_id); END;
 ";
 
 thread_local! {
@@ -57,6 +60,9 @@ pub enum SqlMutant {
     LostRunningFails,
     /// The purge takes a job with an `unknown` attempt.
     PurgeTakesUnknown,
+    /// A claim numbers no change of its job: the document shows the attempt `running`
+    /// under the ETag it had (a 304 would hide it), as `jobs.version` did before 0007.
+    ClaimLeavesPosition,
 }
 
 impl SqlMutant {
@@ -74,11 +80,19 @@ impl SqlMutant {
             }
             SqlMutant::PurgeTakesUnknown
                 if sql.starts_with("DELETE FROM")
-                    && sql.contains("ORDER BY updated_at, id LIMIT ?2") =>
+                    && sql.contains("ORDER BY id LIMIT ?2") =>
             {
                 (
                     "('starting', 'running', 'unknown')",
                     "('starting', 'running')",
+                )
+            }
+            SqlMutant::ClaimLeavesPosition
+                if sql.starts_with("UPDATE attempts SET state = 'running'") =>
+            {
+                (
+                    ",\n            running_seq = (SELECT seq + 1 FROM jobs WHERE id = attempts.job_id)",
+                    "",
                 )
             }
             _ => return None,
@@ -135,17 +149,6 @@ fn open(place: &str) -> rusqlite::Result<Connection> {
     }
     conn.execute_batch(TOUCH)?;
     let _ = place;
-    conn.update_hook(Some(
-        |_: rusqlite::hooks::Action, db: &str, table: &str, _: i64| {
-            if db == "main" && table != "stats" {
-                let task = exec::current();
-                if std::env::var_os("SIM_DEBUG").is_some() {
-                    eprintln!("write task {task} {table}");
-                }
-                WRITES.with(|w| *w.borrow_mut().entry(task).or_insert(0) += 1);
-            }
-        },
-    ));
     Ok(conn)
 }
 
@@ -252,6 +255,11 @@ impl Db {
                 .filter_map(|r| r.get("job_id").and_then(Value::as_str).map(str::to_owned))
                 .collect();
             conn.execute_batch("COMMIT").map_err(|e| e.to_string())?;
+            // One line of `touched` per row a committed batch changed (SQLite's update
+            // hook does not see WITHOUT ROWID tables).
+            let task = exec::current();
+            let written = u32::try_from(touched.len()).unwrap_or(u32::MAX);
+            WRITES.with(|w| *w.borrow_mut().entry(task).or_insert(0) += written);
             Ok((sets, touched))
         });
         let (sets, touched) = out?;
@@ -363,6 +371,7 @@ mod tests {
                 SqlMutant::PurgeTakesUnknown,
                 &["PURGE_EVENTS", "PURGE_ATTEMPTS", "PURGE_JOBS"][..],
             ),
+            (SqlMutant::ClaimLeavesPosition, &["CLAIM"][..]),
         ] {
             let hit: Vec<&str> = onceclick_edge::sim::statements()
                 .iter()

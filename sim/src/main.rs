@@ -291,6 +291,11 @@ const MUTANTS: &[Planted] = &[
         &["purged while"],
     ),
     (
+        "claim-leaves-position",
+        AnyMutant::Sql(SqlMutant::ClaimLeavesPosition),
+        &["log numbers its changes"],
+    ),
+    (
         "create-skips-fingerprint",
         AnyMutant::Rust(Mutant::CreateSkipsFingerprint),
         &["of another request"],

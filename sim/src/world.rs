@@ -119,6 +119,10 @@ struct Seen {
     /// Attempts a person resolved as failed.
     resolved_failed: BTreeSet<String>,
     updated_at: String,
+    /// The job's last change (`jobs.seq`), its document and its ETag, as last seen.
+    seq: i64,
+    doc: String,
+    etag: String,
 }
 
 /// One fallback key of a job: its body's provider, and the attempt its answer named.
@@ -1187,6 +1191,61 @@ impl World {
         }
     }
 
+    /// One position per job: its log numbers every change once, from 1 to the job's
+    /// counter with no gap and no repeat (the lines read from its rows and the rows of
+    /// `job_events` alike), and its ETag is the last change a client can see. The
+    /// counter, the document and the ETag.
+    fn check_position(&self, place: &str, job_id: &str) -> (i64, String, String) {
+        let job = self.db.query(
+            place,
+            "SELECT j.seq, j.doc_seq, d.doc, d.etag FROM jobs AS j
+               JOIN job_documents AS d ON d.id = j.id WHERE j.id = ?1",
+            &[json!(job_id)],
+        );
+        let Some(job) = job.first() else {
+            return (0, String::new(), String::new());
+        };
+        let int = |v: Option<&Value>| v.and_then(Value::as_i64).unwrap_or(-1);
+        let (seq, doc_seq) = (int(job.get("seq")), int(job.get("doc_seq")));
+        let lines: Vec<(i64, String)> = self
+            .db
+            .query(
+                place,
+                "SELECT seq, type FROM job_log WHERE job_id = ?1 ORDER BY seq",
+                &[json!(job_id)],
+            )
+            .into_iter()
+            .map(|r| (int(r.get("seq")), s(r.get("type")).unwrap_or_default()))
+            .collect();
+        let numbers: Vec<i64> = lines.iter().map(|l| l.0).collect();
+        if numbers != (1..=seq).collect::<Vec<_>>() {
+            self.violate(format!(
+                "job {job_id}'s log numbers its changes {numbers:?}, its counter is {seq}"
+            ));
+        }
+        let shown = lines
+            .iter()
+            .filter(|(_, t)| {
+                !matches!(
+                    t.as_str(),
+                    "dispatch_ignored" | "failover_skipped" | "late_result_discarded"
+                )
+            })
+            .map(|l| l.0)
+            .max();
+        if shown != Some(doc_seq) || s(job.get("etag")) != Some(format!("\"{doc_seq}\"")) {
+            self.violate(format!(
+                "job {job_id}'s ETag {:?} (doc_seq {doc_seq}) is not its last change a client sees, {shown:?}",
+                job.get("etag")
+            ));
+        }
+        (
+            seq,
+            s(job.get("doc")).unwrap_or_default(),
+            s(job.get("etag")).unwrap_or_default(),
+        )
+    }
+
     /// The invariants of one job a step touched.
     fn check_job(&self, place: &str, job_id: &str) {
         self.figures.borrow_mut().checks += 1;
@@ -1305,7 +1364,31 @@ impl World {
             attempts: BTreeMap::new(),
             resolved_failed: BTreeSet::new(),
             updated_at: String::new(),
+            seq: 0,
+            doc: String::new(),
+            etag: String::new(),
         });
+        let (seq, doc, etag) = self.check_position(place, job_id);
+        if seq < seen.seq {
+            self.violate(format!(
+                "job {job_id}'s change counter went back from {} to {seq}",
+                seen.seq
+            ));
+        }
+        if !seen.doc.is_empty() && (seen.doc != doc) != (seen.etag != etag) {
+            self.violate(format!(
+                "job {job_id}'s ETag went from {} to {etag} while its document {}",
+                seen.etag,
+                if seen.doc == doc {
+                    "stayed the same"
+                } else {
+                    "changed"
+                }
+            ));
+        }
+        seen.seq = seq;
+        seen.doc = doc;
+        seen.etag = etag;
         if seen.result.is_some() && (seen.result != result || seen.completed_by != completed_by) {
             self.violate(format!(
                 "job {job_id}'s result changed from {:?} by {:?} to {result:?} by {completed_by:?}",

@@ -47,12 +47,14 @@ fn shard_files(dir: &Path) -> Vec<PathBuf> {
     found
 }
 
-/// The tables the Worker writes, as the union views of a sharded store name them. The
-/// certifications are a copy per shard: their view keeps one of each.
-const SHARDED_TABLES: [(&str, &str); 5] = [
+/// The tables the Worker writes (and the view of a job's whole log), as the union views
+/// of a sharded store name them. The certifications are a copy per shard: their view
+/// keeps one of each.
+const SHARDED_TABLES: [(&str, &str); 6] = [
     ("jobs", "UNION ALL"),
     ("attempts", "UNION ALL"),
     ("job_events", "UNION ALL"),
+    ("job_log", "UNION ALL"),
     ("stats", "UNION ALL"),
     ("certifications", "UNION"),
 ];
@@ -173,7 +175,7 @@ pub fn execute_with(sql: &str, params: &[&str]) -> usize {
 pub fn event_times(job_id: &str) -> Vec<String> {
     let conn = open();
     let mut stmt = conn
-        .prepare("SELECT at FROM job_events WHERE job_id = ?1 ORDER BY seq")
+        .prepare("SELECT at FROM job_log WHERE job_id = ?1 ORDER BY seq")
         .expect("prepare");
     stmt.query_map([job_id], |row| row.get(0))
         .expect("query")

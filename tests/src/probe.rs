@@ -1,8 +1,10 @@
-//! D1 round trips per operation, read from the Worker itself: `Server-Timing` on the
-//! answers to create, replay and a 304 read, and the `dispatched` line that the queue
-//! consumer logs for the claim and for what follows it (the provider's answer and the
-//! compare-and-swap completion). `cargo xtask test` asserts them (`tests/budgets.rs`)
-//! and `cargo xtask bench` reports them.
+//! Store round trips and rows per operation, read from the Worker itself:
+//! `Server-Timing` on the answers to create, replay and a 304 read, and the `dispatched`
+//! line that the queue consumer logs for the claim and for what follows it (the
+//! provider's answer and the compare-and-swap completion). The rows are what the place
+//! bills: D1's `meta.rows_written`/`rows_read`, a shard's cursor `rowsWritten`/`rowsRead`.
+//! `cargo xtask test` asserts them (`tests/budgets.rs`) and `cargo xtask bench` reports
+//! them.
 
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
@@ -22,22 +24,59 @@ pub struct RoundTrips {
     pub complete: u32,
 }
 
-/// The round trips of a `Server-Timing` value: N of `d1;dur=…;desc="round trips=N"`,
-/// or the sum over its metrics when the Worker is sharded (one per shard called,
-/// `s8.3;dur=…;desc="round trips=N"`).
-pub fn server_timing_round_trips(value: &str) -> Option<u32> {
+/// Rows of one job's life, as the store billed them, by step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Rows {
+    pub create: u64,
+    pub claim: u64,
+    /// Everything after the claim: the completion, when the provider answers at once.
+    pub complete: u64,
+}
+
+impl Rows {
+    /// The job's whole life: create, claim, completion.
+    pub fn total(&self) -> u64 {
+        self.create + self.claim + self.complete
+    }
+}
+
+/// What one job that succeeds on its first attempt costs the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Probe {
+    pub round_trips: RoundTrips,
+    pub rows_written: Rows,
+    pub rows_read: Rows,
+}
+
+/// The sum of the numbers after `label` in a `Server-Timing` value, over its metrics
+/// (one per place called: `d1;dur=…;desc="round trips=N rows written=W rows read=R"`,
+/// or one per shard, `s8.3;…`). `None` if no metric has it.
+fn server_timing_sum(value: &str, label: &str) -> Option<u64> {
     let mut total = None;
-    for part in value.split("round trips=").skip(1) {
+    for part in value.split(label).skip(1) {
         let digits: String = part.chars().take_while(char::is_ascii_digit).collect();
-        *total.get_or_insert(0) += digits.parse::<u32>().ok()?;
+        *total.get_or_insert(0) += digits.parse::<u64>().ok()?;
     }
     total
 }
 
+/// The round trips of a `Server-Timing` value: N of `d1;dur=…;desc="round trips=N …"`,
+/// or the sum over its metrics when the Worker is sharded (one per shard called,
+/// `s8.3;dur=…;desc="round trips=N …"`).
+pub fn server_timing_round_trips(value: &str) -> Option<u32> {
+    server_timing_sum(value, "round trips=").and_then(|n| u32::try_from(n).ok())
+}
+
+/// The round trips of [`probe`].
+pub async fn round_trips(base: &str, secret: &str, log: &Path) -> Result<RoundTrips> {
+    Ok(probe(base, secret, log).await?.round_trips)
+}
+
 /// Creates one job (as owner `probe-<random>`), replays it, waits for it to succeed,
 /// reads it with `If-None-Match`, and reads the consumer's `dispatched` line from `log`
-/// (the Worker must log at wrangler's default level).
-pub async fn round_trips(base: &str, secret: &str, log: &Path) -> Result<RoundTrips> {
+/// (the Worker must log at wrangler's default level): the round trips of each step, and
+/// the rows the job's own steps (create, claim, completion) wrote and read.
+pub async fn probe(base: &str, secret: &str, log: &Path) -> Result<Probe> {
     let owner = crate::client::unique("probe");
     let token = crate::auth::mint(secret, &owner, false, 600)?;
     let http = reqwest::Client::new();
@@ -57,6 +96,16 @@ pub async fn round_trips(base: &str, secret: &str, log: &Path) -> Result<RoundTr
     };
     let created = create().await?;
     let (status, create_trips) = (created.status().as_u16(), trips(&created));
+    let timing = created
+        .headers()
+        .get("server-timing")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let create_written = server_timing_sum(&timing, "rows written=")
+        .with_context(|| format!("create's Server-Timing has no rows written: {timing}"))?;
+    let create_read = server_timing_sum(&timing, "rows read=")
+        .with_context(|| format!("create's Server-Timing has no rows read: {timing}"))?;
     let job: Value = created.json().await?;
     if status != 201 {
         bail!("create answered {status}: {job}");
@@ -105,19 +154,38 @@ pub async fn round_trips(base: &str, secret: &str, log: &Path) -> Result<RoundTr
     }
     let read_trips = trips(&read);
 
-    let (claim, complete) = dispatched_line(log, &attempt, by).await?;
-    Ok(RoundTrips {
-        create: create_trips.context("create sent no Server-Timing")?,
-        replay: replay_trips.context("replay sent no Server-Timing")?,
-        read_304: read_trips.context("the 304 sent no Server-Timing")?,
-        claim,
-        complete,
+    let line = dispatched_line(log, &attempt, by).await?;
+    let get = |what: &str, k: &str| {
+        line[what][k]
+            .as_u64()
+            .with_context(|| format!("a dispatched line without {what}.{k}: {line}"))
+    };
+    let trips = |k: &str| get("round_trips", k).map(|n| n as u32);
+    Ok(Probe {
+        round_trips: RoundTrips {
+            create: create_trips.context("create sent no Server-Timing")?,
+            replay: replay_trips.context("replay sent no Server-Timing")?,
+            read_304: read_trips.context("the 304 sent no Server-Timing")?,
+            claim: trips("claim")?,
+            complete: trips("after_claim")?,
+        },
+        rows_written: Rows {
+            create: create_written,
+            claim: get("rows_written", "claim")?,
+            complete: get("rows_written", "after_claim")?,
+        },
+        rows_read: Rows {
+            create: create_read,
+            claim: get("rows_read", "claim")?,
+            complete: get("rows_read", "after_claim")?,
+        },
     })
 }
 
 /// The consumer's `{"event":"dispatched","attempt_id":…,"round_trips":{"claim":…,
-/// "after_claim":…}}` line for `attempt`, waited for until `by`.
-async fn dispatched_line(log: &Path, attempt: &str, by: Instant) -> Result<(u32, u32)> {
+/// "after_claim":…},"rows_written":{…},"rows_read":{…}}` line for `attempt`, waited for
+/// until `by`.
+async fn dispatched_line(log: &Path, attempt: &str, by: Instant) -> Result<Value> {
     loop {
         let text = std::fs::read_to_string(log).unwrap_or_default();
         let found = text
@@ -128,10 +196,7 @@ async fn dispatched_line(log: &Path, attempt: &str, by: Instant) -> Result<(u32,
                 serde_json::from_str::<Value>(&l[start..]).ok()
             });
         if let Some(line) = found {
-            let get = |k: &str| line["round_trips"][k].as_u64().map(|n| n as u32);
-            return get("claim")
-                .zip(get("after_claim"))
-                .with_context(|| format!("a dispatched line without round trips: {line}"));
+            return Ok(line);
         }
         if Instant::now() > by {
             bail!("the consumer logged no dispatched line for {attempt}");

@@ -30,7 +30,7 @@ fn attempt(job: &Value, n: usize) -> &Value {
 }
 
 fn events_of(job_id: &str) -> i64 {
-    db::count("SELECT count(*) FROM job_events WHERE job_id = ?1", job_id)
+    db::count("SELECT count(*) FROM job_log WHERE job_id = ?1", job_id)
 }
 
 async fn job(api: &Api, token: &str, job_id: &str) -> Reply {
@@ -818,7 +818,7 @@ async fn retention_purges_idle_failed_jobs_in_chunks_and_never_an_unknown_one() 
             "the idle failed job was purged"
         );
         assert_eq!(
-            db::count("SELECT count(*) FROM job_events WHERE job_id = ?1", job_id),
+            db::count("SELECT count(*) FROM job_log WHERE job_id = ?1", job_id),
             0
         );
         assert_eq!(db::jobs_with_key(key), 0, "with its key");

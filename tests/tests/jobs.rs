@@ -143,7 +143,7 @@ fn snapshot(id: &str) -> String {
             "SELECT json_object(
                'j', (SELECT json_group_array(json_array(id, fingerprint, input, version, updated_at))
                        FROM jobs WHERE id = ?1),
-               'e', (SELECT count(*) FROM job_events WHERE job_id = ?1),
+               'e', (SELECT count(*) FROM job_log WHERE job_id = ?1),
                'a', (SELECT count(*) FROM attempts WHERE job_id = ?1))",
             [id],
             |r| r.get(0),

@@ -419,7 +419,7 @@ impl Case<'_> {
         (
             one("SELECT count(*) FROM jobs WHERE owner_id LIKE ?1"),
             one("SELECT count(*) FROM attempts a JOIN jobs j ON j.id = a.job_id WHERE j.owner_id LIKE ?1"),
-            one("SELECT count(*) FROM job_events e JOIN jobs j ON j.id = e.job_id WHERE j.owner_id LIKE ?1
+            one("SELECT count(*) FROM job_log e JOIN jobs j ON j.id = e.job_id WHERE j.owner_id LIKE ?1
                    AND e.type NOT IN ('dispatch_ignored', 'failover_skipped', 'late_result_discarded')"),
         )
     }
@@ -1198,7 +1198,7 @@ impl Case<'_> {
         let mut stmt = conn
             .prepare(
                 "SELECT json_extract(e.details, '$.from'), json_extract(e.details, '$.to')
-                   FROM job_events e JOIN jobs j ON j.id = e.job_id
+                   FROM job_log e JOIN jobs j ON j.id = e.job_id
                   WHERE j.owner_id LIKE ?1 AND json_extract(e.details, '$.from') IS NOT NULL",
             )
             .unwrap();

@@ -24,8 +24,8 @@ fn migrated() -> Connection {
     // One job, `job_1`, for the tests to hang attempts and events on.
     conn.execute(
         "INSERT INTO jobs (id, owner_id, idempotency_key, fingerprint, kind, input, provider,
-                           status, created_at, updated_at)
-         VALUES ('job_1', 'o', 'k', 'f', 'summarize', '{}', 'primary', 'queued', 't', 't')",
+                           status, created_at, updated_at, seq, doc_seq)
+         VALUES ('job_1', 'o', 'k', 'f', 'summarize', '{}', 'primary', 'queued', 't', 't', 1, 1)",
         [],
     )
     .unwrap();
@@ -44,8 +44,8 @@ fn the_database_refuses_every_attempt_move_that_is_not_in_moves() {
             n += 1;
             let id = format!("att_{n}");
             conn.execute(
-                "INSERT INTO attempts (id, job_id, n, provider, state, started_at)
-                 VALUES (?1, 'job_1', ?2, 'primary', ?3, 't')",
+                "INSERT INTO attempts (id, job_id, n, provider, state, started_at, started_seq)
+                 VALUES (?1, 'job_1', ?2, 'primary', ?3, 't', (SELECT seq + 1 FROM jobs WHERE id = 'job_1'))",
                 rusqlite::params![id, n, from.as_str()],
             )
             .unwrap();
@@ -80,19 +80,20 @@ fn the_etag_ignores_events_that_change_nothing_a_client_sees() {
         "late_result_discarded",
     ] {
         conn.execute(
-            "INSERT INTO job_events (job_id, at, type) VALUES ('job_1', 't', ?1)",
+            "INSERT INTO job_events (job_id, seq, at, type)
+             VALUES ('job_1', (SELECT seq + 1 FROM jobs WHERE id = 'job_1'), 't', ?1)",
             [invisible],
         )
         .unwrap();
         assert_eq!(etag(), before, "{invisible}");
     }
     conn.execute(
-        "INSERT INTO attempts (id, job_id, n, provider, state, started_at)
-         VALUES ('att_1', 'job_1', 1, 'primary', 'starting', 't')",
+        "INSERT INTO attempts (id, job_id, n, provider, state, started_at, started_seq)
+         VALUES ('att_2', 'job_1', 2, 'primary', 'starting', 't', (SELECT seq + 1 FROM jobs WHERE id = 'job_1'))",
         [],
     )
     .unwrap();
-    assert_ne!(etag(), before, "attempt_started is a change");
+    assert_ne!(etag(), before, "a later attempt_started is a change");
 }
 
 /// The state of every attempt of `job_1`, in order.
@@ -122,15 +123,15 @@ fn every_move_rolls_the_job_status_up_as_the_protocol_says() {
             if let Some(s) = sibling {
                 n += 1;
                 conn.execute(
-                    "INSERT INTO attempts (id, job_id, n, provider, state, started_at)
-                     VALUES ('att_sibling', 'job_1', ?1, 'primary', ?2, 't')",
+                    "INSERT INTO attempts (id, job_id, n, provider, state, started_at, started_seq)
+                     VALUES ('att_sibling', 'job_1', ?1, 'primary', ?2, 't', (SELECT seq + 1 FROM jobs WHERE id = 'job_1'))",
                     rusqlite::params![n, s.as_str()],
                 )
                 .unwrap();
             }
             conn.execute(
-                "INSERT INTO attempts (id, job_id, n, provider, state, started_at)
-                 VALUES ('att_moved', 'job_1', ?1, 'primary', ?2, 't')",
+                "INSERT INTO attempts (id, job_id, n, provider, state, started_at, started_seq)
+                 VALUES ('att_moved', 'job_1', ?1, 'primary', ?2, 't', (SELECT seq + 1 FROM jobs WHERE id = 'job_1'))",
                 rusqlite::params![n + 1, from.as_str()],
             )
             .unwrap();
@@ -175,8 +176,8 @@ fn every_event_the_triggers_write_is_a_protocol_event_and_the_document_a_job() {
     for (i, &(from, to)) in AttemptState::MOVES.iter().enumerate() {
         let id = format!("att_{i}");
         conn.execute(
-            "INSERT INTO attempts (id, job_id, n, provider, state, started_at)
-             VALUES (?1, 'job_1', ?2, 'primary', ?3, '2026-11-30T00:00:00.000Z')",
+            "INSERT INTO attempts (id, job_id, n, provider, state, started_at, started_seq)
+             VALUES (?1, 'job_1', ?2, 'primary', ?3, '2026-11-30T00:00:00.000Z', (SELECT seq + 1 FROM jobs WHERE id = 'job_1'))",
             rusqlite::params![id, i + 1, from.as_str()],
         )
         .unwrap();
@@ -186,9 +187,7 @@ fn every_event_the_triggers_write_is_a_protocol_event_and_the_document_a_job() {
         )
         .unwrap();
     }
-    let mut stmt = conn
-        .prepare("SELECT DISTINCT type FROM job_events")
-        .unwrap();
+    let mut stmt = conn.prepare("SELECT DISTINCT type FROM job_log").unwrap();
     let types: Vec<String> = stmt
         .query_map([], |r| r.get(0))
         .unwrap()
@@ -506,17 +505,17 @@ fn each_list_is_one_range_read_of_one_index_with_no_sort() {
         (
             "LIST_JOBS_BY_STATUS",
             sql::LIST_JOBS_BY_STATUS,
-            "SEARCH jobs USING INDEX jobs_by_status_id (status=? AND id<?)",
+            "SEARCH jobs USING INDEX jobs_by_status (status=? AND id<?)",
         ),
         (
             "LIST_JOBS",
             sql::LIST_JOBS,
-            "SEARCH jobs USING INDEX sqlite_autoindex_jobs_1 (id<?)",
+            "SEARCH jobs USING PRIMARY KEY (id<?)",
         ),
         (
             "LIST_ATTEMPTS",
             sql::LIST_ATTEMPTS,
-            "SEARCH a USING INDEX attempts_by_state_id (state=? AND id>?)",
+            "SEARCH a USING INDEX attempts_by_state (state=? AND id>?)",
         ),
     ];
     // Each list's ids alone (a shard's part of a merge) read the same range of the same
@@ -548,10 +547,7 @@ fn each_list_is_one_range_read_of_one_index_with_no_sort() {
         );
         // Anything else it reads is by primary key (an attempt's job).
         for step in &steps[1..] {
-            assert!(
-                step.contains("USING INDEX sqlite_autoindex_jobs_1 (id=?)"),
-                "{name}: {step}"
-            );
+            assert!(step.contains("USING PRIMARY KEY (id=?)"), "{name}: {step}");
         }
     }
 }
@@ -589,8 +585,8 @@ fn a_list_pages_by_cursor_without_gaps_or_repeats() {
     for i in 0..7 {
         conn.execute(
             "INSERT INTO jobs (id, owner_id, idempotency_key, fingerprint, kind, input, provider,
-                               status, created_at, updated_at)
-             VALUES (?1, 'pager', ?2, 'f', 'summarize', '{\"text\":\"t\"}', 'primary', ?3, 't', 't')",
+                               status, created_at, updated_at, seq, doc_seq)
+             VALUES (?1, 'pager', ?2, 'f', 'summarize', '{\"text\":\"t\"}', 'primary', ?3, 't', 't', 1, 1)",
             rusqlite::params![
                 format!("job_0000000{i}"),
                 format!("k{i}"),
@@ -655,43 +651,43 @@ fn the_figures_count_each_move_once_where_it_is_made() {
     assert_eq!(counters(&conn).get("primary jobs_created"), Some(&1));
 
     // An attempt answered in exactly 100 ms, another in 101 ms: the histogram's edges.
-    run("INSERT INTO attempts (id, job_id, n, provider, state, started_at)
-         VALUES ('att_1', 'job_1', 1, 'primary', 'starting', 't');
+    run("INSERT INTO attempts (id, job_id, n, provider, state, started_at, started_seq)
+         VALUES ('att_1', 'job_1', 1, 'primary', 'starting', 't', (SELECT seq + 1 FROM jobs WHERE id = 'job_1'));
          UPDATE attempts SET state = 'running', dispatched_at = '2026-01-01T00:00:00.000Z' WHERE id = 'att_1';
          UPDATE attempts SET state = 'failed', finished_at = '2026-01-01T00:00:00.100Z',
                 error = '{\"code\":\"provider_unavailable\",\"message\":\"503\",\"retryable\":true}'
           WHERE id = 'att_1';");
     // The three kinds of next attempt, each named by the statement that inserts it.
-    run("INSERT INTO attempts (id, job_id, n, provider, state, started_at, started_by)
-         VALUES ('att_2', 'job_1', 2, 'fallback', 'starting', 't', 'owner');
+    run("INSERT INTO attempts (id, job_id, n, provider, state, started_at, started_by, started_seq)
+         VALUES ('att_2', 'job_1', 2, 'fallback', 'starting', 't', 'owner', (SELECT seq + 1 FROM jobs WHERE id = 'job_1'));
          UPDATE attempts SET state = 'running', dispatched_at = '2026-01-01T00:00:01.000Z' WHERE id = 'att_2';
-         INSERT INTO attempts (id, job_id, n, provider, state, started_at, started_by)
-         VALUES ('att_3', 'job_1', 3, 'primary', 'starting', 't', 'hedge');
+         INSERT INTO attempts (id, job_id, n, provider, state, started_at, started_by, started_seq)
+         VALUES ('att_3', 'job_1', 3, 'primary', 'starting', 't', 'hedge', (SELECT seq + 1 FROM jobs WHERE id = 'job_1'));
          UPDATE attempts SET state = 'running', dispatched_at = '2026-01-01T00:00:01.000Z' WHERE id = 'att_3';
          UPDATE attempts SET state = 'succeeded', finished_at = '2026-01-01T00:00:01.101Z' WHERE id = 'att_2';
          UPDATE attempts SET state = 'superseded', finished_at = '2026-01-01T00:00:02.000Z' WHERE id = 'att_3';");
     // A call that timed out, then resolved: two moves, counted as such.
     run("INSERT INTO jobs (id, owner_id, idempotency_key, fingerprint, kind, input, provider,
-                           status, created_at, updated_at)
-         VALUES ('job_2', 'o', 'k2', 'f', 'summarize', '{}', 'primary', 'queued', 't', 't');
-         INSERT INTO attempts (id, job_id, n, provider, state, started_at)
-         VALUES ('att_4', 'job_2', 1, 'primary', 'starting', 't');
+                           status, created_at, updated_at, seq, doc_seq)
+         VALUES ('job_2', 'o', 'k2', 'f', 'summarize', '{}', 'primary', 'queued', 't', 't', 1, 1);
+         INSERT INTO attempts (id, job_id, n, provider, state, started_at, started_seq)
+         VALUES ('att_4', 'job_2', 1, 'primary', 'starting', 't', (SELECT seq + 1 FROM jobs WHERE id = 'job_2'));
          UPDATE attempts SET state = 'running', dispatched_at = '2026-01-01T00:00:00.000Z' WHERE id = 'att_4';
          UPDATE attempts SET state = 'unknown', finished_at = '2026-01-01T00:00:09.000Z' WHERE id = 'att_4';
          UPDATE attempts SET state = 'failed' WHERE id = 'att_4';");
     // A claim whose call never happened (dispatch_failed): an outcome, not a latency.
     run("INSERT INTO jobs (id, owner_id, idempotency_key, fingerprint, kind, input, provider,
-                           status, created_at, updated_at)
-         VALUES ('job_3', 'o', 'k3', 'f', 'summarize', '{}', 'primary', 'queued', 't', 't');
-         INSERT INTO attempts (id, job_id, n, provider, state, started_at)
-         VALUES ('att_5', 'job_3', 1, 'primary', 'starting', 't');
+                           status, created_at, updated_at, seq, doc_seq)
+         VALUES ('job_3', 'o', 'k3', 'f', 'summarize', '{}', 'primary', 'queued', 't', 't', 1, 1);
+         INSERT INTO attempts (id, job_id, n, provider, state, started_at, started_seq)
+         VALUES ('att_5', 'job_3', 1, 'primary', 'starting', 't', (SELECT seq + 1 FROM jobs WHERE id = 'job_3'));
          UPDATE attempts SET state = 'running', dispatched_at = '2026-01-01T00:00:00.000Z' WHERE id = 'att_5';
          UPDATE attempts SET state = 'failed', finished_at = '2026-01-01T00:00:00.002Z',
                 error = '{\"code\":\"dispatch_failed\",\"message\":\"x\",\"retryable\":true}'
           WHERE id = 'att_5';
-         INSERT INTO job_events (job_id, at, type, attempt_id, details)
-         VALUES ('job_3', 't', 'failover_skipped', 'att_5', '{\"for\":\"failover\",\"reason\":\"none\"}'),
-                ('job_1', 't', 'failover_skipped', 'att_3', '{\"for\":\"hedge\",\"reason\":\"none\"}');");
+         INSERT INTO job_events (job_id, seq, at, type, attempt_id, details)
+         VALUES ('job_3', (SELECT seq + 1 FROM jobs WHERE id = 'job_3'), 't', 'failover_skipped', 'att_5', '{\"for\":\"failover\",\"reason\":\"none\"}'),
+                ('job_1', (SELECT seq + 1 FROM jobs WHERE id = 'job_1'), 't', 'failover_skipped', 'att_3', '{\"for\":\"hedge\",\"reason\":\"none\"}');");
 
     let got = counters(&conn);
     let want: std::collections::BTreeMap<String, i64> = [
@@ -754,4 +750,125 @@ fn a_certification_copy_is_replaced_only_by_a_newer_report() {
         stored(),
         (0, "2026-11-30T10:00:00.001Z".into(), "d-newer".into())
     );
+}
+
+/// 0007 rebuilds the tables of a job: a deployment keeps every job, key, document and
+/// ETag it had, and each job's log reads as it did, line for line.
+#[test]
+fn the_lean_schema_keeps_every_job_its_document_etag_and_log() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../edge/migrations");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "sql"))
+        .collect();
+    files.sort();
+    let (before, after): (Vec<_>, Vec<_>) = files
+        .into_iter()
+        .partition(|p| p.file_name().unwrap().to_string_lossy().as_ref() < "0007");
+    let conn = Connection::open_in_memory().unwrap();
+    conn.execute_batch("PRAGMA foreign_keys = ON").unwrap();
+    for file in &before {
+        conn.execute_batch(&std::fs::read_to_string(file).unwrap())
+            .unwrap();
+    }
+    // Three jobs as 0006 kept them: one that succeeded after a lost race, one with an
+    // unknown attempt resolved, one cancelled with a line that changes nothing.
+    conn.execute_batch(
+        "INSERT INTO jobs (id, owner_id, idempotency_key, fingerprint, kind, input, provider,
+                           status, created_at, updated_at)
+         VALUES ('job_a', 'o', 'ka', 'f', 'summarize', '{}', 'primary', 'queued',
+                 '2026-11-01T00:00:00.000Z', '2026-11-01T00:00:00.000Z'),
+                ('job_b', 'o', 'kb', 'f', 'summarize', '{}', 'primary', 'queued',
+                 '2026-11-01T00:00:00.000Z', '2026-11-01T00:00:00.000Z'),
+                ('job_c', 'p', 'kc', 'f', 'summarize', '{}', 'primary', 'queued',
+                 '2026-11-01T00:00:00.000Z', '2026-11-01T00:00:00.000Z');
+         INSERT INTO attempts (id, job_id, n, provider, state, started_at)
+         VALUES ('att_a1', 'job_a', 1, 'primary', 'starting', '2026-11-01T00:00:00.000Z'),
+                ('att_b1', 'job_b', 1, 'primary', 'starting', '2026-11-01T00:00:00.000Z'),
+                ('att_c1', 'job_c', 1, 'primary', 'starting', '2026-11-01T00:00:00.000Z');
+         UPDATE attempts SET state = 'running',
+                             dispatched_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now');
+         INSERT INTO attempts (id, job_id, n, provider, state, started_at, started_by)
+         VALUES ('att_a2', 'job_a', 2, 'fallback', 'starting', '2026-11-01T00:00:02.000Z', 'hedge');
+         UPDATE attempts SET state = 'running',
+                             dispatched_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+          WHERE id = 'att_a2';
+         UPDATE jobs SET status = 'succeeded', result = '{\"summary\":\"s\"}',
+                         completed_by = 'att_a2', version = version + 1 WHERE id = 'job_a';
+         UPDATE attempts SET state = 'succeeded' WHERE id = 'att_a2';
+         UPDATE attempts SET state = 'superseded' WHERE id = 'att_a1';
+         UPDATE attempts SET state = 'unknown' WHERE id = 'att_b1';
+         UPDATE attempts SET state = 'failed', error = '{\"code\":\"resolved_failed\",\"message\":\"m\",\"retryable\":true}'
+          WHERE id = 'att_b1';
+         UPDATE jobs SET status = 'cancelled', version = version + 1 WHERE id = 'job_c';
+         INSERT INTO job_events (job_id, at, type, details)
+         VALUES ('job_c', '2026-11-01T00:00:03.000Z', 'job_cancelled', '{\"attempts\":[\"att_c1\"]}');
+         UPDATE attempts SET state = 'cancelled' WHERE id = 'att_c1';
+         INSERT INTO job_events (job_id, at, type, attempt_id, details)
+         VALUES ('job_c', '2026-11-01T00:00:04.000Z', 'dispatch_ignored', 'att_c1', '{}');",
+    )
+    .unwrap();
+    type Seen = Vec<(String, String, String, Vec<String>)>;
+    let seen = |conn: &Connection, log: &str| -> Seen {
+        let mut jobs = conn
+            .prepare("SELECT id, doc, etag FROM job_documents ORDER BY id")
+            .unwrap();
+        jobs.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .map(|(id, doc, etag): (String, String, String)| {
+                let lines = conn
+                    .prepare(&format!(
+                        "SELECT json_array(type, at, attempt_id, json(details)) FROM {log}
+                          WHERE job_id = ?1 ORDER BY seq"
+                    ))
+                    .unwrap()
+                    .query_map([&id], |r| r.get(0))
+                    .unwrap()
+                    .map(Result::unwrap)
+                    .collect();
+                (id, doc, etag, lines)
+            })
+            .collect()
+    };
+    let old = seen(&conn, "job_events");
+    assert_eq!(old.len(), 3);
+    assert!(
+        old.iter().all(|(_, _, _, lines)| lines.len() >= 4),
+        "{old:?}"
+    );
+    for file in &after {
+        conn.execute_batch(&std::fs::read_to_string(file).unwrap())
+            .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    }
+    assert_eq!(seen(&conn, "job_log"), old);
+    let kept: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM jobs WHERE (owner_id, idempotency_key) IN
+               (VALUES ('o', 'ka'), ('o', 'kb'), ('p', 'kc'))",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(kept, 3);
+    // The next change of a moved job numbers on from its last.
+    let last: i64 = conn
+        .query_row(
+            "SELECT max(seq) FROM job_log WHERE job_id = 'job_c'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let seq: i64 = conn
+        .query_row("SELECT seq FROM jobs WHERE id = 'job_c'", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(seq, last);
+    let fk: i64 = conn
+        .query_row("SELECT count(*) FROM pragma_foreign_key_check", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(fk, 0);
 }

@@ -647,18 +647,26 @@ PRAGMA synchronous = OFF;
 BEGIN;
 WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {JOBS})
 INSERT INTO jobs (id, owner_id, idempotency_key, fingerprint, kind, input, provider, status,
-                  version, result, completed_by, created_at, updated_at)
+                  version, result, completed_by, created_at, updated_at, seq, doc_seq)
 SELECT printf('job_seed_%08d', i), printf('seed-owner-%02d', i % 100), printf('seed-key-%08d', i),
        lower(hex(randomblob(32))), 'summarize',
        '{\"text\":\"A seeded job, one of many, for the bench to create beside.\"}', 'primary',
        'succeeded', 3, '{\"summary\":\"A seeded job.\"}', printf('att_seed_%08d', i),
-       strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-1 day'), strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-1 day')
+       strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-1 day'), strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-1 day'),
+       4, 4
   FROM n;
 WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {JOBS})
-INSERT INTO attempts (id, job_id, n, provider, state, started_at, dispatched_at, finished_at)
+INSERT INTO attempts (id, job_id, n, provider, state, started_at, dispatched_at, finished_at,
+                      started_seq, running_seq)
 SELECT printf('att_seed_%08d', i), printf('job_seed_%08d', i), 1, 'primary', 'succeeded',
        strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-1 day'), strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-1 day'),
-       strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-1 day')
+       strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-1 day'), 2, 3
+  FROM n;
+WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {JOBS})
+INSERT INTO job_events (job_id, seq, at, type, attempt_id, details)
+SELECT printf('job_seed_%08d', i), 4, strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-1 day'),
+       'attempt_succeeded', printf('att_seed_%08d', i),
+       '{\"from\":\"running\",\"to\":\"succeeded\",\"provider\":\"primary\",\"error\":null}'
   FROM n;
 COMMIT;
 ";

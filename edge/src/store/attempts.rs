@@ -274,9 +274,9 @@ impl Store {
     /// 1. the compare-and-swap on the job: it takes the result only while
     ///    `completed_by IS NULL`, the job is not cancelled, and the attempt belongs to
     ///    the job and is in a state the offer may leave;
-    /// 2. a hedge still `starting` when the job succeeds becomes `superseded`;
-    /// 3. the attempt becomes `succeeded` if it is now the job's `completed_by`, else
+    /// 2. the attempt becomes `succeeded` if it is now the job's `completed_by`, else
     ///    `superseded` (the trigger logs `race_lost` with both ids);
+    /// 3. a hedge still `starting` when the job succeeds becomes `superseded`;
     /// 4. a provider's result for an attempt that had already ended is logged as
     ///    `late_result_discarded`.
     pub(crate) async fn complete(
@@ -311,11 +311,14 @@ impl Store {
             state: AttemptState,
             completed_by: Option<String>,
         }
-        let [_, _, settle, _, read] = self
+        // The settle right after the compare-and-swap: a winner's `succeeded` is the
+        // same change of the job as its result (`attempt_moved` in 0007), so no other
+        // statement may number a change between the two.
+        let [_, settle, _, _, read] = self
             .batch(
                 "complete",
                 Route::Id(job_id),
-                [cas, supersede_starting, settle, discard, read],
+                [cas, settle, supersede_starting, discard, read],
             )
             .await?;
         // No attempt at all in the place its id names: its job ended and the purge

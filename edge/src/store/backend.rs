@@ -14,7 +14,7 @@
 //! its jobs (UUIDv7 ids) are still routed there, and a create first asks it whether
 //! the key is already bound (see `Store::create_or_get_job`).
 
-use super::{d1_error, storage_error, Rows, Stmt};
+use super::{storage_error, Cost, Rows, Stmt};
 use crate::error::{ApiResult, AppError};
 use onceclick_protocol::shard::{self, IdRoute, Shard, ShardCount};
 use serde::Deserialize;
@@ -277,28 +277,46 @@ impl Target<'_> {
         }
     }
 
-    /// Runs `statements` here as one transaction.
-    pub(super) async fn run(&self, statements: Vec<Stmt>) -> ApiResult<Vec<Rows>> {
+    /// Runs `statements` here as one transaction; their rows, and the rows the place
+    /// wrote and read for them as it bills them (D1's `meta`, a cursor's counts).
+    pub(super) async fn run(&self, statements: Vec<Stmt>) -> ApiResult<(Vec<Rows>, Cost)> {
         match self {
+            // Through the binding itself, as a shard's SQLite is: each result's rows
+            // and its `meta`, read with the same code as a shard's.
             Target::D1(db) => {
-                let prepared = statements
-                    .into_iter()
-                    .map(|s| {
-                        let params: Vec<JsValue> = s.params.iter().map(param_js).collect();
-                        db.prepare(s.sql).bind(&params)
-                    })
-                    .collect::<worker::Result<Vec<_>>>()?;
-                let results = db.batch(prepared).await.map_err(d1_error)?;
-                Ok(results.into_iter().map(Rows::D1).collect())
+                let db: &JsValue = db.as_ref();
+                let results = async {
+                    let prepare: Function = Reflect::get(db, &"prepare".into())?.dyn_into()?;
+                    let list = Array::new();
+                    for s in &statements {
+                        let stmt = prepare.call1(db, &JsValue::from_str(s.sql))?;
+                        let bind: Function = Reflect::get(&stmt, &"bind".into())?.dyn_into()?;
+                        let params: Array = s.params.iter().map(param_js).collect();
+                        list.push(&bind.apply(&stmt, &params)?);
+                    }
+                    let batch: Function = Reflect::get(db, &"batch".into())?.dyn_into()?;
+                    let promise: Promise = batch.call1(db, &list)?.dyn_into()?;
+                    JsFuture::from(promise).await?.dyn_into::<Array>()
+                }
+                .await
+                .map_err(|e| storage_error(d1_text(&e)))?;
+                let mut cost = Cost::default();
+                let sets = Array::new();
+                for result in results.iter() {
+                    let meta = Reflect::get(&result, &"meta".into()).unwrap_or_default();
+                    cost.add(count(&meta, "rows_written"), count(&meta, "rows_read"));
+                    sets.push(&Reflect::get(&result, &"results".into()).unwrap_or_default());
+                }
+                Ok((rows_of(sets), cost))
             }
             Target::Local(local) => local
-                .run(
+                .run_counted(
                     statements
                         .into_iter()
                         .map(|s| (s.sql.to_owned(), s.params.iter().map(param_js).collect()))
                         .collect(),
                 )
-                .map(rows_of)
+                .map(|(sets, cost)| (rows_of(sets), cost))
                 .map_err(storage_error),
             Target::Object(shards, shard) => {
                 let body = json!({
@@ -313,9 +331,14 @@ impl Target<'_> {
                     .ok()
                     .and_then(|r| r.dyn_into::<Array>().ok())
                     .ok_or_else(|| AppError::internal("a shard answered without results"))?;
-                Ok(rows_of(results))
+                let mut cost = Cost::default();
+                cost.add(count(&answer, "rows_written"), count(&answer, "rows_read"));
+                Ok((rows_of(results), cost))
             }
-            Target::Nowhere => Ok(statements.iter().map(|_| Rows::none()).collect()),
+            Target::Nowhere => Ok((
+                statements.iter().map(|_| Rows::none()).collect(),
+                Cost::default(),
+            )),
             #[cfg(not(target_arch = "wasm32"))]
             Target::Native(native, name) => native.run(name, statements).await,
         }
@@ -327,6 +350,26 @@ fn rows_of(sets: Array) -> Vec<Rows> {
     sets.iter()
         .map(|set| Rows::Js(set.dyn_into::<Array>().unwrap_or_default()))
         .collect()
+}
+
+/// A count the runtime reports (`meta.rows_written`, a cursor's `rowsRead`): 0 where
+/// it reports none.
+fn count(object: &JsValue, name: &str) -> u64 {
+    Reflect::get(object, &name.into())
+        .ok()
+        .and_then(|v| v.as_f64())
+        .map_or(0, |n| n as u64)
+}
+
+/// A D1 failure's text: its message, and its cause's (where SQLite's own words are).
+fn d1_text(error: &JsValue) -> String {
+    let message = js_text(error);
+    match Reflect::get(error, &"cause".into()) {
+        Ok(cause) if !cause.is_undefined() && !cause.is_null() => {
+            format!("{message}: {}", js_text(&cause))
+        }
+        _ => message,
+    }
 }
 
 /// A JSON parameter back as the JS value SQLite binds.
@@ -368,28 +411,43 @@ impl Local {
         }
     }
 
-    /// Runs a batch that came from the front Worker: the rows of each statement, as the
-    /// JSON text of an array of arrays of row objects.
+    /// Runs a batch that came from the front Worker: the JSON text of the shard's
+    /// answer, `{"results": [[row, …], …], "rows_written": N, "rows_read": N}`.
     pub(crate) fn run_wire(&self, batch: WireBatch) -> Result<String, String> {
-        let sets = self.run(
+        let (sets, cost) = self.run_counted(
             batch
                 .statements
                 .into_iter()
                 .map(|s| (s.sql, s.params.iter().map(param_js).collect()))
                 .collect(),
         )?;
-        JSON::stringify(&sets)
+        let sets = JSON::stringify(&sets)
             .map(String::from)
-            .map_err(|e| js_text(&e))
+            .map_err(|e| js_text(&e))?;
+        Ok(format!(
+            "{{\"results\":{sets},\"rows_written\":{},\"rows_read\":{}}}",
+            cost.written, cost.read
+        ))
+    }
+
+    /// [`Local::run_counted`] without the counts.
+    pub(crate) fn run(&self, statements: Vec<(String, Vec<JsValue>)>) -> Result<Array, String> {
+        self.run_counted(statements).map(|(sets, _)| sets)
     }
 
     /// Runs `statements` in one synchronous transaction (`transactionSync`): all of them
     /// commit, or (on any error) none. The rows of each statement (each cursor's
-    /// `toArray()`), as the runtime made them.
-    pub(crate) fn run(&self, statements: Vec<(String, Vec<JsValue>)>) -> Result<Array, String> {
+    /// `toArray()`), as the runtime made them, and the rows the cursors wrote and read
+    /// (`rowsWritten`, `rowsRead`: what the object is billed for).
+    pub(crate) fn run_counted(
+        &self,
+        statements: Vec<(String, Vec<JsValue>)>,
+    ) -> Result<(Array, Cost), String> {
         let sql: JsValue = self.sql.as_ref().clone();
         let results = Array::new();
         let sink = results.clone();
+        let counts = std::rc::Rc::new(std::cell::Cell::new(Cost::default()));
+        let tally = counts.clone();
         let body = Closure::once(move || -> Result<(), JsValue> {
             let exec: Function = Reflect::get(&sql, &"exec".into())?.dyn_into()?;
             for (text, params) in statements {
@@ -401,6 +459,9 @@ impl Local {
                 let cursor = exec.apply(&sql, &args)?;
                 let to_array: Function = Reflect::get(&cursor, &"toArray".into())?.dyn_into()?;
                 sink.push(&to_array.call0(&cursor)?);
+                let mut cost = tally.get();
+                cost.add(count(&cursor, "rowsWritten"), count(&cursor, "rowsRead"));
+                tally.set(cost);
             }
             Ok(())
         });
@@ -411,7 +472,7 @@ impl Local {
         transaction
             .call1(&self.storage, body.as_ref().unchecked_ref())
             .map_err(|e| js_text(&e))?;
-        Ok(results)
+        Ok((results, counts.get()))
     }
 
     /// Runs a script of several statements with no parameters (a migration file) and

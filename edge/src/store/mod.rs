@@ -38,7 +38,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use std::cell::{Cell, RefCell};
 use wasm_bindgen::JsValue;
-use worker::{D1Database, D1Result};
+use worker::D1Database;
 
 /// The store: one D1 database, or the shards (Durable Objects with SQLite storage), or
 /// (inside a shard) that shard's own SQLite. It counts the round trips made and their
@@ -46,8 +46,11 @@ use worker::{D1Database, D1Result};
 pub(crate) struct Store {
     backend: Backend,
     round_trips: Cell<u32>,
-    /// Round trips and milliseconds per database or shard, in the order first used.
-    timing: RefCell<Vec<(String, u32, f64)>>,
+    /// Rows written and read so far, over every place.
+    cost: Cell<Cost>,
+    /// Round trips, milliseconds and rows per database or shard, in the order first
+    /// used.
+    timing: RefCell<Vec<PlaceTiming>>,
     /// Test-only faults still armed (see `fault.rs`), and what they belong to (the
     /// request's path, or the dispatched attempt) for the `fault_fired` log line.
     faults: RefCell<Vec<Fault>>,
@@ -59,6 +62,30 @@ pub(crate) struct Store {
     /// its operation, its place and its scope, so a suite can count the calls each shard
     /// received, the queue consumer's included (it has no response to read).
     log_calls: bool,
+}
+
+/// Rows written and read, as D1 and Durable Object SQLite bill them: every row and
+/// every index entry a statement inserts or updates is one row written (D1's
+/// `meta.rows_written`, a cursor's `rowsWritten`).
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub(crate) struct Cost {
+    pub(crate) written: u64,
+    pub(crate) read: u64,
+}
+
+impl Cost {
+    fn add(&mut self, written: u64, read: u64) {
+        self.written += written;
+        self.read += read;
+    }
+}
+
+/// What one database or shard was asked for by this request.
+struct PlaceTiming {
+    name: String,
+    trips: u32,
+    millis: f64,
+    cost: Cost,
 }
 
 /// A job read from `job_documents`: the API document plus what only the server sees.
@@ -103,9 +130,7 @@ pub(crate) struct Stmt {
 /// What one statement returned, from D1 or from a shard's SQLite (or, in the native
 /// shell, from the simulator's SQLite).
 pub(crate) enum Rows {
-    D1(D1Result),
-    /// Row objects as a shard's SQLite gave them: read with the same
-    /// `serde_wasm_bindgen` code as D1's rows, so each row type is compiled in once.
+    /// Row objects as D1 or a shard's SQLite gave them, read by `serde_wasm_bindgen`.
     Js(worker::js_sys::Array),
     /// Row objects as JSON (the native shell only: not compiled into the Worker).
     #[cfg(not(target_arch = "wasm32"))]
@@ -123,7 +148,6 @@ impl Rows {
 
     fn results<T: serde::de::DeserializeOwned>(&self) -> ApiResult<Vec<T>> {
         match self {
-            Rows::D1(result) => Ok(result.results::<T>()?),
             Rows::Js(rows) => rows
                 .iter()
                 .map(|row| serde_wasm_bindgen::from_value::<T>(row).map_err(AppError::internal))
@@ -140,11 +164,6 @@ impl Rows {
     /// where a suite asks, `LOG_STORE_CALLS`).
     fn json_bytes(&self) -> usize {
         match self {
-            Rows::D1(result) => result
-                .results::<Value>()
-                .ok()
-                .and_then(|rows| serde_json::to_string(&rows).ok())
-                .map_or(0, |t| t.len()),
             Rows::Js(rows) => worker::js_sys::JSON::stringify(rows)
                 .ok()
                 .and_then(|t| t.as_string())
@@ -156,7 +175,6 @@ impl Rows {
 
     fn len(&self) -> ApiResult<usize> {
         match self {
-            Rows::D1(result) => Ok(result.results::<Value>()?.len()),
             Rows::Js(rows) => Ok(rows.length() as usize),
             #[cfg(not(target_arch = "wasm32"))]
             Rows::Json(rows) => Ok(rows.len()),
@@ -201,6 +219,7 @@ impl Store {
         Self {
             backend,
             round_trips: Cell::new(0),
+            cost: Cell::new(Cost::default()),
             timing: RefCell::new(Vec::new()),
             faults: RefCell::new(Vec::new()),
             fault_scope: String::new(),
@@ -329,42 +348,70 @@ impl Store {
         self.round_trips.get()
     }
 
+    /// The rows written and read so far, over every place.
+    pub(crate) fn cost(&self) -> Cost {
+        self.cost.get()
+    }
+
     /// `Server-Timing` value: one metric per database or shard called,
-    /// `d1;dur=…;desc="round trips=N"` or `s8.3;dur=…;desc="round trips=N"` (the shard's
-    /// object name); past 8 places, their sum as `shards;dur=…;desc="round trips=N over
-    /// M places"` (the shards, and the previous layout's D1 if kept). No call at all is `store;dur=0;desc="round trips=0"`.
+    /// `d1;dur=…;desc="round trips=N rows written=W rows read=R"` or the same under the
+    /// shard's object name (`s8.3`); past 8 places, their sum as `shards;dur=…;desc="round
+    /// trips=N over M places rows written=W rows read=R"` (the shards, and the previous
+    /// layout's D1 if kept). No call at all is `d1;dur=0.0;desc="round trips=0"` (or
+    /// `shards`).
     pub(crate) fn server_timing(&self) -> String {
         let timing = self.timing.borrow();
         if timing.is_empty() {
             let name = if self.is_sharded() { "shards" } else { "d1" };
             return format!("{name};dur=0.0;desc=\"round trips=0\"");
         }
+        let rows = |c: Cost| format!("rows written={} rows read={}", c.written, c.read);
         if timing.len() > 8 {
-            let trips: u32 = timing.iter().map(|t| t.1).sum();
-            let millis: f64 = timing.iter().map(|t| t.2).sum();
+            let trips: u32 = timing.iter().map(|t| t.trips).sum();
+            let millis: f64 = timing.iter().map(|t| t.millis).sum();
+            let mut cost = Cost::default();
+            for t in timing.iter() {
+                cost.add(t.cost.written, t.cost.read);
+            }
             return format!(
-                "shards;dur={millis:.1};desc=\"round trips={trips} over {} places\"",
-                timing.len()
+                "shards;dur={millis:.1};desc=\"round trips={trips} over {} places {}\"",
+                timing.len(),
+                rows(cost)
             );
         }
         timing
             .iter()
-            .map(|(name, trips, millis)| {
-                format!("{name};dur={millis:.1};desc=\"round trips={trips}\"")
+            .map(|t| {
+                format!(
+                    "{};dur={:.1};desc=\"round trips={} {}\"",
+                    t.name,
+                    t.millis,
+                    t.trips,
+                    rows(t.cost)
+                )
             })
             .collect::<Vec<_>>()
             .join(", ")
     }
 
-    fn record(&self, target: &str, millis: f64) {
+    fn record(&self, target: &str, millis: f64, cost: Cost) {
         self.round_trips.set(self.round_trips.get() + 1);
+        let mut total = self.cost.get();
+        total.add(cost.written, cost.read);
+        self.cost.set(total);
         let mut timing = self.timing.borrow_mut();
-        match timing.iter_mut().find(|t| t.0 == target) {
+        match timing.iter_mut().find(|t| t.name == target) {
             Some(t) => {
-                t.1 += 1;
-                t.2 += millis;
+                t.trips += 1;
+                t.millis += millis;
+                t.cost.add(cost.written, cost.read);
             }
-            None => timing.push((target.to_owned(), 1, millis)),
+            None => timing.push(PlaceTiming {
+                name: target.to_owned(),
+                trips: 1,
+                millis,
+                cost,
+            }),
         }
     }
 
@@ -417,12 +464,13 @@ impl Store {
         Box::pin(async move {
             // No place, no round trip to count (`Target::run` answers with no rows).
             if let Target::Nowhere = target {
-                return target.run(statements).await;
+                return target.run(statements).await.map(|(rows, _)| rows);
             }
             let start = clock::now_ms();
             let out = target.run(statements).await;
-            self.record(&target.name(), clock::now_ms() - start);
-            out
+            let cost = out.as_ref().map_or(Cost::default(), |(_, cost)| *cost);
+            self.record(&target.name(), clock::now_ms() - start, cost);
+            out.map(|(rows, _)| rows)
         })
     }
 
@@ -558,11 +606,7 @@ fn refuse_new_keys(env: &worker::Env) -> ApiResult<bool> {
 /// answered after committing with the reply lost): `503`, safe to retry. A statement
 /// the database refuses for good (a constraint, a trigger's `RAISE`, a value too big,
 /// SQL it cannot run) would fail the same way again: that is our bug, a `500`.
-fn d1_error(e: worker::Error) -> AppError {
-    storage_error(e.to_string())
-}
-
-/// [`d1_error`] for the text of any storage failure (a shard's too).
+/// A storage failure by its text (D1's or a shard's): permanent (500) or retryable (503).
 pub(crate) fn storage_error(text: String) -> AppError {
     const PERMANENT: &[&str] = &[
         "constraint",

@@ -4,7 +4,7 @@
 //! differs. Not compiled into the Worker.
 
 use super::backend::{sharded_place, Place, Route, Target};
-use super::{storage_error, Rows, Stmt};
+use super::{storage_error, Cost, Rows, Stmt};
 use crate::error::ApiResult;
 use futures_util::future::LocalBoxFuture;
 use onceclick_protocol::shard::{Shard, ShardCount};
@@ -95,9 +95,15 @@ impl Native {
         }
     }
 
-    pub(super) async fn run(&self, place: &str, statements: Vec<Stmt>) -> ApiResult<Vec<Rows>> {
+    /// The simulator's places bill nothing: rows written are the Worker's figures
+    /// (`cargo xtask bench`, `tests/budgets.rs`), measured where the runtime counts them.
+    pub(super) async fn run(
+        &self,
+        place: &str,
+        statements: Vec<Stmt>,
+    ) -> ApiResult<(Vec<Rows>, Cost)> {
         let batch = statements.into_iter().map(|s| (s.sql, s.params)).collect();
         let sets = self.places.run(place, batch).await.map_err(storage_error)?;
-        Ok(sets.into_iter().map(Rows::Json).collect())
+        Ok((sets.into_iter().map(Rows::Json).collect(), Cost::default()))
     }
 }

@@ -66,9 +66,10 @@ macro_rules! next_attempt {
     ($started_by:literal, $($guard:tt)*) => {
         concat!(
             "INSERT INTO attempts (id, job_id, n, provider, state, started_at,
-                                   request_key, request_fingerprint, started_by)
+                                   request_key, request_fingerprint, started_by, started_seq)
              SELECT ?1, j.id, (SELECT max(n) + 1 FROM attempts WHERE job_id = j.id), ?3,
-                    'starting', ", now!(), ", ?6, ?7, '", $started_by, "'
+                    'starting', ", now!(), ", ?6, ?7, '", $started_by, "',
+                    (SELECT seq + 1 FROM jobs WHERE id = j.id)
                FROM job_documents AS j
               WHERE j.id = ?2 AND j.status NOT IN ", closed_statuses!(), "
                 AND ", provider_allowed!("?3", "?4", "?5"), "
@@ -81,17 +82,25 @@ macro_rules! next_attempt {
 
 /// Jobs past retention: ended (a `failed` job only with nothing live), last changed
 /// before `?1`, at most `?2` of them, in a fixed order so the three statements of a
-/// purge see the same rows.
+/// purge see the same rows. A job changed before `?1` was made before it, and an id
+/// begins with its creation's millisecond (`job_` and the UUID's first 48 bits, as
+/// `xxxxxxxx-xxxx`): so the read is one range of `jobs_by_status` per status, up to the
+/// id of a minute past `?1` (the Worker's clock that made the ids against the
+/// database's that wrote `updated_at`).
 macro_rules! expired_jobs {
     () => {
         concat!(
             "SELECT id FROM jobs
-              WHERE status IN ('succeeded', 'cancelled', 'failed') AND updated_at <= ?1
+              WHERE status IN ('succeeded', 'cancelled', 'failed')
+                AND id < (SELECT printf('job_%08x-%04x', ms >> 16, ms & 65535)
+                            FROM (SELECT CAST((julianday(?1) - 2440587.5) * 86400000.0
+                                              AS INTEGER) + 60000 AS ms))
+                AND updated_at <= ?1
                 AND NOT EXISTS (SELECT 1 FROM attempts
                                  WHERE job_id = jobs.id AND state IN ",
             live_states!(),
             ")
-              ORDER BY updated_at, id LIMIT ?2"
+              ORDER BY id LIMIT ?2"
         )
     };
 }
@@ -113,20 +122,21 @@ pub(crate) const MOVE_STATUS: &str = include_str!("move_status.sql");
 
 pub(crate) const INSERT_JOB: &str = concat!(
     "INSERT INTO jobs (id, owner_id, idempotency_key, fingerprint, kind, input, provider,
-                       status, version, created_at, updated_at)
+                       status, version, created_at, updated_at, seq, doc_seq)
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'queued', 1, ",
     now!(),
     ", ",
     now!(),
-    ")
+    ", 2, 2)
      ON CONFLICT (owner_id, idempotency_key) DO NOTHING"
 );
 
 /// Selecting from the job by its new id makes this a no-op on a conflict: a row with
-/// that id exists only if the insert before it happened.
+/// that id exists only if the insert before it happened. The job's change 1 is its
+/// insert, 2 this attempt's: the job's insert counts both.
 pub(crate) const INSERT_FIRST_ATTEMPT: &str =
-    "INSERT INTO attempts (id, job_id, n, provider, state, started_at)
-     SELECT ?1, id, 1, provider, 'starting', created_at FROM jobs WHERE id = ?2";
+    "INSERT INTO attempts (id, job_id, n, provider, state, started_at, started_seq)
+     SELECT ?1, id, 1, provider, 'starting', created_at, 2 FROM jobs WHERE id = ?2";
 
 pub(crate) const JOB_BY_KEY: &str = "SELECT fingerprint, doc, etag FROM job_documents
                                       WHERE owner_id = ?1 AND idempotency_key = ?2";
@@ -134,20 +144,23 @@ pub(crate) const JOB_BY_KEY: &str = "SELECT fingerprint, doc, etag FROM job_docu
 pub(crate) const JOB_BY_ID: &str = "SELECT fingerprint, doc, etag FROM job_documents
                                      WHERE id = ?1 AND (?2 IS NULL OR owner_id = ?2)";
 
+/// The job's whole log (`job_log`: the lines its rows say, and the rows of
+/// `job_events`), if owner `?2` owns it.
 pub(crate) const EVENTS: &str = "SELECT e.seq, e.type, e.at, e.attempt_id, e.details
-                                   FROM job_events AS e JOIN jobs AS j ON j.id = e.job_id
-                                  WHERE j.id = ?1 AND j.owner_id = ?2
+                                   FROM job_log AS e JOIN jobs AS j ON j.id = e.job_id
+                                  WHERE e.job_id = ?1 AND j.id = ?1 AND j.owner_id = ?2
                                   ORDER BY e.seq";
 
 pub(crate) const LOG_EVENT: &str = concat!(
-    "INSERT INTO job_events (job_id, at, type, attempt_id, details)
-     SELECT id, ",
+    "INSERT INTO job_events (job_id, seq, at, type, attempt_id, details)
+     SELECT id, seq + 1, ",
     now!(),
     ", ?2, ?3, ?4 FROM jobs WHERE id = ?1"
 );
 
 pub(crate) const CANCEL_JOB: &str = concat!(
-    "UPDATE jobs SET status = 'cancelled', version = version + 1, updated_at = ",
+    "UPDATE jobs SET status = 'cancelled', version = version + 1,
+                     seq = seq + 1, doc_seq = seq + 1, updated_at = ",
     now!(),
     "
       WHERE id = ?1 AND (?2 IS NULL OR owner_id = ?2) AND status NOT IN ",
@@ -155,8 +168,8 @@ pub(crate) const CANCEL_JOB: &str = concat!(
 );
 
 pub(crate) const LOG_CANCELLED: &str = concat!(
-    "INSERT INTO job_events (job_id, at, type, details)
-     SELECT id, ",
+    "INSERT INTO job_events (job_id, seq, at, type, details)
+     SELECT id, seq, ",
     now!(),
     ", 'job_cancelled',
             json_object('attempts', (SELECT json_group_array(id) FROM attempts
@@ -210,7 +223,8 @@ pub(crate) const ATTEMPT_JOB: &str = "SELECT job_id, state FROM attempts WHERE i
 pub(crate) const CLAIM: &str = concat!(
     "UPDATE attempts SET state = 'running', dispatched_at = ",
     now!(),
-    ", claim_token = ?2
+    ", claim_token = ?2,
+            running_seq = (SELECT seq + 1 FROM jobs WHERE id = attempts.job_id)
       WHERE id = ?1 AND state = 'starting'
         AND (SELECT status FROM jobs WHERE id = attempts.job_id) NOT IN ",
     closed_statuses!()
@@ -248,7 +262,7 @@ pub(crate) const MOVE_ATTEMPT: &str = concat!(
 pub(crate) const COMPLETE_CAS: &str = concat!(
     "UPDATE jobs
         SET status = 'succeeded', result = ?3, completed_by = ?2,
-            version = version + 1, updated_at = ",
+            version = version + 1, seq = seq + 1, doc_seq = seq + 1, updated_at = ",
     now!(),
     "
       WHERE id = ?1 AND completed_by IS NULL AND status <> 'cancelled'
@@ -286,8 +300,8 @@ pub(crate) const COMPLETE_SETTLE: &str = concat!(
 
 /// A provider's result (`?2 = 0`) for an attempt that had already ended is logged.
 pub(crate) const COMPLETE_DISCARD: &str = concat!(
-    "INSERT INTO job_events (job_id, at, type, attempt_id, details)
-     SELECT job_id, ",
+    "INSERT INTO job_events (job_id, seq, at, type, attempt_id, details)
+     SELECT job_id, (SELECT seq + 1 FROM jobs WHERE id = attempts.job_id), ",
     now!(),
     ", 'late_result_discarded', id,
             json_object('state', state, 'provider', provider,
@@ -379,7 +393,7 @@ pub(crate) const CERTIFICATIONS: &str =
 
 pub(crate) const STUCK_STARTING: &str =
     "SELECT id FROM attempts WHERE state = 'starting' AND started_at <= ?1
-      ORDER BY started_at LIMIT ?2";
+      ORDER BY id LIMIT ?2";
 
 /// `unknown → abandoned` for provider `?1`'s attempts called before `?2`.
 pub(crate) const ABANDON_UNKNOWN: &str = concat!(
