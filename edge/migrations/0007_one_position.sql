@@ -11,17 +11,18 @@
 --
 -- 2. Rows written per job, as D1 and Durable Object SQLite bill them (each row and each
 --    index entry an insert or update touches): the tables are WITHOUT ROWID, so that
---    their primary key is their only copy of the id; one index per need (the purge and
---    the admin's list share `jobs_by_status`, every sweep of attempts reads
---    `attempts_by_state`); the fallback button's request index holds only the attempts
---    it made; and the log stores only what no row says. Its `job_created`,
---    `attempt_started` and `attempt_running` are read from the job's and the attempts'
---    own columns; a job that succeeds at once stores one log row, its
---    `attempt_succeeded`. A job's attempts and log rows are deleted with it.
+--    their primary key is their only copy of the id; one index per need (the admin's
+--    list reads `jobs_by_status`, the purge the ended jobs alone, `jobs_ended`; every
+--    sweep of attempts reads `attempts_by_state`); the fallback button's request index
+--    holds only the attempts it made; and the log stores only what no row says. Its
+--    `job_created`, `attempt_started`, `attempt_running` and a first try's
+--    `attempt_succeeded` are read from the job's and the attempts' own columns: a job
+--    that succeeds at once stores no log row. A job's attempts and log rows are deleted
+--    with it.
 --
--- Existing jobs keep their ids, keys, documents and ETags: a job's numbers are the
--- `seq`s its events had (increasing within a job, as before), its `doc_seq` the event
--- its ETag named. A new job counts from 1.
+-- Existing jobs keep their ids, keys, documents and logs; each job's log is numbered
+-- again from 1 in its order (before, the numbers were one sequence for every job), so
+-- its ETag changes once, here: a client's next conditional request reads it afresh.
 
 DROP VIEW job_documents;
 DROP VIEW job_rollup;
@@ -76,6 +77,7 @@ CREATE TABLE attempts (
   started_by    TEXT,                               -- owner, hedge or failover; NULL for a job's first
   started_seq   INTEGER NOT NULL,                   -- the job's change that inserted it
   running_seq   INTEGER,                            -- the job's change that claimed it
+  won_seq       INTEGER,                            -- the compare-and-swap it won from running
   UNIQUE (job_id, n)                                -- also serves "the attempts of a job"
 ) WITHOUT ROWID;
 
@@ -91,14 +93,28 @@ CREATE TABLE job_events (
   PRIMARY KEY (job_id, seq)
 ) WITHOUT ROWID;
 
--- The data of 0001-0006, moved. The log rows that are now read from the jobs' and the
--- attempts' columns give those columns their numbers, and are not copied.
+-- The data of 0001-0006, moved. Each job's log lines are numbered again, 1, 2, … in
+-- their order; the lines now read from the jobs' and the attempts' columns give those
+-- columns their numbers, and are not copied. Every lookup below is by an index.
+CREATE TABLE seq_map_0007 (
+  job_id     TEXT NOT NULL,
+  old_seq    INTEGER NOT NULL,
+  new_seq    INTEGER NOT NULL,
+  type       TEXT NOT NULL,
+  attempt_id TEXT,
+  PRIMARY KEY (job_id, old_seq)
+) WITHOUT ROWID;
+INSERT INTO seq_map_0007 (job_id, old_seq, new_seq, type, attempt_id)
+SELECT job_id, seq, row_number() OVER (PARTITION BY job_id ORDER BY seq), type, attempt_id
+  FROM job_events_0006;
+CREATE INDEX seq_map_0007_by_attempt ON seq_map_0007 (attempt_id, type);
+
 INSERT INTO jobs (id, owner_id, idempotency_key, fingerprint, kind, input, provider, status,
                   version, result, completed_by, created_at, updated_at, seq, doc_seq)
 SELECT j.id, j.owner_id, j.idempotency_key, j.fingerprint, j.kind, j.input, j.provider,
        j.status, j.version, j.result, j.completed_by, j.created_at, j.updated_at,
-       coalesce((SELECT max(seq) FROM job_events_0006 WHERE job_id = j.id), 1),
-       coalesce((SELECT max(seq) FROM job_events_0006
+       coalesce((SELECT max(new_seq) FROM seq_map_0007 WHERE job_id = j.id), 1),
+       coalesce((SELECT max(new_seq) FROM seq_map_0007
                   WHERE job_id = j.id
                     AND type NOT IN ('dispatch_ignored', 'failover_skipped',
                                      'late_result_discarded')), 1)
@@ -106,28 +122,35 @@ SELECT j.id, j.owner_id, j.idempotency_key, j.fingerprint, j.kind, j.input, j.pr
 
 INSERT INTO attempts (id, job_id, n, provider, state, started_at, dispatched_at, finished_at,
                       error, claim_token, request_key, request_fingerprint, started_by,
-                      started_seq, running_seq)
+                      started_seq, running_seq, won_seq)
 SELECT a.id, a.job_id, a.n, a.provider, a.state, a.started_at, a.dispatched_at,
        a.finished_at, a.error, a.claim_token, a.request_key, a.request_fingerprint,
        a.started_by,
-       coalesce((SELECT min(seq) FROM job_events_0006
+       coalesce((SELECT min(new_seq) FROM seq_map_0007
                   WHERE attempt_id = a.id AND type = 'attempt_started'), 1),
-       (SELECT min(seq) FROM job_events_0006
-         WHERE attempt_id = a.id AND type = 'attempt_running')
+       (SELECT min(new_seq) FROM seq_map_0007
+         WHERE attempt_id = a.id AND type = 'attempt_running'),
+       (SELECT min(new_seq) FROM seq_map_0007
+         WHERE attempt_id = a.id AND type = 'attempt_succeeded')
   FROM attempts_0006 AS a;
 
 INSERT INTO job_events (job_id, seq, at, type, attempt_id, details)
-SELECT job_id, seq, at, type, attempt_id, details
-  FROM job_events_0006
- WHERE type NOT IN ('job_created', 'attempt_started', 'attempt_running');
+SELECT e.job_id, m.new_seq, e.at, e.type, e.attempt_id, e.details
+  FROM job_events_0006 AS e
+  JOIN seq_map_0007 AS m ON m.job_id = e.job_id AND m.old_seq = e.seq
+ WHERE e.type NOT IN ('job_created', 'attempt_started', 'attempt_running',
+                      'attempt_succeeded');
 
+DROP TABLE seq_map_0007;
 DROP TABLE job_events_0006;
 DROP TABLE attempts_0006;
 DROP TABLE jobs_0006;
 
--- The admin's list by status (newest first) and the purge (ended jobs, oldest first,
--- bounded by the id of the retention's cutoff).
+-- The admin's list by status, newest first.
 CREATE INDEX jobs_by_status ON jobs (status, id);
+-- The purge: ended jobs by their last change. A job enters it once, when it ends.
+CREATE INDEX jobs_ended ON jobs (updated_at, id)
+  WHERE status IN ('succeeded', 'cancelled', 'failed');
 -- An owner's jobs, newest first.
 CREATE INDEX jobs_by_owner ON jobs (owner_id, id);
 -- Attempts in one state, oldest first: the list, and every sweep of the reconciler
@@ -187,10 +210,10 @@ END;
 
 -- Every move is the job's next change, apart from two that share the change that caused
 -- them: the winner's `succeeded` is the compare-and-swap's (the job took its result, and
--- named the attempt, in the same batch), and a cancel's moves out of `starting` or `running` are the cancel's
--- (`job_cancelled` names them). A claim (`running`) is read from the attempt's own
--- columns; every other move is a log row. An unfinished job's status follows its
--- attempts.
+-- named the attempt, in the same batch), and a cancel's moves out of `starting` or
+-- `running` are the cancel's (`job_cancelled` names them). A claim (`running`) and a win
+-- from `running` are read from the attempt's own columns (`running_seq`, `won_seq`);
+-- every other move is a log row. An unfinished job's status follows its attempts.
 CREATE TRIGGER attempt_moved AFTER UPDATE OF state ON attempts
 WHEN OLD.state <> NEW.state
 BEGIN
@@ -215,7 +238,8 @@ BEGIN
     FROM jobs AS j
    WHERE j.id = NEW.job_id
      AND NEW.state <> 'running'
-     AND NOT (NEW.state = 'cancelled' AND OLD.state <> 'unknown');
+     AND NOT (NEW.state = 'cancelled' AND OLD.state <> 'unknown')
+     AND NEW.won_seq IS NULL;
   UPDATE jobs
      SET seq = seq + 1, doc_seq = seq + 1,
          status = CASE WHEN status IN ('succeeded', 'cancelled') THEN status
@@ -255,6 +279,11 @@ UNION ALL
 SELECT job_id, running_seq, dispatched_at, 'attempt_running', id,
        json_object('from', 'starting', 'to', 'running', 'provider', provider, 'error', NULL)
   FROM attempts WHERE running_seq IS NOT NULL
+UNION ALL
+SELECT job_id, won_seq, finished_at, 'attempt_succeeded', id,
+       json_object('from', 'running', 'to', 'succeeded', 'provider', provider,
+                   'error', json(error))
+  FROM attempts WHERE won_seq IS NOT NULL
 UNION ALL
 SELECT job_id, seq, at, type, attempt_id, details FROM job_events;
 

@@ -19,7 +19,7 @@ use crate::host::{Host, ProviderCall, WorkerHost};
 use crate::kinds;
 use crate::openai::CallOutcome;
 use crate::providers::{self, ProviderConfig};
-use crate::store::{Claim, ClaimedAttempt, Completion, NextAttempt, Offer, Store};
+use crate::store::{Claim, ClaimedAttempt, Completion, NextAttempt, Offer, Stop, Store};
 use futures_util::future::{join, join_all, select, Either};
 use onceclick_protocol::contract::Kind;
 use onceclick_protocol::{AttemptError, AttemptState, EventType};
@@ -310,20 +310,26 @@ async fn prepare_or_fail<'a>(
     }
 }
 
+/// How often a dispatcher holding a call reads whether it should stop, when
+/// `CANCEL_POLL_MS` is not set.
+const DEFAULT_CANCEL_POLL_MS: u64 = 1000;
+
 /// Calls the attempt's provider and records the outcome; a retryable failure then
-/// fails over, if the kind allows.
+/// fails over, if the kind allows. A call whose attempt is cancelled meanwhile, or whose
+/// job another attempt wins, is stopped ([`unless_stopped`]).
 async fn call_and_record(host: &dyn Host, store: &Store, p: &Prepared<'_>) -> ApiResult<()> {
     let api_key = providers::api_key(&p.provider, host);
     let started = clock::now_ms();
-    let outcome = host
-        .call(ProviderCall {
-            provider: &p.provider,
-            api_key: api_key.as_deref(),
-            kind: p.kind,
-            input: &p.input,
-            attempt_id: &p.attempt.id,
-        })
-        .await;
+    let call = host.call(ProviderCall {
+        provider: &p.provider,
+        api_key: api_key.as_deref(),
+        kind: p.kind,
+        input: &p.input,
+        attempt_id: &p.attempt.id,
+    });
+    let Some(outcome) = unless_stopped(host, store, p, call, started).await? else {
+        return Ok(());
+    };
     let event = match &outcome {
         CallOutcome::Output(_) => "call_answered",
         CallOutcome::Failed(_) => "call_failed",
@@ -340,6 +346,72 @@ async fn call_and_record(host: &dyn Host, store: &Store, p: &Prepared<'_>) -> Ap
         fail_over(host, store, p).await?;
     }
     Ok(())
+}
+
+/// The call's outcome; or, if its attempt is cancelled or its job won by another attempt
+/// before the provider answers, `None`: the call is dropped, and dropping it aborts its
+/// fetch, which closes the provider's connection (`openai::call`). The dispatcher reads
+/// the attempt every `CANCEL_POLL_MS` while it waits (one read by primary key; a failed
+/// read is tried again at the next tick), so a stop reaches the call within about one
+/// interval. A loser moves to `superseded` (its `race_lost` names it); a cancelled
+/// attempt is `cancelled` already.
+async fn unless_stopped(
+    host: &dyn Host,
+    store: &Store,
+    p: &Prepared<'_>,
+    call: futures_util::future::LocalBoxFuture<'_, CallOutcome>,
+    started: f64,
+) -> ApiResult<Option<CallOutcome>> {
+    let every = host
+        .var("CANCEL_POLL_MS")
+        .and_then(|v| v.parse().ok())
+        .filter(|ms| *ms > 0)
+        .unwrap_or(DEFAULT_CANCEL_POLL_MS);
+    let attempt = p.attempt;
+    let watch = async {
+        loop {
+            host.sleep(every).await;
+            if let Ok(Some(seen)) = store.watch(&attempt.id).await {
+                if let Some(stop) = seen.stop(&attempt.id) {
+                    return stop;
+                }
+            }
+        }
+    };
+    futures_util::pin_mut!(watch);
+    let stop = match select(call, watch).await {
+        Either::Left((outcome, _)) => return Ok(Some(outcome)),
+        Either::Right((stop, call)) => {
+            drop(call);
+            stop
+        }
+    };
+    let ms = clock::now_ms() - started;
+    host.count_call("call_stopped", p.kind.name(), &p.provider.name, ms);
+    crate::log::info(json!({"event": "call_stopped", "job_id": attempt.job_id,
+                            "attempt_id": attempt.id, "provider": p.provider.name,
+                            "reason": match stop {
+                                Stop::Cancelled => "cancelled",
+                                Stop::LostRace => "lost_race",
+                            },
+                            "after_ms": ms}));
+    if stop == Stop::LostRace {
+        let error = AttemptError::new(
+            "stopped_race_lost",
+            "the job succeeded with another attempt; this call was stopped",
+            false,
+        );
+        record_move(
+            host,
+            store,
+            attempt,
+            &[AttemptState::Running],
+            AttemptState::Superseded,
+            &error,
+        )
+        .await?;
+    }
+    Ok(None)
 }
 
 /// The next provider after the attempt's own in the kind's failover order that is

@@ -76,6 +76,7 @@ pub(crate) const OPS: &[&str] = &[
     "reconcile",
     "save_certification",
     "stuck_starting",
+    "watch",
 ];
 
 /// Parses `op:when,op:when` (and `drop-enqueue`); `Err` names the part that is neither.

@@ -14,6 +14,8 @@ pub enum Mutant {
     CreateSkipsFingerprint,
     /// A sharded create does not ask the previous layout's database for its key.
     ShardedCreateSkipsBefore,
+    /// The dispatcher holding a call does not stop it when its attempt is cancelled.
+    CallOutlivesCancel,
 }
 
 #[cfg(target_arch = "wasm32")]

@@ -44,7 +44,21 @@ pub(crate) fn request_body(provider: &ProviderConfig, kind: &Kind, input: &Value
     })
 }
 
-/// Calls the provider once for attempt `attempt_id` and classifies the answer.
+/// Aborts its fetch when dropped: a call dropped before its answer (the dispatcher
+/// stopped it, or its isolate went away) closes the provider's connection rather than
+/// leave it working for nobody. Aborting a fetch that has ended does nothing.
+struct AbortOnDrop(Option<AbortController>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(controller) = self.0.take() {
+            controller.abort();
+        }
+    }
+}
+
+/// Calls the provider once for attempt `attempt_id` and classifies the answer. Dropped
+/// before it ends, it aborts the fetch ([`AbortOnDrop`]).
 pub(crate) async fn call(
     provider: &ProviderConfig,
     api_key: Option<&str>,
@@ -54,6 +68,7 @@ pub(crate) async fn call(
 ) -> CallOutcome {
     let controller = AbortController::default();
     let signal = controller.signal();
+    let _abort = AbortOnDrop(Some(controller));
     let exchange = async {
         let request =
             build_request(provider, api_key, kind, input, attempt_id).map_err(Definite)?;
@@ -91,17 +106,15 @@ pub(crate) async fn call(
         }
         Either::Left((Err(Definite(error)), _)) => CallOutcome::Failed(error),
         Either::Left((Err(Ambiguous(error)), _)) => CallOutcome::Unknown(error),
-        Either::Right(((), _)) => {
-            controller.abort();
-            CallOutcome::Unknown(AttemptError::new(
-                "provider_timeout",
-                format!(
-                    "{} did not answer within {} ms; it may still be working",
-                    provider.name, provider.timeout_ms
-                ),
-                false,
-            ))
-        }
+        // The timeout: `_abort` aborts the fetch as this returns.
+        Either::Right(((), _)) => CallOutcome::Unknown(AttemptError::new(
+            "provider_timeout",
+            format!(
+                "{} did not answer within {} ms; it may still be working",
+                provider.name, provider.timeout_ms
+            ),
+            false,
+        )),
     }
 }
 

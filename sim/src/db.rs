@@ -80,7 +80,7 @@ impl SqlMutant {
             }
             SqlMutant::PurgeTakesUnknown
                 if sql.starts_with("DELETE FROM")
-                    && sql.contains("ORDER BY id LIMIT ?2") =>
+                    && sql.contains("ORDER BY updated_at, id LIMIT ?2") =>
             {
                 (
                     "('starting', 'running', 'unknown')",
@@ -132,6 +132,9 @@ pub(crate) struct Db {
     pub(crate) touched: RefCell<BTreeSet<(String, String)>>,
     pub(crate) batches: RefCell<u64>,
     pub(crate) faults_fired: RefCell<u64>,
+    /// When a dispatcher's watch read first came back with its attempt `cancelled`, by
+    /// attempt id: from then on its call must not answer.
+    pub(crate) watch_saw_cancel: RefCell<BTreeMap<String, u64>>,
 }
 
 fn open(place: &str) -> rusqlite::Result<Connection> {
@@ -200,6 +203,7 @@ impl Db {
             touched: RefCell::new(BTreeSet::new()),
             batches: RefCell::new(0),
             faults_fired: RefCell::new(0),
+            watch_saw_cancel: RefCell::new(BTreeMap::new()),
         }
     }
 
@@ -308,28 +312,54 @@ impl Places for SimPlaces {
         let db = self.0.clone();
         let place = place.to_owned();
         Box::pin(async move {
-            Yield::new().await;
-            *db.batches.borrow_mut() += 1;
-            let rates = *db.faults.borrow();
-            let outage = (onceclick_edge::sim::now_ms() as u64) < *db.outage_until.borrow();
-            if outage || db.rng.borrow_mut().chance(rates.before) {
-                *db.faults_fired.borrow_mut() += 1;
-                return Err(
-                    "D1_ERROR: Network connection lost (simulated, before commit)".to_owned(),
-                );
-            }
-            let out = db.run_now(&place, &batch);
-            Yield::new().await;
-            if out.is_ok() && db.rng.borrow_mut().chance(rates.after) {
-                *db.faults_fired.borrow_mut() += 1;
-                return Err(
-                    "D1_ERROR: Network connection lost (simulated, reply lost after commit)"
-                        .to_owned(),
-                );
+            let out = run_batch(&db, &place, &batch).await;
+            if let (Ok(sets), Some((sql, params))) = (&out, batch.first()) {
+                let cancelled = sets
+                    .first()
+                    .and_then(|rows| rows.first())
+                    .is_some_and(|row| row["state"] == "cancelled");
+                if *sql == watch_sql() && cancelled {
+                    if let Some(id) = params.first().and_then(Value::as_str) {
+                        let now = onceclick_edge::sim::now_ms() as u64;
+                        db.watch_saw_cancel
+                            .borrow_mut()
+                            .entry(id.to_owned())
+                            .or_insert(now);
+                    }
+                }
             }
             out
         })
     }
+}
+
+/// The statement of a dispatcher's watch over its call (`ATTEMPT_WATCH`).
+fn watch_sql() -> &'static str {
+    onceclick_edge::sim::statements()
+        .iter()
+        .find(|(name, _)| *name == "ATTEMPT_WATCH")
+        .map_or("", |(_, sql)| sql)
+}
+
+/// One batch's trip: out (a yield), the transaction, back (a yield), with the faults.
+async fn run_batch(db: &Db, place: &str, batch: &Batch) -> Result<Vec<Vec<Value>>, String> {
+    Yield::new().await;
+    *db.batches.borrow_mut() += 1;
+    let rates = *db.faults.borrow();
+    let outage = (onceclick_edge::sim::now_ms() as u64) < *db.outage_until.borrow();
+    if outage || db.rng.borrow_mut().chance(rates.before) {
+        *db.faults_fired.borrow_mut() += 1;
+        return Err("D1_ERROR: Network connection lost (simulated, before commit)".to_owned());
+    }
+    let out = db.run_now(place, batch);
+    Yield::new().await;
+    if out.is_ok() && db.rng.borrow_mut().chance(rates.after) {
+        *db.faults_fired.borrow_mut() += 1;
+        return Err(
+            "D1_ERROR: Network connection lost (simulated, reply lost after commit)".to_owned(),
+        );
+    }
+    out
 }
 
 #[cfg(test)]

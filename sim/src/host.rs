@@ -45,6 +45,24 @@ pub(crate) struct CallRecord {
     pub(crate) delivered: bool,
     /// The dispatcher's task was dropped by a crash before it finished.
     pub(crate) orphaned: bool,
+    /// The dispatcher dropped the call before its answer (a stop): when, virtual ms.
+    pub(crate) stopped_at: Option<u64>,
+}
+
+/// Marks a call stopped if its future is dropped before the provider answers: what
+/// the Worker's fetch does on a drop (it aborts, and the connection closes).
+struct Stopped {
+    world: Rc<World>,
+    attempt_id: String,
+    answered: bool,
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.world.stopped(&self.attempt_id);
+        }
+    }
 }
 
 /// The host of one task of one isolate.
@@ -97,8 +115,14 @@ impl Host for SimHost {
                 _ => delay.min(timeout),
             };
             let at = onceclick_edge::sim::now_ms() as u64 + answers_in;
+            let mut stopped = Stopped {
+                world: world.clone(),
+                attempt_id: attempt_id.clone(),
+                answered: false,
+            };
             Sleep::until(world.exec.clone(), at).await;
-            world.delivered(&attempt_id);
+            stopped.answered = true;
+            world.delivered(&attempt_id, at);
             let timed_out = |what: &str| {
                 CallOutcome::Unknown(AttemptError::new(
                     "provider_timeout",

@@ -77,13 +77,14 @@ fn run() -> Result<()> {
         seconds * 1e6 / figures.ops.max(1) as f64
     );
     println!(
-        "sim: seed {seed}: {} worlds, {} operations, {} requests, {} deliveries ({} redelivered), {} provider calls, {} reconciler passes, {} crashes, {} clock jumps, {} store faults in {} batches, {} checks on {} jobs; no promise broken",
+        "sim: seed {seed}: {} worlds, {} operations, {} requests, {} deliveries ({} redelivered), {} provider calls ({} stopped), {} reconciler passes, {} crashes, {} clock jumps, {} store faults in {} batches, {} checks on {} jobs; no promise broken",
         worlds,
         figures.ops,
         figures.requests,
         figures.deliveries,
         figures.redeliveries,
         figures.provider_calls,
+        figures.stops,
         figures.reconciles,
         figures.crashes,
         figures.clock_jumps,
@@ -299,6 +300,11 @@ const MUTANTS: &[Planted] = &[
         "create-skips-fingerprint",
         AnyMutant::Rust(Mutant::CreateSkipsFingerprint),
         &["of another request"],
+    ),
+    (
+        "call-outlives-cancel",
+        AnyMutant::Rust(Mutant::CallOutlivesCancel),
+        &["a stop that did not stop"],
     ),
     (
         "sharded-create-skips-before",

@@ -24,6 +24,9 @@ const RECONCILER: u32 = 4;
 /// the first).
 const DELIVERIES: u32 = 6;
 const OWNERS: [&str; 3] = ["alice", "bob", "o:carol"];
+/// How often a dispatcher holding a call looks whether it should stop (the Worker's
+/// `CANCEL_POLL_MS`), in virtual ms.
+pub(crate) const CANCEL_POLL_MS: u64 = 150;
 
 /// The store layouts a world may have.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,6 +54,8 @@ pub struct Figures {
     pub checks: u64,
     pub jobs: u64,
     pub polls: u64,
+    /// Provider calls the dispatcher stopped before their answer (a cancel, a lost race).
+    pub stops: u64,
 }
 
 impl Figures {
@@ -68,6 +73,7 @@ impl Figures {
         self.checks += o.checks;
         self.jobs += o.jobs;
         self.polls += o.polls;
+        self.stops += o.stops;
     }
 }
 
@@ -167,6 +173,8 @@ pub(crate) struct World {
     /// Deliveries in flight: task → message.
     delivering: RefCell<BTreeMap<u64, Msg>>,
     calls: RefCell<BTreeMap<String, CallRecord>>,
+    /// An isolate's tasks are being dropped by a crash.
+    crashing: Cell<bool>,
     rng: RefCell<Rng>,
     intents: RefCell<Vec<Intent>>,
     seen: RefCell<BTreeMap<String, Seen>>,
@@ -259,6 +267,8 @@ impl World {
             ("RECONCILE_STARTING_AFTER_MS", "5000".to_owned()),
             ("RECONCILE_LOST_GRACE_MS", "2000".to_owned()),
             ("JOB_RETENTION_HOURS", "24".to_owned()),
+            // Well inside the providers' 1 s timeout, so that stops happen.
+            ("CANCEL_POLL_MS", CANCEL_POLL_MS.to_string()),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))
@@ -274,6 +284,7 @@ impl World {
             next_msg: Cell::new(0),
             delivering: RefCell::new(BTreeMap::new()),
             calls: RefCell::new(BTreeMap::new()),
+            crashing: Cell::new(false),
             rng: RefCell::new(Rng::new(seed)),
             intents: RefCell::new(Vec::new()),
             seen: RefCell::new(BTreeMap::new()),
@@ -433,6 +444,7 @@ impl World {
                     task: crate::exec::current(),
                     delivered: false,
                     orphaned: false,
+                    stopped_at: None,
                 },
             )
             .is_some()
@@ -443,9 +455,18 @@ impl World {
         (script, delay)
     }
 
-    pub(crate) fn delivered(&self, attempt_id: &str) {
+    pub(crate) fn delivered(&self, attempt_id: &str, due: u64) {
         if let Some(call) = self.calls.borrow_mut().get_mut(attempt_id) {
             call.delivered = true;
+        }
+        self.call_ended(attempt_id, false, due);
+    }
+
+    /// The dispatcher dropped the call before its answer: a stop, unless its isolate is
+    /// crashing (the crash marks the call orphaned).
+    pub(crate) fn stopped(&self, attempt_id: &str) {
+        if !self.crashing.get() {
+            self.call_ended(attempt_id, true, u64::MAX);
         }
     }
 
@@ -874,10 +895,47 @@ impl World {
         self.exec.fire_timers(to);
     }
 
+    /// A call has ended at `now`: answered (it was due at `due`), or stopped. A stop that
+    /// stops: once a watch read of the dispatcher has come back with its attempt
+    /// `cancelled`, the call must not answer (it may only tie: an answer due by the time
+    /// the read came back). How long after the cancel that read comes is the scheduler's
+    /// doing here (a task runs when the world lets it), so it is not bounded in virtual
+    /// time; the Worker's figure is `cargo xtask bench`'s.
+    pub(crate) fn call_ended(&self, attempt_id: &str, stopped: bool, due: u64) {
+        let now = self.now();
+        let orphaned = {
+            let mut calls = self.calls.borrow_mut();
+            let Some(call) = calls.get_mut(attempt_id) else {
+                return;
+            };
+            if stopped {
+                call.stopped_at = Some(now);
+            }
+            call.orphaned
+        };
+        if stopped {
+            self.figures.borrow_mut().stops += 1;
+            self.note(|| format!("call of {attempt_id} stopped"));
+        }
+        if orphaned {
+            return;
+        }
+        let seen = self.db.watch_saw_cancel.borrow().get(attempt_id).copied();
+        if let Some(seen) = seen {
+            if !stopped && seen < due {
+                self.violate(format!(
+                    "the call of attempt {attempt_id} answered (due at {due}) though its dispatcher's watch had read it cancelled at {seen}: a stop that did not stop"
+                ));
+            }
+        }
+    }
+
     fn crash(&self, rng: &mut Rng) {
         self.figures.borrow_mut().crashes += 1;
         let isolate = rng.weighted(&[(2, FRONT[0]), (2, FRONT[1]), (3, CONSUMER), (1, RECONCILER)]);
+        self.crashing.set(true);
         let dropped = self.exec.crash(isolate);
+        self.crashing.set(false);
         self.note(|| format!("crash isolate {isolate}: {} tasks dropped", dropped.len()));
         let ids: BTreeSet<u64> = dropped.iter().map(|(t, _)| *t).collect();
         for call in self.calls.borrow_mut().values_mut() {

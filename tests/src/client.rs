@@ -414,6 +414,23 @@ impl Mock {
         );
         body["calls"].as_array().cloned().unwrap_or_default()
     }
+
+    /// Waits (at most 15 s) for a call with `marker` that `matches` (a held-open call
+    /// whose connection closed, say), and returns it.
+    pub async fn wait_call(&self, marker: &str, matches: impl Fn(&Value) -> bool) -> Value {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+        loop {
+            let calls = self.calls(marker).await;
+            if let Some(call) = calls.iter().find(|c| matches(c)) {
+                return call.clone();
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no call with {marker:?} matched in 15 s: {calls:?}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
 }
 
 /// True once the job has reached `status`.

@@ -39,6 +39,12 @@ pub struct Step {
     /// Hold the answer until `POST /_release {"gate": …}` (or 60 s).
     #[serde(default)]
     pub gate: Option<String>,
+    /// Answer 200 at once, then hold the body open this long (a space every 100 ms,
+    /// which JSON allows before its value) before the answer: a call whose connection
+    /// the mock watches. If the client goes away first, the call records when
+    /// (`closed_after_ms`).
+    #[serde(default)]
+    pub hold_open_ms: u64,
     /// Answer with this status instead of 200 (500, 429, 400…).
     #[serde(default)]
     pub status: Option<u16>,
@@ -74,6 +80,10 @@ pub struct Call {
     pub temperature: Option<f64>,
     pub prompt: String,
     pub has_response_format: bool,
+    /// A held-open call (`hold_open_ms`) whose client closed the connection before the
+    /// answer: how long after the call came, in ms.
+    #[serde(default)]
+    pub closed_after_ms: Option<u64>,
 }
 
 #[derive(Default)]
@@ -189,8 +199,10 @@ async fn chat(
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned)
     };
-    let step = {
+    let came = std::time::Instant::now();
+    let (step, index) = {
         let mut inner = mock.lock();
+        let index = inner.calls.len();
         inner.calls.push(Call {
             provider: provider.clone(),
             idempotency_key: header("idempotency-key"),
@@ -199,6 +211,7 @@ async fn chat(
             temperature: body["temperature"].as_f64(),
             prompt: prompt.clone(),
             has_response_format: body["response_format"]["json_schema"]["schema"].is_object(),
+            closed_after_ms: None,
         });
         let step = inner
             .scripts
@@ -210,9 +223,12 @@ async fn chat(
                 *used += 1;
                 step
             });
-        step.unwrap_or_default()
+        (step.unwrap_or_default(), index)
     };
     mock.changed.notify_waiters();
+    if step.hold_open_ms > 0 {
+        return held_open(mock, index, came, &step, &text_of(&body));
+    }
 
     if step.delay_ms > 0 {
         tokio::time::sleep(Duration::from_millis(step.delay_ms).min(MAX_HOLD)).await;
@@ -230,6 +246,72 @@ async fn chat(
         .await;
     }
     answer(&step, &text_of(&body))
+}
+
+/// Records when the client of a held-open call went away, if it did before the end.
+struct Watched {
+    mock: Mock,
+    index: usize,
+    came: std::time::Instant,
+    answered: bool,
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        if !self.answered {
+            let ms = self.came.elapsed().as_millis() as u64;
+            if let Some(call) = self.mock.lock().calls.get_mut(self.index) {
+                call.closed_after_ms = Some(ms);
+            }
+            self.mock.changed.notify_waiters();
+        }
+    }
+}
+
+/// A 200 whose body stays open for `hold_open_ms` (a space every 100 ms), then the
+/// answer. The server drops the body when a write finds the connection closed, and the
+/// drop records it.
+fn held_open(
+    mock: Mock,
+    index: usize,
+    came: std::time::Instant,
+    step: &Step,
+    text: &str,
+) -> Response {
+    use futures::StreamExt;
+    let hold = Duration::from_millis(step.hold_open_ms).min(MAX_HOLD);
+    let half: String = text.chars().take(text.chars().count() / 2).collect();
+    let content = json!({"summary": step.summary.clone().unwrap_or(half), "sentiment": "neutral"});
+    let answer = json!({
+        "id": "chatcmpl-mock",
+        "object": "chat.completion",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content.to_string()}, "finish_reason": "stop"}],
+    })
+    .to_string();
+    let watched = Watched {
+        mock,
+        index,
+        came,
+        answered: false,
+    };
+    let body = futures::stream::unfold(Some((watched, answer)), move |state| async move {
+        let (mut watched, answer) = state?;
+        if watched.came.elapsed() < hold {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            return Some((
+                Ok::<_, std::io::Error>(" ".to_owned()),
+                Some((watched, answer)),
+            ));
+        }
+        watched.answered = true;
+        Some((Ok(answer), None))
+    })
+    .boxed();
+    Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "application/json")
+        .body(axum::body::Body::from_stream(body))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
 fn answer(step: &Step, text: &str) -> Response {

@@ -397,6 +397,8 @@ async fn a_lost_enqueue_is_recovered_by_the_reconciler_with_one_call() {
     assert_eq!(done["completed_by"], attempt(&done, 1)["id"]);
 }
 
+/// A dispatcher that cannot read the cancel (every watch read of its call fails) lets
+/// the provider's answer come: it is discarded, and logged.
 #[tokio::test]
 async fn a_late_result_after_cancel_is_dropped_and_logged() {
     let (api, mock) = (Api::from_env(), Mock::from_env());
@@ -404,7 +406,14 @@ async fn a_late_result_after_cancel_is_dropped_and_logged() {
     let marker = unique("late");
     mock.script("primary", &marker, json!([{"gate": format!("{marker}-g")}]))
         .await;
-    let job = create(&api, &token, "summarize", &marker, None).await;
+    // Each fault fires once: enough for every tick of the test Worker's watch (250 ms)
+    // within the provider's timeout.
+    let blind = vec!["watch:before"; 40].join(",");
+    let created = api
+        .create_marked(&token, "summarize", &marker, Some(&blind))
+        .await;
+    assert_eq!(created.status, 201, "{}", created.json());
+    let job = created.json();
     let job_id = id(&job);
     mock.wait_calls(&marker, 1).await;
     let cancelled =
@@ -429,6 +438,56 @@ async fn a_late_result_after_cancel_is_dropped_and_logged() {
         "the late result is not stored"
     );
     assert_eq!(attempt(&after, 1)["state"], "cancelled");
+}
+
+/// A stop that stops: cancelling a job while its provider holds the call open closes
+/// the provider's connection (the mock sees it close) long before the held answer was
+/// due, and before the provider's timeout would have closed it; the job is `cancelled`,
+/// and nothing of the call is recorded as its result.
+#[tokio::test]
+async fn cancel_closes_the_providers_connection() {
+    let (api, mock) = (Api::from_env(), Mock::from_env());
+    let token = api.token("stop");
+    let marker = unique("stop");
+    mock.script("primary", &marker, json!([{"hold_open_ms": 10_000}]))
+        .await;
+    let job = create(&api, &token, "summarize", &marker, None).await;
+    let job_id = id(&job);
+    mock.wait_calls(&marker, 1).await;
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let cancelled =
+        send(api.post_json(&token, &format!("/v1/jobs/{job_id}/cancel"), &json!({}))).await;
+    assert_eq!(cancelled.json()["status"], "cancelled");
+    let closed = mock
+        .wait_call(&marker, |call| call["closed_after_ms"].is_u64())
+        .await;
+    let after_ms = closed["closed_after_ms"].as_u64().unwrap();
+    let timeout_ms: u64 = std::env::var("ONCECLICK_PROVIDER_TIMEOUT_MS")
+        .expect("run with `cargo xtask test`")
+        .parse()
+        .unwrap();
+    assert!(
+        after_ms < timeout_ms,
+        "the connection closed {after_ms} ms into the call: the provider's timeout \
+         ({timeout_ms} ms) closed it, not the cancel"
+    );
+    let lines = onceclick_tests::log::wait_event("call_stopped", 10, |l| {
+        l["attempt_id"] == attempt(&job, 1)["id"]
+    })
+    .await
+    .expect("the dispatcher logs the stop");
+    assert_eq!(lines["reason"], "cancelled");
+    let after = send(api.get(&token, &format!("/v1/jobs/{job_id}")))
+        .await
+        .json();
+    assert_eq!(after["status"], "cancelled");
+    assert_eq!(attempt(&after, 1)["state"], "cancelled");
+    assert_eq!(after["result"], Value::Null);
+    assert_eq!(
+        mock.calls(&marker).await.len(),
+        1,
+        "one call, never sent again"
+    );
 }
 
 #[tokio::test]

@@ -752,8 +752,9 @@ fn a_certification_copy_is_replaced_only_by_a_newer_report() {
     );
 }
 
-/// 0007 rebuilds the tables of a job: a deployment keeps every job, key, document and
-/// ETag it had, and each job's log reads as it did, line for line.
+/// 0007 rebuilds the tables of a job: a deployment keeps every job, key and document it
+/// had, and each job's log reads as it did, line for line, numbered again 1, 2, … with
+/// its ETag the last line a client sees.
 #[test]
 fn the_lean_schema_keeps_every_job_its_document_etag_and_log() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../edge/migrations");
@@ -797,7 +798,9 @@ fn the_lean_schema_keeps_every_job_its_document_etag_and_log() {
           WHERE id = 'att_a2';
          UPDATE jobs SET status = 'succeeded', result = '{\"summary\":\"s\"}',
                          completed_by = 'att_a2', version = version + 1 WHERE id = 'job_a';
-         UPDATE attempts SET state = 'succeeded' WHERE id = 'att_a2';
+         UPDATE attempts SET state = 'succeeded',
+                             finished_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')
+          WHERE id = 'att_a2';
          UPDATE attempts SET state = 'superseded' WHERE id = 'att_a1';
          UPDATE attempts SET state = 'unknown' WHERE id = 'att_b1';
          UPDATE attempts SET state = 'failed', error = '{\"code\":\"resolved_failed\",\"message\":\"m\",\"retryable\":true}'
@@ -843,7 +846,37 @@ fn the_lean_schema_keeps_every_job_its_document_etag_and_log() {
         conn.execute_batch(&std::fs::read_to_string(file).unwrap())
             .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
     }
-    assert_eq!(seen(&conn, "job_log"), old);
+    let new = seen(&conn, "job_log");
+    let without_etags = |jobs: &Seen| -> Vec<(String, String, Vec<String>)> {
+        jobs.iter()
+            .map(|(id, doc, _, lines)| (id.clone(), doc.clone(), lines.clone()))
+            .collect()
+    };
+    assert_eq!(without_etags(&new), without_etags(&old));
+    for (id, _, etag, _) in &new {
+        let numbers: Vec<i64> = conn
+            .prepare("SELECT seq FROM job_log WHERE job_id = ?1 ORDER BY seq")
+            .unwrap()
+            .query_map([id], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(
+            numbers,
+            (1..=numbers.len() as i64).collect::<Vec<_>>(),
+            "{id}"
+        );
+        let shown: i64 = conn
+            .query_row(
+                "SELECT max(seq) FROM job_log WHERE job_id = ?1
+                    AND type NOT IN ('dispatch_ignored', 'failover_skipped',
+                                     'late_result_discarded')",
+                [id],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(*etag, format!("\"{shown}\""), "{id}");
+    }
     let kept: i64 = conn
         .query_row(
             "SELECT count(*) FROM jobs WHERE (owner_id, idempotency_key) IN

@@ -166,22 +166,14 @@ pub(crate) fn run(tools: &Tools, plan: &Plan) -> Result<Value> {
         rounds.push(outcomes);
     }
     let e2e = end_to_end(&servers, plan)?;
-    let round_trips = if plan.report {
-        dispatch_round_trips(tools, &root)?
+    let cost = if plan.report {
+        job_cost(tools, &root)?
     } else {
         Value::Null
     };
     drop(servers);
 
-    let mut results = results(
-        &rounds,
-        &e2e,
-        &round_trips,
-        &sizes,
-        plan,
-        started.elapsed(),
-        built,
-    );
+    let mut results = results(&rounds, &e2e, &cost, &sizes, plan, started.elapsed(), built);
     if plan.report {
         // Needs Chromium: without it the rest of the report still stands.
         results["sdk_submit"] =
@@ -469,19 +461,25 @@ fn end_to_end(servers: &Servers, plan: &Plan) -> Result<Value> {
     }))
 }
 
-/// D1 round trips of one dispatch, from the `dispatched` line the consumer logs (which
-/// `--log-level error` hides): a short-lived Worker at the default log level, one job.
-fn dispatch_round_trips(tools: &Tools, root: &Path) -> Result<Value> {
-    let worker = TestWorker::start(tools, root, StoreKind::D1)?;
+/// What one job that succeeds at once costs the store, on D1 and on a shard: round trips
+/// and rows written and read per step, from `Server-Timing` and the `dispatched` line the
+/// consumer logs (which `--log-level error` hides): a short-lived Worker per store at
+/// the default log level, one job each. `{"d1": probe, "durable": probe}`.
+fn job_cost(tools: &Tools, root: &Path) -> Result<Value> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let probe = runtime.block_on(onceclick_tests::probe::round_trips(
-        &worker.server.url,
-        &worker.secret,
-        &worker.log,
-    ))?;
-    Ok(serde_json::to_value(probe)?)
+    let mut out = serde_json::Map::new();
+    for (name, store) in [("d1", StoreKind::D1), ("durable", StoreKind::Durable)] {
+        let worker = TestWorker::start(tools, root, store)?;
+        let probe = runtime.block_on(onceclick_tests::probe::probe(
+            &worker.server.url,
+            &worker.secret,
+            &worker.log,
+        ))?;
+        out.insert(name.to_owned(), serde_json::to_value(probe)?);
+    }
+    Ok(Value::Object(out))
 }
 
 /// gzip bytes of what ships: both Workers as `wrangler deploy --dry-run` bundles them,
@@ -697,7 +695,7 @@ fn ratios(
 fn results(
     rounds: &[BTreeMap<&str, Outcome>],
     e2e: &Value,
-    dispatch: &Value,
+    cost: &Value,
     sizes: &Value,
     plan: &Plan,
     bench_time: Duration,
@@ -751,7 +749,7 @@ fn results(
             workloads.get("create").map(|w| w["round_trips"].clone()),
             workloads.get("replay").map(|w| w["round_trips"].clone()),
             workloads.get("read_304").map(|w| w["round_trips"].clone()),
-            dispatch["complete"].clone(),
+            cost["d1"]["round_trips"]["complete"].clone(),
         ],
         "worker gzip bytes": sizes["worker"]["gzip"],
         "sdk gzip bytes": sizes["sdk"]["gzip"],
@@ -763,7 +761,8 @@ fn results(
         "seconds": {"bench": bench_time.as_secs_f64(), "builds": build_time.as_secs_f64()},
         "workloads": workloads,
         "end_to_end": e2e,
-        "dispatch_round_trips": dispatch,
+        "dispatch_round_trips": cost["d1"]["round_trips"],
+        "job_cost": cost,
         "sizes": sizes,
         "figures": figures,
         "cpu_ratios": cpu_ratios,

@@ -37,6 +37,51 @@ fn trips(counts: &serde_json::Map<String, Value>) -> String {
         .join(", ")
 }
 
+/// D1's and Durable Object SQLite's prices per million rows beyond the included ones
+/// (Workers Paid), as published on developers.cloudflare.com/d1/platform/pricing, read
+/// 2026-12-01: rows written, rows read.
+const PRICE_PER_MILLION_ROWS: (f64, f64) = (1.00, 0.001);
+
+/// "Rows per job": what one job that succeeds at once costs the store, per step and
+/// store, from `bench.rs`'s `job_cost`.
+fn job_cost(md: &mut String, cost: &Value) {
+    if cost.is_null() {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "## Rows per job\n\nOne job that succeeds on its first attempt, as the store bills it: D1's `meta.rows_written`/`rows_read` and a shard's cursors' `rowsWritten`/`rowsRead` (each row and each index entry an insert or update touches is one row written), summed by the Worker over each step's one round trip (`Server-Timing`, the consumer's `dispatched` line). Priced at ${:.2} per million rows written and ${:.3} per million read (Workers Paid, beyond the included rows; read 2026-12-01).\n\n| store | written: create + claim + completion | written per job | read: create + claim + completion | read per job | rows, $ per million jobs |\n|---|---|---|---|---|---|",
+        PRICE_PER_MILLION_ROWS.0, PRICE_PER_MILLION_ROWS.1
+    );
+    for (name, what) in [("d1", "D1"), ("durable", "a shard (Durable Object SQLite)")] {
+        let p = &cost[name];
+        if p.is_null() {
+            continue;
+        }
+        let steps = |k: &str| -> (String, f64) {
+            let v = &p[k];
+            let parts = [&v["create"], &v["claim"], &v["complete"]];
+            let total: f64 = parts.iter().map(|x| f(x)).sum();
+            (
+                parts
+                    .iter()
+                    .map(|x| format!("{:.0}", f(x)))
+                    .collect::<Vec<_>>()
+                    .join(" + "),
+                total,
+            )
+        };
+        let (written, w) = steps("rows_written");
+        let (read, r) = steps("rows_read");
+        let _ = writeln!(
+            md,
+            "| {what} | {written} | **{w:.0}** | {read} | {r:.0} | {:.2} |",
+            w * PRICE_PER_MILLION_ROWS.0 + r * PRICE_PER_MILLION_ROWS.1
+        );
+    }
+    md.push('\n');
+}
+
 /// The whole file.
 pub(crate) fn render(r: &Value) -> String {
     let mut md = String::new();
@@ -133,6 +178,8 @@ pub(crate) fn render(r: &Value) -> String {
         f(&e["completion_per_s"]), f(&e["completion_p50_ms"]), f(&e["completion_p99_ms"]),
         d["claim"], d["complete"]
     );
+
+    job_cost(&mut md, &r["job_cost"]);
 
     let s = &r["sizes"];
     let _ = writeln!(

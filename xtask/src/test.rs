@@ -171,6 +171,10 @@ fn integration(
         .env("ONCECLICK_JWT_ISSUER", crate::test_worker::TEST_ISSUER)
         .env("ONCECLICK_JWT_AUDIENCE", crate::test_worker::TEST_AUDIENCE)
         .env("ONCECLICK_WRANGLER_LOG", &log)
+        .env(
+            "ONCECLICK_PROVIDER_TIMEOUT_MS",
+            crate::test_worker::TEST_TIMEOUT_MS.to_string(),
+        )
         .env("ONCECLICK_REPORT_DIR", &reports)
         .env("ONCECLICK_SOAK", if soak { "1" } else { "0" })
         // schema_equivalence: the Worker's JSON Schema glue, bundled and run as it is there.

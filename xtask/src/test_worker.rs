@@ -207,6 +207,8 @@ impl TestWorker {
             vars.extend([
                 ("ALLOW_FAULT_INJECTION".into(), "true".into()),
                 ("RECONCILE_STARTING_AFTER_MS".into(), "1500".into()),
+                // A stop reaches a held call well inside the providers' timeout.
+                ("CANCEL_POLL_MS".into(), "250".into()),
                 // Small purge chunks, so that the retention test crosses several.
                 ("PURGE_CHUNK".into(), "2".into()),
                 // A `store_call` line per store call, for the suites that count them.

@@ -78,6 +78,43 @@ pub(crate) enum Completion {
     Gone,
 }
 
+/// An attempt whose call is being made, as its dispatcher watches it.
+#[derive(Debug, Deserialize)]
+pub(crate) struct Watched {
+    pub(crate) state: AttemptState,
+    pub(crate) job_status: JobStatus,
+    pub(crate) completed_by: Option<String>,
+}
+
+/// Why a call in flight stops before its provider answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stop {
+    /// The job was cancelled: the attempt is `cancelled` already.
+    Cancelled,
+    /// The job succeeded with another attempt: this one's answer could only be
+    /// discarded.
+    LostRace,
+}
+
+impl Watched {
+    /// Whether the call of attempt `id` should stop now, and why.
+    pub(crate) fn stop(&self, id: &str) -> Option<Stop> {
+        match (self.state, self.job_status) {
+            (AttemptState::Cancelled, _)
+                if !crate::mutant::on(crate::mutant::Mutant::CallOutlivesCancel) =>
+            {
+                Some(Stop::Cancelled)
+            }
+            (AttemptState::Running, JobStatus::Succeeded)
+                if self.completed_by.as_deref() != Some(id) =>
+            {
+                Some(Stop::LostRace)
+            }
+            _ => None,
+        }
+    }
+}
+
 /// Why a new attempt was or was not inserted.
 pub(crate) enum NewAttemptOutcome {
     Created(StoredJob),
@@ -206,6 +243,13 @@ impl Store {
             first_row::<Row>(&self.one("attempt_job", Route::Id(attempt_id), stmt).await?)?
                 .map(|r| (r.job_id, r.state)),
         )
+    }
+
+    /// The attempt's state, its job's status and winner: what tells the dispatcher
+    /// holding its call to stop. `None` if the attempt is gone. One round trip.
+    pub(crate) async fn watch(&self, attempt_id: &str) -> ApiResult<Option<Watched>> {
+        let stmt = self.stmt(sql::ATTEMPT_WATCH, &[js(attempt_id)])?;
+        first_row::<Watched>(&self.one("watch", Route::Id(attempt_id), stmt).await?)
     }
 
     /// The dispatcher's claim: `starting → running` with a fresh `token`, one

@@ -15,7 +15,7 @@ mod reconciler;
 pub(crate) mod sql;
 
 pub(crate) use attempts::{
-    Claim, ClaimedAttempt, Completion, NewAttemptOutcome, NextAttempt, Offer,
+    Claim, ClaimedAttempt, Completion, NewAttemptOutcome, NextAttempt, Offer, Stop,
 };
 pub(crate) use certifications::Certification;
 pub(crate) use jobs::NewJob;

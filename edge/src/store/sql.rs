@@ -82,25 +82,18 @@ macro_rules! next_attempt {
 
 /// Jobs past retention: ended (a `failed` job only with nothing live), last changed
 /// before `?1`, at most `?2` of them, in a fixed order so the three statements of a
-/// purge see the same rows. A job changed before `?1` was made before it, and an id
-/// begins with its creation's millisecond (`job_` and the UUID's first 48 bits, as
-/// `xxxxxxxx-xxxx`): so the read is one range of `jobs_by_status` per status, up to the
-/// id of a minute past `?1` (the Worker's clock that made the ids against the
-/// database's that wrote `updated_at`).
+/// purge see the same rows: one range of `jobs_ended`, the partial index of the ended
+/// jobs (its `WHERE` is this one's status list, word for word).
 macro_rules! expired_jobs {
     () => {
         concat!(
             "SELECT id FROM jobs
-              WHERE status IN ('succeeded', 'cancelled', 'failed')
-                AND id < (SELECT printf('job_%08x-%04x', ms >> 16, ms & 65535)
-                            FROM (SELECT CAST((julianday(?1) - 2440587.5) * 86400000.0
-                                              AS INTEGER) + 60000 AS ms))
-                AND updated_at <= ?1
+              WHERE status IN ('succeeded', 'cancelled', 'failed') AND updated_at <= ?1
                 AND NOT EXISTS (SELECT 1 FROM attempts
                                  WHERE job_id = jobs.id AND state IN ",
             live_states!(),
             ")
-              ORDER BY id LIMIT ?2"
+              ORDER BY updated_at, id LIMIT ?2"
         )
     };
 }
@@ -151,11 +144,16 @@ pub(crate) const EVENTS: &str = "SELECT e.seq, e.type, e.at, e.attempt_id, e.det
                                   WHERE e.job_id = ?1 AND j.id = ?1 AND j.owner_id = ?2
                                   ORDER BY e.seq";
 
+/// A log-only line (`?2`, one of the three that change nothing a client sees) of job
+/// `?1`: the job's next number, which `log_line_counted` moves `jobs.seq` to. Any other
+/// type writes nothing: its number would not be counted.
 pub(crate) const LOG_EVENT: &str = concat!(
     "INSERT INTO job_events (job_id, seq, at, type, attempt_id, details)
      SELECT id, seq + 1, ",
     now!(),
-    ", ?2, ?3, ?4 FROM jobs WHERE id = ?1"
+    ", ?2, ?3, ?4 FROM jobs
+      WHERE id = ?1
+        AND ?2 IN ('dispatch_ignored', 'failover_skipped', 'late_result_discarded')"
 );
 
 pub(crate) const CANCEL_JOB: &str = concat!(
@@ -220,6 +218,12 @@ pub(crate) const ATTEMPT_BY_REQUEST: &str =
 
 pub(crate) const ATTEMPT_JOB: &str = "SELECT job_id, state FROM attempts WHERE id = ?1";
 
+/// What the dispatcher holding attempt `?1`'s call looks at, about once a second: has
+/// the attempt been cancelled, or its job won by another? Two reads by primary key.
+pub(crate) const ATTEMPT_WATCH: &str = "SELECT a.state, j.status AS job_status, j.completed_by
+       FROM attempts AS a JOIN jobs AS j ON j.id = a.job_id
+      WHERE a.id = ?1";
+
 pub(crate) const CLAIM: &str = concat!(
     "UPDATE attempts SET state = 'running', dispatched_at = ",
     now!(),
@@ -281,14 +285,18 @@ pub(crate) const COMPLETE_SUPERSEDE_STARTING: &str = concat!(
 );
 
 /// The offering attempt becomes `succeeded` if it won, else `superseded`; with `?5 = 1`
-/// (an admin's resolution) only when its result equals the job's.
+/// (an admin's resolution) only when its result equals the job's. A win from `running`
+/// keeps the compare-and-swap's number (`won_seq`: its log line is read from the row).
 pub(crate) const COMPLETE_SETTLE: &str = concat!(
     "UPDATE attempts
         SET state = CASE WHEN (SELECT completed_by FROM jobs WHERE id = ?1) = ?2
                          THEN 'succeeded' ELSE 'superseded' END,
             finished_at = ",
     now!(),
-    "
+    ",
+            won_seq = CASE WHEN state = 'running'
+                            AND (SELECT completed_by FROM jobs WHERE id = ?1) = ?2
+                           THEN (SELECT seq FROM jobs WHERE id = ?1) END
       WHERE id = ?2 AND job_id = ?1
         AND state IN (SELECT value FROM json_each(?4))
         AND (SELECT status FROM jobs WHERE id = ?1) = 'succeeded'
@@ -535,6 +543,7 @@ pub(crate) const ALL: &[(&str, &str)] = &[
     ("PURGE_JOBS", PURGE_JOBS),
     ("ATTEMPT_BY_REQUEST", ATTEMPT_BY_REQUEST),
     ("ATTEMPT_JOB", ATTEMPT_JOB),
+    ("ATTEMPT_WATCH", ATTEMPT_WATCH),
     ("CLAIM", CLAIM),
     ("CLAIM_SUPERSEDE", CLAIM_SUPERSEDE),
     ("CLAIMED", CLAIMED),
