@@ -154,8 +154,10 @@ async fn run(host: &dyn Host, store: &Store, attempt_id: &str) -> ApiResult<()> 
             let job_id = attempt.job_id.clone();
             let ran = run_claimed(host, store, attempt).await;
             let total = store.cost();
+            let (watches, watched) = store.watched();
             // What a dispatch costs in the store (the bench and `tests/budgets.rs` read
-            // it): round trips, and rows as the place bills them.
+            // it): round trips, and rows as the place bills them; the watch reads over
+            // the call apart (one per `CANCEL_POLL_MS` the provider took).
             crate::log::info(
                 json!({"event": "dispatched", "job_id": job_id, "attempt_id": attempt_id,
                        "ok": ran.is_ok(),
@@ -164,7 +166,8 @@ async fn run(host: &dyn Host, store: &Store, attempt_id: &str) -> ApiResult<()> 
                        "rows_written": {"claim": claimed.written,
                                         "after_claim": total.written - claimed.written},
                        "rows_read": {"claim": claimed.read,
-                                     "after_claim": total.read - claimed.read}}),
+                                     "after_claim": total.read - claimed.read},
+                       "watch": {"round_trips": watches, "rows_read": watched.read}}),
             );
             ran
         }
@@ -313,6 +316,9 @@ async fn prepare_or_fail<'a>(
 /// How often a dispatcher holding a call reads whether it should stop, when
 /// `CANCEL_POLL_MS` is not set.
 const DEFAULT_CANCEL_POLL_MS: u64 = 1000;
+/// The least `CANCEL_POLL_MS` taken: below it, a call would read its store back to back
+/// (on the sharded store, one Durable Object request each).
+const MIN_CANCEL_POLL_MS: u64 = 100;
 
 /// Calls the attempt's provider and records the outcome; a retryable failure then
 /// fails over, if the kind allows. A call whose attempt is cancelled meanwhile, or whose
@@ -364,17 +370,30 @@ async fn unless_stopped(
 ) -> ApiResult<Option<CallOutcome>> {
     let every = host
         .var("CANCEL_POLL_MS")
-        .and_then(|v| v.parse().ok())
-        .filter(|ms| *ms > 0)
-        .unwrap_or(DEFAULT_CANCEL_POLL_MS);
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(DEFAULT_CANCEL_POLL_MS)
+        .max(MIN_CANCEL_POLL_MS);
     let attempt = p.attempt;
     let watch = async {
+        let mut said = false;
         loop {
             host.sleep(every).await;
-            if let Ok(Some(seen)) = store.watch(&attempt.id).await {
-                if let Some(stop) = seen.stop(&attempt.id) {
-                    return stop;
+            match store.watch(&attempt.id).await {
+                Ok(Some(seen)) => {
+                    if let Some(stop) = seen.stop(&attempt.id) {
+                        return stop;
+                    }
                 }
+                Ok(None) => {}
+                // Looked at again at the next tick; said once per call, so that a watch
+                // that cannot read is seen rather than a stop that never comes.
+                Err(e) if !said => {
+                    said = true;
+                    crate::log::error(json!({"event": "watch_failed", "job_id": attempt.job_id,
+                                             "attempt_id": attempt.id,
+                                             "cause": e.cause_or_detail()}));
+                }
+                Err(_) => {}
             }
         }
     };
@@ -401,11 +420,12 @@ async fn unless_stopped(
             "the job succeeded with another attempt; this call was stopped",
             false,
         );
+        // From `unknown` too: the reconciler may have found the call lost meanwhile.
         record_move(
             host,
             store,
             attempt,
-            &[AttemptState::Running],
+            &[AttemptState::Running, AttemptState::Unknown],
             AttemptState::Superseded,
             &error,
         )

@@ -96,6 +96,11 @@ fn run() -> Result<()> {
     if figures.ops < ops {
         bail!("only {} of {ops} operations ran", figures.ops);
     }
+    // A run long enough to cancel calls in flight must have stopped some: otherwise the
+    // check that a stop stops held for nothing.
+    if ops >= 100_000 && figures.stops == 0 {
+        bail!("no provider call was stopped in {ops} operations: the stop went untested");
+    }
     Ok(())
 }
 

@@ -455,6 +455,36 @@ impl World {
         (script, delay)
     }
 
+    /// A call is stopped only for a reason: its attempt is `cancelled`, or its job has
+    /// succeeded with another attempt.
+    fn check_stop_reason(&self, attempt_id: &str) {
+        let Some(place) = self.place_of(attempt_id) else {
+            return;
+        };
+        let rows = self.db.query(
+            &place,
+            "SELECT a.state, j.status, j.completed_by FROM attempts AS a
+               JOIN jobs AS j ON j.id = a.job_id WHERE a.id = ?1",
+            &[json!(attempt_id)],
+        );
+        let Some(row) = rows.first() else {
+            self.violate(format!(
+                "the call of attempt {attempt_id} was stopped, and its attempt is gone"
+            ));
+            return;
+        };
+        let state = s(row.get("state")).unwrap_or_default();
+        let won_by_another = s(row.get("status")).as_deref() == Some("succeeded")
+            && s(row.get("completed_by")).as_deref() != Some(attempt_id);
+        if state != "cancelled" && !won_by_another {
+            self.violate(format!(
+                "the call of attempt {attempt_id} was stopped for no reason: it is {state}, its job {:?} by {:?}",
+                s(row.get("status")),
+                s(row.get("completed_by"))
+            ));
+        }
+    }
+
     pub(crate) fn delivered(&self, attempt_id: &str, due: u64) {
         if let Some(call) = self.calls.borrow_mut().get_mut(attempt_id) {
             call.delivered = true;
@@ -913,12 +943,13 @@ impl World {
             }
             call.orphaned
         };
+        if orphaned {
+            return;
+        }
         if stopped {
             self.figures.borrow_mut().stops += 1;
             self.note(|| format!("call of {attempt_id} stopped"));
-        }
-        if orphaned {
-            return;
+            self.check_stop_reason(attempt_id);
         }
         let seen = self.db.watch_saw_cancel.borrow().get(attempt_id).copied();
         if let Some(seen) = seen {

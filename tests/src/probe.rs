@@ -204,3 +204,88 @@ async fn dispatched_line(log: &Path, attempt: &str, by: Instant) -> Result<Value
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// One stop, timed: a job whose provider holds its call open for 10 s, cancelled
+/// `cancel_after_ms` into the call.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct StopFigure {
+    /// When the mock saw the connection close, from the call's arrival.
+    pub closed_after_ms: u64,
+    /// When the cancel was answered, from the call's arrival (as the test saw it).
+    pub cancelled_after_ms: u64,
+    /// The close after the cancel's answer: the stop's latency.
+    pub stop_ms: i64,
+}
+
+/// What [`stop`] did: its figure, and the job and its owner's token, to look at after.
+pub struct Stopped {
+    pub figure: StopFigure,
+    pub job_id: String,
+    pub token: String,
+    pub marker: String,
+}
+
+/// Creates a job (as owner `stop-<random>`) whose provider holds its call open for 10 s,
+/// cancels it `cancel_after_ms` into the call, and waits for the mock to see the
+/// connection close. Fails if the cancel does not answer `cancelled` or the connection
+/// is not seen to close within 15 s.
+pub async fn stop(
+    base: &str,
+    secret: &str,
+    mock: &crate::client::Mock,
+    cancel_after_ms: u64,
+) -> Result<Stopped> {
+    let owner = crate::client::unique("stop");
+    let token = crate::auth::mint(secret, &owner, false, 600)?;
+    let marker = crate::client::unique("stop");
+    mock.script(
+        "primary",
+        &marker,
+        serde_json::json!([{"hold_open_ms": 10_000}]),
+    )
+    .await;
+    let http = reqwest::Client::new();
+    let body = serde_json::json!({"kind": "summarize",
+                                  "input": {"text": crate::client::marked_text(&marker)}});
+    let created = http
+        .post(format!("{base}/v1/jobs"))
+        .bearer_auth(&token)
+        .header("Idempotency-Key", crate::client::unique("key"))
+        .json(&body)
+        .send()
+        .await?;
+    if created.status().as_u16() != 201 {
+        bail!("create answered {}", created.status());
+    }
+    let job: Value = created.json().await?;
+    let id = job["id"].as_str().context("the job has no id")?.to_owned();
+    mock.wait_calls(&marker, 1).await;
+    let seen = Instant::now();
+    tokio::time::sleep(Duration::from_millis(cancel_after_ms)).await;
+    let cancelled: Value = http
+        .post(format!("{base}/v1/jobs/{id}/cancel"))
+        .bearer_auth(&token)
+        .json(&serde_json::json!({}))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let cancelled_after_ms = seen.elapsed().as_millis() as u64;
+    if cancelled["status"] != "cancelled" {
+        bail!("the cancel answered {cancelled}");
+    }
+    let closed = mock
+        .wait_call(&marker, |call| call["closed_after_ms"].is_u64())
+        .await;
+    let closed_after_ms = closed["closed_after_ms"].as_u64().unwrap_or_default();
+    Ok(Stopped {
+        figure: StopFigure {
+            closed_after_ms,
+            cancelled_after_ms,
+            stop_ms: closed_after_ms as i64 - cancelled_after_ms as i64,
+        },
+        job_id: id,
+        token,
+        marker,
+    })
+}

@@ -478,12 +478,15 @@ async fn resolving_with_another_result_than_the_jobs_is_refused() {
     let token = api.token("resolve-other");
     let admin = api.admin_token("ops");
     let marker = unique("resolve-other");
-    // The primary hangs past its timeout; the hedge wins; the primary ends `unknown`.
+    // The primary hangs past its timeout; the hedge wins; the primary ends `unknown`:
+    // its dispatcher cannot read that the job was won (every watch read fails), so it
+    // does not stop the call, which times out.
     mock.script("primary", &marker, json!([{"delay_ms": 30000}]))
         .await;
     mock.script("fallback", &marker, json!([{"summary": "the hedge"}]))
         .await;
-    let job_id = create_hedged(&api, &token, &marker, None).await;
+    let blind = vec!["watch:before"; 40].join(",");
+    let job_id = create_hedged(&api, &token, &marker, Some(&blind)).await;
     let done = api
         .wait_job(&token, &job_id, |j| {
             j["status"] == "succeeded" && j["attempts"][0]["state"] == "unknown"
@@ -586,9 +589,10 @@ async fn a_replay_is_answered_from_the_stored_job_after_the_config_changed() {
         let job_id = format!("job_{key}");
         db::execute_with(
             "INSERT INTO jobs (id, owner_id, idempotency_key, fingerprint, kind, input, provider,
-                               status, version, created_at, updated_at)
+                               status, version, created_at, updated_at, seq, doc_seq)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'failed', 1,
-                     strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
+                     strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), strftime('%Y-%m-%dT%H:%M:%fZ', 'now'),
+                     1, 1)",
             &[
                 &job_id,
                 owner,
@@ -631,9 +635,10 @@ async fn numbers_are_read_exactly_and_fingerprint_as_sent() {
     let job_id = format!("job_{key}");
     db::execute_with(
         "INSERT INTO jobs (id, owner_id, idempotency_key, fingerprint, kind, input, provider,
-                           status, version, created_at, updated_at)
+                           status, version, created_at, updated_at, seq, doc_seq)
          VALUES (?1, ?2, ?3, ?4, 'summarize', ?5, 'primary', 'failed', 1,
-                 strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
+                 strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), strftime('%Y-%m-%dT%H:%M:%fZ', 'now'),
+                 1, 1)",
         &[
             &job_id,
             owner,

@@ -464,7 +464,8 @@ fn end_to_end(servers: &Servers, plan: &Plan) -> Result<Value> {
 /// What one job that succeeds at once costs the store, on D1 and on a shard: round trips
 /// and rows written and read per step, from `Server-Timing` and the `dispatched` line the
 /// consumer logs (which `--log-level error` hides): a short-lived Worker per store at
-/// the default log level, one job each. `{"d1": probe, "durable": probe}`.
+/// the default log level, one job each; and one stop, timed (`probe::stop`, with the
+/// test Worker's `CANCEL_POLL_MS`). `{"d1": probe, "durable": probe}`.
 fn job_cost(tools: &Tools, root: &Path) -> Result<Value> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -477,7 +478,26 @@ fn job_cost(tools: &Tools, root: &Path) -> Result<Value> {
             &worker.secret,
             &worker.log,
         ))?;
-        out.insert(name.to_owned(), serde_json::to_value(probe)?);
+        let mock = onceclick_tests::client::Mock {
+            base: format!("http://127.0.0.1:{}", worker.mock_port),
+            http: reqwest::Client::new(),
+        };
+        // Cancels at five offsets across one watch interval (250 ms in this Worker), so
+        // that the figures do not depend on where the cancel falls between two reads.
+        let mut stops = Vec::new();
+        for offset in [0, 50, 100, 150, 200] {
+            let stop = runtime.block_on(onceclick_tests::probe::stop(
+                &worker.server.url,
+                &worker.secret,
+                &mock,
+                1000 + offset,
+            ))?;
+            stops.push(stop.figure);
+        }
+        stops.sort_by_key(|s| s.stop_ms);
+        let mut value = serde_json::to_value(probe)?;
+        value["stops"] = serde_json::to_value(&stops)?;
+        out.insert(name.to_owned(), value);
     }
     Ok(Value::Object(out))
 }

@@ -79,6 +79,26 @@ fn job_cost(md: &mut String, cost: &Value) {
             w * PRICE_PER_MILLION_ROWS.0 + r * PRICE_PER_MILLION_ROWS.1
         );
     }
+    let _ = writeln!(
+        md,
+        "\nStops (`tests/src/probe.rs`, `stop`): calls the mock holds open for 10 s, each cancelled at another point of a second's last watch interval (1,000 to 1,200 ms into the call); the dispatcher reads its attempt every `CANCEL_POLL_MS` (250 ms in this Worker; 1,000 ms deployed, which stretches the figures up to four times) and drops the call, which closes the connection. The close after the cancel's answer, per stop, shortest first:\n\n| store | ms from the cancel to the close | median | longest |\n|---|---|---|---|"
+    );
+    for (name, what) in [("d1", "D1"), ("durable", "a shard")] {
+        let Some(stops) = cost[name]["stops"].as_array().filter(|s| !s.is_empty()) else {
+            continue;
+        };
+        let lags: Vec<f64> = stops.iter().map(|s| f(&s["stop_ms"])).collect();
+        let _ = writeln!(
+            md,
+            "| {what} | {} | **{:.0}** | {:.0} |",
+            lags.iter()
+                .map(|l| format!("{l:.0}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            lags[lags.len() / 2],
+            lags[lags.len() - 1]
+        );
+    }
     md.push('\n');
 }
 

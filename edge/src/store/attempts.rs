@@ -105,7 +105,8 @@ impl Watched {
             {
                 Some(Stop::Cancelled)
             }
-            (AttemptState::Running, JobStatus::Succeeded)
+            // A loser, still calling (or moved to `unknown` by the reconciler since).
+            (AttemptState::Running | AttemptState::Unknown, JobStatus::Succeeded)
                 if self.completed_by.as_deref() != Some(id) =>
             {
                 Some(Stop::LostRace)
@@ -249,7 +250,11 @@ impl Store {
     /// holding its call to stop. `None` if the attempt is gone. One round trip.
     pub(crate) async fn watch(&self, attempt_id: &str) -> ApiResult<Option<Watched>> {
         let stmt = self.stmt(sql::ATTEMPT_WATCH, &[js(attempt_id)])?;
-        first_row::<Watched>(&self.one("watch", Route::Id(attempt_id), stmt).await?)
+        first_row::<Watched>(
+            &self
+                .one(super::WATCH_OP, Route::Id(attempt_id), stmt)
+                .await?,
+        )
     }
 
     /// The dispatcher's claim: `starting → running` with a fresh `token`, one

@@ -176,6 +176,15 @@ impl Store {
         attempt_id: Option<&str>,
         details: &Value,
     ) -> ApiResult<()> {
+        debug_assert!(
+            matches!(
+                event,
+                EventType::DispatchIgnored
+                    | EventType::FailoverSkipped
+                    | EventType::LateResultDiscarded
+            ),
+            "{event:?} is no log-only line: LOG_EVENT would write nothing"
+        );
         let stmt = self.stmt(
             sql::LOG_EVENT,
             &[

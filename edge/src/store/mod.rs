@@ -48,6 +48,9 @@ pub(crate) struct Store {
     round_trips: Cell<u32>,
     /// Rows written and read so far, over every place.
     cost: Cell<Cost>,
+    /// The dispatcher's watch reads over its calls ([`WATCH_OP`]), counted apart: how
+    /// many a call makes depends on how long its provider takes, not on the path.
+    watched: Cell<(u32, Cost)>,
     /// Round trips, milliseconds and rows per database or shard, in the order first
     /// used.
     timing: RefCell<Vec<PlaceTiming>>,
@@ -63,6 +66,9 @@ pub(crate) struct Store {
     /// received, the queue consumer's included (it has no response to read).
     log_calls: bool,
 }
+
+/// The store operation of the dispatcher's watch over a call in flight.
+pub(crate) const WATCH_OP: &str = "watch";
 
 /// Rows written and read, as D1 and Durable Object SQLite bill them: every row and
 /// every index entry a statement inserts or updates is one row written (D1's
@@ -220,6 +226,7 @@ impl Store {
             backend,
             round_trips: Cell::new(0),
             cost: Cell::new(Cost::default()),
+            watched: Cell::new((0, Cost::default())),
             timing: RefCell::new(Vec::new()),
             faults: RefCell::new(Vec::new()),
             fault_scope: String::new(),
@@ -348,9 +355,14 @@ impl Store {
         self.round_trips.get()
     }
 
-    /// The rows written and read so far, over every place.
+    /// The rows written and read so far, over every place (the watch reads apart).
     pub(crate) fn cost(&self) -> Cost {
         self.cost.get()
+    }
+
+    /// The watch reads made so far, and their rows.
+    pub(crate) fn watched(&self) -> (u32, Cost) {
+        self.watched.get()
     }
 
     /// `Server-Timing` value: one metric per database or shard called,
@@ -448,7 +460,17 @@ impl Store {
                                        "scope": self.fault_scope}),
                 );
             }
-            let out = self.call(&target, statements).await?;
+            let out = if op == WATCH_OP {
+                let out = target.run(statements).await;
+                if let Ok((_, cost)) = &out {
+                    let (trips, mut total) = self.watched.get();
+                    total.add(cost.written, cost.read);
+                    self.watched.set((trips + 1, total));
+                }
+                out.map(|(rows, _)| rows)?
+            } else {
+                self.call(&target, statements).await?
+            };
             match self.fault(op, When::After) {
                 Some(fault) => Err(fault),
                 None => Ok(out),
