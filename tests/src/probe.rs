@@ -289,3 +289,176 @@ pub async fn stop(
         marker,
     })
 }
+
+/// What one path of a job's life cost the store, over every step it took: the create,
+/// each delivery's claim and what followed it (the `dispatched` lines; a hedge runs
+/// inside its primary's), and any request after (a resolve).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PathCost {
+    pub path: &'static str,
+    pub round_trips: u64,
+    pub rows_written: u64,
+    pub rows_read: u64,
+    /// The watch reads over calls in flight, apart (one per `CANCEL_POLL_MS` a call took).
+    pub watch_reads: u64,
+}
+
+/// The sum of the `dispatched` lines of `job_id` in `log`, once `deliveries` of them are
+/// there (waited for until `by`): round trips, rows written, rows read, watch reads.
+async fn dispatched_sum(
+    log: &Path,
+    job_id: &str,
+    deliveries: usize,
+    by: Instant,
+) -> Result<[u64; 4]> {
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let lines: Vec<Value> = text
+            .lines()
+            .filter(|l| l.contains("\"event\":\"dispatched\"") && l.contains(job_id))
+            .filter_map(|l| serde_json::from_str::<Value>(&l[l.find('{')?..]).ok())
+            .collect();
+        if lines.len() >= deliveries {
+            let mut sum = [0u64; 4];
+            for line in &lines {
+                let get = |a: &str, b: &str| line[a][b].as_u64().unwrap_or_default();
+                sum[0] += get("round_trips", "claim") + get("round_trips", "after_claim");
+                sum[1] += get("rows_written", "claim") + get("rows_written", "after_claim");
+                sum[2] += get("rows_read", "claim") + get("rows_read", "after_claim");
+                sum[3] += get("watch", "round_trips");
+            }
+            return Ok(sum);
+        }
+        if Instant::now() > by {
+            bail!(
+                "{job_id}: {} of {deliveries} dispatched lines in 40 s",
+                lines.len()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The store figures of a `Server-Timing` value: round trips, rows written, rows read.
+fn timing_sum(r: &reqwest::Response) -> [u64; 3] {
+    let value = r
+        .headers()
+        .get("server-timing")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    [
+        server_timing_sum(value, "round trips=").unwrap_or_default(),
+        server_timing_sum(value, "rows written=").unwrap_or_default(),
+        server_timing_sum(value, "rows read=").unwrap_or_default(),
+    ]
+}
+
+/// The paths of a job's life beyond a first try, each run once on a fresh job (as owner
+/// `paths-<random>`), with their store cost: a hedged race the hedge wins (the
+/// primary stopped as the loser), a failover after a retryable failure, and an
+/// `unknown` attempt (its provider past its timeout) resolved by an admin. The
+/// fallback provider is certified first (the hedge and the failover need it).
+pub async fn paths(
+    base: &str,
+    secret: &str,
+    mock: &crate::client::Mock,
+    log: &Path,
+) -> Result<Vec<PathCost>> {
+    let api = crate::client::Api {
+        base: base.to_owned(),
+        secret: secret.to_owned(),
+        http: reqwest::Client::new(),
+    };
+    api.ensure_certified("fallback").await;
+    let owner = crate::client::unique("paths");
+    let token = crate::auth::mint(secret, &owner, false, 600)?;
+    let admin = crate::auth::mint(secret, "paths-admin", true, 600)?;
+    let mut out = Vec::new();
+    for path in ["hedged race", "failover", "unknown, resolved"] {
+        let marker = crate::client::unique("path");
+        let (kind, primary, fallback, deliveries) = match path {
+            "hedged race" => (
+                "summarize_hedged",
+                serde_json::json!([{"delay_ms": 2000}]),
+                serde_json::json!([{}]),
+                1,
+            ),
+            // The kind with `auto_failover` (and a hedge after 300 ms, which a primary
+            // that fails at once never reaches).
+            "failover" => (
+                "summarize_hedged",
+                serde_json::json!([{"status": 503}]),
+                serde_json::json!([{}]),
+                2,
+            ),
+            _ => (
+                "summarize",
+                serde_json::json!([{"delay_ms": 30000}]),
+                serde_json::json!([{}]),
+                1,
+            ),
+        };
+        mock.script("primary", &marker, primary).await;
+        mock.script("fallback", &marker, fallback).await;
+        let body = serde_json::json!({"kind": kind,
+                                      "input": {"text": crate::client::marked_text(&marker)}});
+        let created = api
+            .http
+            .post(format!("{base}/v1/jobs"))
+            .bearer_auth(&token)
+            .header("Idempotency-Key", crate::client::unique("key"))
+            .json(&body)
+            .send()
+            .await?;
+        if created.status().as_u16() != 201 {
+            bail!("{path}: create answered {}", created.status());
+        }
+        let [trips, written, read] = timing_sum(&created);
+        let job: Value = created.json().await?;
+        let id = job["id"].as_str().context("the job has no id")?.to_owned();
+        let mut cost = PathCost {
+            path,
+            round_trips: trips,
+            rows_written: written,
+            rows_read: read,
+            watch_reads: 0,
+        };
+        let settled = |j: &Value| {
+            let ended = j["attempts"].as_array().is_some_and(|a| {
+                a.iter()
+                    .all(|a| a["state"] != "starting" && a["state"] != "running")
+            });
+            ended && (j["status"] == "succeeded" || j["status"] == "unknown")
+        };
+        let job = api.wait_job(&token, &id, settled).await;
+        if path == "unknown, resolved" {
+            let attempt = job["attempts"][0]["id"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            let resolved = api
+                .http
+                .post(format!("{base}/v1/attempts/{attempt}/resolve"))
+                .bearer_auth(&admin)
+                .json(&serde_json::json!({"outcome": "succeeded",
+                                          "result": {"summary": "resolved", "sentiment": "neutral"}}))
+                .send()
+                .await?;
+            if resolved.status().as_u16() != 200 {
+                bail!("{path}: the resolve answered {}", resolved.status());
+            }
+            let [trips, written, read] = timing_sum(&resolved);
+            cost.round_trips += trips;
+            cost.rows_written += written;
+            cost.rows_read += read;
+        }
+        let by = Instant::now() + Duration::from_secs(40);
+        let [trips, written, read, watches] = dispatched_sum(log, &id, deliveries, by).await?;
+        cost.round_trips += trips;
+        cost.rows_written += written;
+        cost.rows_read += read;
+        cost.watch_reads += watches;
+        out.push(cost);
+    }
+    Ok(out)
+}

@@ -412,6 +412,17 @@ fn end_to_end(servers: &Servers, plan: &Plan) -> Result<Value> {
         warmup_ms: 0,
         ..spec(servers, plan, "create_dispatched", 0).context("the create workload")?
     };
+    // The pages the database uses (its size less its free pages), before and after.
+    let used = || -> Result<i64> {
+        let db = onceclick_tests::db::open_in(&worker.persist);
+        Ok(db.query_row(
+            "SELECT (page_count - freelist_count) * page_size
+               FROM pragma_page_count, pragma_freelist_count, pragma_page_size",
+            [],
+            |r| r.get(0),
+        )?)
+    };
+    let bytes_before = used()?;
     let cpu_before = worker.server.cpu_time();
     let created = load::spawn(&spec)?;
     if created.requests != plan.e2e_jobs || !created.unexpected.is_empty() {
@@ -420,6 +431,7 @@ fn end_to_end(servers: &Servers, plan: &Plan) -> Result<Value> {
     drain(worker)?;
     let cpu_ms_per_job =
         (worker.server.cpu_time() - cpu_before).as_secs_f64() * 1e3 / plan.e2e_jobs as f64;
+    let bytes_per_job = (used()? - bytes_before) as f64 / plan.e2e_jobs as f64;
     let db = onceclick_tests::db::open_in(&worker.persist);
     let like = format!("{prefix}-%");
     let (succeeded, span_s): (i64, f64) = db.query_row(
@@ -455,6 +467,7 @@ fn end_to_end(servers: &Servers, plan: &Plan) -> Result<Value> {
         "jobs_per_s": succeeded as f64 / span_s.max(1e-3),
         "create_rate": created.rate,
         "cpu_ms_per_job": cpu_ms_per_job,
+        "stored_bytes_per_job": bytes_per_job,
         "completion_per_s": rows.len() as f64 / (last - first).max(1e-3),
         "completion_p50_ms": load::percentile(&ms, 0.5),
         "completion_p99_ms": load::percentile(&ms, 0.99),
@@ -495,8 +508,15 @@ fn job_cost(tools: &Tools, root: &Path) -> Result<Value> {
             stops.push(stop.figure);
         }
         stops.sort_by_key(|s| s.stop_ms);
+        let paths = runtime.block_on(onceclick_tests::probe::paths(
+            &worker.server.url,
+            &worker.secret,
+            &mock,
+            &worker.log,
+        ))?;
         let mut value = serde_json::to_value(probe)?;
         value["stops"] = serde_json::to_value(&stops)?;
+        value["paths"] = serde_json::to_value(&paths)?;
         out.insert(name.to_owned(), value);
     }
     Ok(Value::Object(out))

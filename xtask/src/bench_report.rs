@@ -79,6 +79,39 @@ fn job_cost(md: &mut String, cost: &Value) {
             w * PRICE_PER_MILLION_ROWS.0 + r * PRICE_PER_MILLION_ROWS.1
         );
     }
+    for (name, place) in [
+        ("d1", "D1 queries"),
+        ("durable", "requests to its shard's object"),
+    ] {
+        let t = &cost[name]["round_trips"];
+        if t.is_null() {
+            continue;
+        }
+        let trips = f(&t["create"]) + f(&t["claim"]) + f(&t["complete"]);
+        let _ = writeln!(
+            md,
+            "{}Subrequests of a first-try job on {}: {trips:.0} {place} (the create's, the claim's, the completion's: one round trip each, measured), one queue send (the create's dispatch) and one provider call (the claim's).",
+            if name == "d1" { "\n" } else { "" },
+            if name == "d1" { "D1" } else { "a shard" }
+        );
+    }
+    let _ = writeln!(
+        md,
+        "\nThe other paths of a job's life (`tests/src/probe.rs`, `paths`), each on a fresh job, over all its steps: a hedged race the hedge wins (its primary stopped as the loser), a failover after a retryable failure, an `unknown` attempt (its provider past the timeout) and an admin's resolve. The watch reads over calls in flight are apart (one per 250 ms a call took here).\n\n| store | path | rows written | rows read | round trips | watch reads | rows, $ per million jobs |\n|---|---|---|---|---|---|---|"
+    );
+    for (name, what) in [("d1", "D1"), ("durable", "a shard")] {
+        for p in cost[name]["paths"].as_array().into_iter().flatten() {
+            let (w, r) = (f(&p["rows_written"]), f(&p["rows_read"]));
+            let _ = writeln!(
+                md,
+                "| {what} | {} | {w:.0} | {r:.0} | {:.0} | {:.0} | {:.2} |",
+                p["path"].as_str().unwrap_or_default(),
+                f(&p["round_trips"]),
+                f(&p["watch_reads"]),
+                w * PRICE_PER_MILLION_ROWS.0 + r * PRICE_PER_MILLION_ROWS.1
+            );
+        }
+    }
     let _ = writeln!(
         md,
         "\nStops (`tests/src/probe.rs`, `stop`): calls the mock holds open for 10 s, each cancelled at another point of a second's last watch interval (1,000 to 1,200 ms into the call); the dispatcher reads its attempt every `CANCEL_POLL_MS` (250 ms in this Worker; 1,000 ms deployed, which stretches the figures up to four times) and drops the call, which closes the connection. The close after the cancel's answer, per stop, shortest first:\n\n| store | ms from the cancel to the close | median | longest |\n|---|---|---|---|"
@@ -192,9 +225,10 @@ pub(crate) fn render(r: &Value) -> String {
     let d = &r["dispatch_round_trips"];
     let _ = writeln!(
         md,
-        "\n## End to end and the completion\n\n{} jobs created at once by {} connections, then run by the queue consumer against the mock provider, which answers at once:\n\n- jobs completed per second, from the first `created_at` to the last `succeeded`: **{:.0}** (created at {:.0} req/s);\n- CPU of wrangler and workerd per job, create and dispatch together: {:.2} ms (against {:.2} ms for a bare insert);\n- the compare-and-swap completion, claim to CAS by D1's clock: {:.0} per second, p50 {:.1} ms, p99 {:.1} ms;\n- D1 round trips of one dispatch (from the consumer's `dispatched` log line): claim {}, then {} for the provider's answer and its completion.\n",
+        "\n## End to end and the completion\n\n{} jobs created at once by {} connections, then run by the queue consumer against the mock provider, which answers at once:\n\n- jobs completed per second, from the first `created_at` to the last `succeeded`: **{:.0}** (created at {:.0} req/s);\n- CPU of wrangler and workerd per job, create and dispatch together: {:.2} ms (against {:.2} ms for a bare insert);\n- stored per job (the D1 file's used pages, after less before, over the jobs; indexes and figures included): {:.0} bytes;\n- the compare-and-swap completion, claim to CAS by D1's clock: {:.0} per second, p50 {:.1} ms, p99 {:.1} ms;\n- D1 round trips of one dispatch (from the consumer's `dispatched` log line): claim {}, then {} for the provider's answer and its completion.\n",
         e["jobs"], plan["connections"], f(&e["jobs_per_s"]), f(&e["create_rate"]),
         f(&e["cpu_ms_per_job"]), f(&r["workloads"]["insert"]["cpu_ms_per_request"]),
+        f(&e["stored_bytes_per_job"]),
         f(&e["completion_per_s"]), f(&e["completion_p50_ms"]), f(&e["completion_p99_ms"]),
         d["claim"], d["complete"]
     );
