@@ -41,7 +41,7 @@ pub(crate) fn enqueue_after_response(host: &dyn Host, attempt_id: &str, fault: O
     host.enqueue_after_response(message(attempt_id, fault));
 }
 
-fn message(attempt_id: &str, fault: Option<&str>) -> Dispatch {
+pub(crate) fn message(attempt_id: &str, fault: Option<&str>) -> Dispatch {
     Dispatch {
         attempt_id: attempt_id.to_owned(),
         fault: fault.map(str::to_owned),

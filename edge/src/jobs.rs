@@ -8,7 +8,7 @@ use crate::host::Host;
 use crate::http::{job_headers, json, none_match, read_json, Ctx};
 use crate::kinds;
 use crate::providers;
-use crate::store::{NewJob, Store, StoredJob};
+use crate::store::{HandOff, NewJob, Store, StoredJob};
 use onceclick_protocol::contract::Kind;
 use onceclick_protocol::{fingerprint, CreateJob, ErrorCode, IdempotencyKey, JobStatus};
 use worker::{Headers, Request, Response};
@@ -76,7 +76,8 @@ pub(crate) struct Created {
 /// The decision of `POST /v1/jobs`, after the request is read: validate in the order
 /// of the contract, then one store call; the same request again is a replay, another
 /// request under the same key `409 idempotency_key_reused`. A new job's dispatch is
-/// enqueued once the answer is on its way.
+/// enqueued once the answer is on its way, or, sharded, handed on by the shard's alarm
+/// that the create's own transaction scheduled (`handoff.rs`).
 pub(crate) async fn decide_create(
     host: &dyn Host,
     store: &Store,
@@ -98,6 +99,10 @@ pub(crate) async fn decide_create(
     let fingerprint = fingerprint(kind.name(), &request.input, provider);
     let (job_id, attempt_id) = store.new_job_ids(owner, key.as_str());
     let input = request.input.to_string();
+    let dropped = fault::drops_enqueue(fault);
+    let hand_off = (store.hands_off_creates() && !dropped).then(|| HandOff {
+        fault: fault.map(str::to_owned),
+    });
     let stored = store
         .create_or_get_job(&NewJob {
             job_id: &job_id,
@@ -108,6 +113,7 @@ pub(crate) async fn decide_create(
             kind: kind.name(),
             input: &input,
             provider,
+            hand_off,
         })
         .await?;
 
@@ -122,7 +128,7 @@ pub(crate) async fn decide_create(
         return answer;
     }
     host.count_create(owner, "job_created", kind.name(), provider);
-    if !fault::drops_enqueue(fault) {
+    if !dropped && !store.hands_off_creates() {
         dispatch::enqueue_after_response(host, &attempt_id, fault);
     }
     Ok(Created { stored, new: true })

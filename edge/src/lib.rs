@@ -16,6 +16,7 @@ mod clock;
 mod dispatch;
 mod error;
 mod fault;
+mod handoff;
 mod host;
 mod http;
 mod jobs;

@@ -16,6 +16,10 @@ pub enum Mutant {
     ShardedCreateSkipsBefore,
     /// The dispatcher holding a call does not stop it when its attempt is cancelled.
     CallOutlivesCancel,
+    /// A new shard instance hands on only what it holds in memory, not every
+    /// `starting` attempt its shard's rows hold: a create committed by an instance that
+    /// died before its alarm is never dispatched by the alarm.
+    HandOffSkipsSweep,
 }
 
 #[cfg(target_arch = "wasm32")]

@@ -3,11 +3,15 @@
 //!
 //! Each object is a single-threaded writer with its own SQLite. It applies the same
 //! migration files as D1 on its first call, runs each batch the front Worker sends as one
-//! synchronous transaction, and reconciles itself with its own alarm: lost dispatches,
-//! dead dispatchers, `abandon_after_ms` and the retention purge, on its own rows only.
+//! synchronous transaction, and runs its own alarm. The alarm hands the jobs the shard
+//! created on to the queue (`handoff.rs`: a create schedules it in its own transaction),
+//! and reconciles the shard when its pass is due (every `RECONCILE_EVERY_MS`, the due
+//! time kept in the shard's own table): lost dispatches, dead dispatchers,
+//! `abandon_after_ms` and the retention purge, on its own rows only.
 
 use crate::error::AppError;
 use crate::fault;
+use crate::handoff::Outbox;
 use crate::reconcile;
 use crate::store::{Local, Store, WireBatch};
 use serde::Deserialize;
@@ -60,6 +64,14 @@ const NAME_TABLE: &str = "CREATE TABLE IF NOT EXISTS onceclick_shard (
 const SAVE_NAME: &str = "INSERT INTO onceclick_shard (one, name) VALUES (1, ?1)
     ON CONFLICT (one) DO NOTHING";
 const NAME: &str = "SELECT name FROM onceclick_shard";
+/// When the shard's next reconciler pass is due (ms since the epoch): one alarm serves
+/// the hand-off and the pass, so the pass's time is kept apart from the alarm's.
+const PASS_TABLE: &str = "CREATE TABLE IF NOT EXISTS onceclick_pass (
+    one INTEGER PRIMARY KEY CHECK (one = 1),
+    due_ms REAL NOT NULL)";
+const PASS_DUE: &str = "SELECT due_ms FROM onceclick_pass";
+const SET_PASS_DUE: &str = "INSERT INTO onceclick_pass (one, due_ms) VALUES (1, ?1)
+    ON CONFLICT (one) DO UPDATE SET due_ms = excluded.due_ms";
 const APPLIED: &str = "SELECT name FROM onceclick_migrations";
 const RECORD: &str = "INSERT INTO onceclick_migrations (name, applied_at)
     VALUES (?1, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))";
@@ -82,6 +94,8 @@ pub struct Shard {
     armed: Cell<bool>,
     /// The name is kept in the shard's own table.
     name_kept: Cell<bool>,
+    /// The attempts created here and not yet handed to the queue.
+    outbox: Outbox,
 }
 
 /// `POST /reconcile`: the test-only "reconcile now" (faults armed as in a request), or
@@ -104,6 +118,7 @@ impl DurableObject for Shard {
             migrated: Cell::new(false),
             armed: Cell::new(false),
             name_kept: Cell::new(false),
+            outbox: Outbox::new(),
         }
     }
 
@@ -128,26 +143,69 @@ impl DurableObject for Shard {
         self.armed.set(false);
         self.recall_name();
         let name = self.name.borrow().clone();
-        worker::console_log!("{}", json!({"event": "alarm_ran", "shard": name}));
-        if let Err(e) = self.reconcile(None).await {
-            worker::console_error!(
-                "{}",
-                json!({"event": "reconcile_failed", "shard": name, "code": e.code.as_str(),
-                       "cause": e.cause_or_detail()})
-            );
-        }
-        // Still jobs here (retained, or in flight): the next pass. None: no alarm until
-        // the next write sets one.
-        let any = first_value(&self.local(), HAS_JOBS, "any")
-            .and_then(|v| v.as_f64())
-            .unwrap_or(1.0);
-        // A shard that still holds jobs and could not set its next alarm fails this one,
+        let local = self.local();
+        let host = crate::host::WorkerHost {
+            env: &self.env,
+            ctx: None,
+        };
+        let handed = match self
+            .outbox
+            .hand_off(&host, &Store::local(self.local()))
+            .await
+        {
+            Ok(n) => n,
+            Err(e) => {
+                worker::console_error!(
+                    "{}",
+                    json!({"event": "hand_off_failed", "shard": name, "code": e.code.as_str(),
+                           "cause": e.cause_or_detail()})
+                );
+                0
+            }
+        };
+        let now = crate::clock::now_ms();
+        // No due time kept yet (a shard's first alarm): the first pass is a period away.
+        let due = first_value(&local, PASS_DUE, "due_ms").and_then(|v| v.as_f64());
+        let due = match due {
+            Some(due) => due,
+            None => self.keep_pass_due(now + self.every_ms()),
+        };
+        let passed = now >= due;
+        worker::console_log!(
+            "{}",
+            json!({"event": "alarm_ran", "shard": name, "handed_off": handed, "reconciled": passed})
+        );
+        let due = if passed {
+            if let Err(e) = self.reconcile(None).await {
+                worker::console_error!(
+                    "{}",
+                    json!({"event": "reconcile_failed", "shard": name, "code": e.code.as_str(),
+                           "cause": e.cause_or_detail()})
+                );
+            }
+            self.keep_pass_due(crate::clock::now_ms() + self.every_ms())
+        } else {
+            due
+        };
+        // Decided and set in one synchronous turn: a create that came while this alarm
+        // awaited has kept its attempt in the outbox, and sets (or finds) it due now.
+        let next = self.outbox.next_in_ms().or_else(|| {
+            // Still jobs here (retained, or in flight): the next pass. None: no alarm
+            // until the next write sets one.
+            let any = first_value(&local, HAS_JOBS, "any")
+                .and_then(|v| v.as_f64())
+                .unwrap_or(1.0);
+            (any != 0.0).then(|| (due - crate::clock::now_ms()).max(0.0))
+        });
+        // A shard that still has work and could not set its next alarm fails this one,
         // so that the runtime runs it again (with backoff) instead of the shard going
         // unreconciled until its next write.
-        if any != 0.0 && !self.arm(self.every_ms()).await {
-            return Err(worker::Error::RustError(format!(
-                "shard {name}: the next alarm could not be set"
-            )));
+        if let Some(in_ms) = next {
+            if !self.arm(in_ms).await {
+                return Err(worker::Error::RustError(format!(
+                    "shard {name}: the next alarm could not be set"
+                )));
+            }
         }
         Response::ok("reconciled")
     }
@@ -200,10 +258,11 @@ impl Shard {
         let sets = local.run(vec![
             (MIGRATIONS_TABLE.to_owned(), Vec::new()),
             (NAME_TABLE.to_owned(), Vec::new()),
+            (PASS_TABLE.to_owned(), Vec::new()),
             (APPLIED.to_owned(), Vec::new()),
         ])?;
         let applied: Vec<String> = sets
-            .get(2)
+            .get(3)
             .dyn_into::<Array>()
             .map(|rows| {
                 rows.iter()
@@ -227,7 +286,15 @@ impl Shard {
         let local = self.local();
         let out = self.migrate(&local).and_then(|()| local.run_wire(batch));
         match out {
-            Ok(answer) => {
+            Ok((answer, handed)) if !handed.is_empty() => {
+                // In the turn of the commit, with no await between: the alarm is
+                // scheduled with the rows (a Durable Object's writes and its alarm
+                // commit together), so a committed job is always handed on.
+                self.outbox.keep(handed);
+                self.arm(0.0).await;
+                answer
+            }
+            Ok((answer, _)) => {
                 if !self.armed.get() {
                     self.arm_if_unset().await;
                 }
@@ -259,6 +326,21 @@ impl Shard {
                 json!({"event": "alarm_failed", "shard": *self.name.borrow(), "cause": e.to_string()})
             ),
         }
+    }
+
+    /// Keeps when the next reconciler pass is due; that time.
+    fn keep_pass_due(&self, due_ms: f64) -> f64 {
+        let kept = self.local().run(vec![(
+            SET_PASS_DUE.to_owned(),
+            vec![JsValue::from_f64(due_ms)],
+        )]);
+        if let Err(cause) = kept {
+            worker::console_error!(
+                "{}",
+                json!({"event": "alarm_failed", "shard": *self.name.borrow(), "cause": cause})
+            );
+        }
+        due_ms
     }
 
     /// Sets the alarm `in_ms` from now; false (and logged) if it could not.
@@ -298,7 +380,12 @@ impl Shard {
     async fn reconcile_now(&self, now: ReconcileNow) -> Value {
         self.learn_name(&now.shard);
         if let Some(ms) = now.alarm_in_ms {
-            return if self.arm(ms.max(0) as f64).await {
+            let in_ms = ms.max(0) as f64;
+            if let Err(e) = self.migrate(&self.local()) {
+                return json!({"error": e});
+            }
+            self.keep_pass_due(crate::clock::now_ms() + in_ms);
+            return if self.arm(in_ms).await {
                 json!({"status": "armed"})
             } else {
                 json!({"error": "the alarm could not be set"})

@@ -14,7 +14,8 @@ pub use native::*;
 mod native {
     use super::{Dispatch, Host, Mutant};
     use crate::error::AppError;
-    pub use crate::store::native::{Batch, Layout, Places};
+    pub use crate::store::native::{Batch, Layout, Marks, Places};
+    pub use crate::store::HandOff;
     use crate::store::StoredJob;
     use onceclick_protocol::{CreateJob, ErrorCode, IdempotencyKey, Job, NewAttempt};
     use serde_json::Value;
@@ -222,6 +223,38 @@ mod native {
         crate::dispatch::deliver(host, &store.0, dispatch)
             .await
             .map_err(|e| e.code)
+    }
+
+    /// A shard instance's outbox (`handoff.rs`): the attempts its creates committed,
+    /// until its alarm hands them to the queue. Memory: a crash of the instance loses
+    /// it, and a new instance's first hand-off sweeps the shard's rows.
+    pub struct Outbox(crate::handoff::Outbox);
+
+    /// How soon a shard's alarm runs again after a hand-off that could not send or read.
+    pub const RETRY_MS: f64 = crate::handoff::RETRY_MS;
+
+    impl Outbox {
+        /// The outbox of an instance coming to be now (the virtual clock's).
+        #[allow(clippy::new_without_default)]
+        pub fn new() -> Self {
+            Self(crate::handoff::Outbox::new())
+        }
+
+        /// Keeps the attempts a marked statement returned (`ids`), in the step of the
+        /// commit.
+        pub fn keep(&self, mark: &HandOff, ids: Vec<String>) {
+            self.0.keep(crate::store::handed_of(mark, ids.into_iter()));
+        }
+
+        /// When the shard's alarm must run again for the outbox, in ms from now.
+        pub fn next_in_ms(&self) -> Option<f64> {
+            self.0.next_in_ms()
+        }
+
+        /// The alarm's hand-off: the number of attempts sent to the queue.
+        pub async fn hand_off(&self, host: &dyn Host, store: &Store) -> Result<usize, ErrorCode> {
+            self.0.hand_off(host, &store.0).await.map_err(|e| e.code)
+        }
     }
 
     /// One reconciler pass (the cron's on one database, or a shard's alarm's).

@@ -15,7 +15,7 @@
 
 use crate::exec::{self, Yield};
 use futures_util::future::LocalBoxFuture;
-use onceclick_edge::sim::{Batch, Mutant, Places};
+use onceclick_edge::sim::{Batch, Marks, Mutant, Outbox, Places};
 use rusqlite::functions::FunctionFlags;
 use rusqlite::types::Value as Sql;
 use rusqlite::Connection;
@@ -135,6 +135,14 @@ pub(crate) struct Db {
     /// When a dispatcher's watch read first came back with its attempt `cancelled`, by
     /// attempt id: from then on its call must not answer.
     pub(crate) watch_saw_cancel: RefCell<BTreeMap<String, u64>>,
+    /// Each shard's outbox: its object's memory (a crash of the objects' isolate
+    /// empties it), made when first used (the instance coming to be).
+    pub(crate) outboxes: RefCell<BTreeMap<String, Rc<Outbox>>>,
+    /// Each shard's alarm, virtual ms: durable, as a Durable Object's alarm is.
+    pub(crate) alarms: RefCell<BTreeMap<String, u64>>,
+    /// The first attempts each shard's creates committed for hand-off, by shard: what
+    /// the shard's rows say, whatever its memory lost.
+    pub(crate) handed: RefCell<BTreeMap<String, Vec<String>>>,
 }
 
 fn open(place: &str) -> rusqlite::Result<Connection> {
@@ -204,7 +212,19 @@ impl Db {
             batches: RefCell::new(0),
             faults_fired: RefCell::new(0),
             watch_saw_cancel: RefCell::new(BTreeMap::new()),
+            outboxes: RefCell::new(BTreeMap::new()),
+            alarms: RefCell::new(BTreeMap::new()),
+            handed: RefCell::new(BTreeMap::new()),
         }
+    }
+
+    /// The shard's outbox, made now if its instance has none (a new instance).
+    pub(crate) fn outbox(&self, place: &str) -> Rc<Outbox> {
+        self.outboxes
+            .borrow_mut()
+            .entry(place.to_owned())
+            .or_insert_with(|| Rc::new(Outbox::new()))
+            .clone()
     }
 
     /// Runs `f` on the place's connection, opening (and migrating) it first if new.
@@ -234,7 +254,12 @@ impl Db {
         })
     }
 
-    fn run_now(&self, place: &str, batch: &Batch) -> Result<Vec<Vec<Value>>, String> {
+    fn run_now(
+        &self,
+        place: &str,
+        batch: &Batch,
+        marks: &Marks,
+    ) -> Result<Vec<Vec<Value>>, String> {
         let mutant = self.mutant;
         let out = self.with(place, |conn| {
             conn.execute_batch("BEGIN").map_err(|e| e.to_string())?;
@@ -270,6 +295,27 @@ impl Db {
         let mut all = self.touched.borrow_mut();
         for job in touched {
             all.insert((place.to_owned(), job));
+        }
+        // In the step of the commit, as the shard object does in its turn: the
+        // attempts kept for the alarm, and the alarm set to now.
+        for (i, mark) in marks {
+            let ids: Vec<String> = sets
+                .get(*i)
+                .into_iter()
+                .flatten()
+                .filter_map(|row: &Value| row["id"].as_str().map(str::to_owned))
+                .collect();
+            if ids.is_empty() {
+                continue;
+            }
+            self.handed
+                .borrow_mut()
+                .entry(place.to_owned())
+                .or_default()
+                .extend(ids.iter().cloned());
+            self.outbox(place).keep(mark, ids);
+            let now = onceclick_edge::sim::now_ms() as u64;
+            self.alarms.borrow_mut().insert(place.to_owned(), now);
         }
         Ok(sets)
     }
@@ -308,11 +354,12 @@ impl Places for SimPlaces {
         &self,
         place: &str,
         batch: Batch,
+        marks: Marks,
     ) -> LocalBoxFuture<'static, Result<Vec<Vec<Value>>, String>> {
         let db = self.0.clone();
         let place = place.to_owned();
         Box::pin(async move {
-            let out = run_batch(&db, &place, &batch).await;
+            let out = run_batch(&db, &place, &batch, &marks).await;
             if let (Ok(sets), Some((sql, params))) = (&out, batch.first()) {
                 let cancelled = sets
                     .first()
@@ -342,7 +389,12 @@ fn watch_sql() -> &'static str {
 }
 
 /// One batch's trip: out (a yield), the transaction, back (a yield), with the faults.
-async fn run_batch(db: &Db, place: &str, batch: &Batch) -> Result<Vec<Vec<Value>>, String> {
+async fn run_batch(
+    db: &Db,
+    place: &str,
+    batch: &Batch,
+    marks: &Marks,
+) -> Result<Vec<Vec<Value>>, String> {
     Yield::new().await;
     *db.batches.borrow_mut() += 1;
     let rates = *db.faults.borrow();
@@ -351,7 +403,7 @@ async fn run_batch(db: &Db, place: &str, batch: &Batch) -> Result<Vec<Vec<Value>
         *db.faults_fired.borrow_mut() += 1;
         return Err("D1_ERROR: Network connection lost (simulated, before commit)".to_owned());
     }
-    let out = db.run_now(place, batch);
+    let out = db.run_now(place, batch, marks);
     Yield::new().await;
     if out.is_ok() && db.rng.borrow_mut().chance(rates.after) {
         *db.faults_fired.borrow_mut() += 1;

@@ -77,7 +77,7 @@ fn run() -> Result<()> {
         seconds * 1e6 / figures.ops.max(1) as f64
     );
     println!(
-        "sim: seed {seed}: {} worlds, {} operations, {} requests, {} deliveries ({} redelivered), {} provider calls ({} stopped), {} reconciler passes, {} crashes, {} clock jumps, {} store faults in {} batches, {} checks on {} jobs; no promise broken",
+        "sim: seed {seed}: {} worlds, {} operations, {} requests, {} deliveries ({} redelivered), {} provider calls ({} stopped), {} shard alarms ({} attempts handed on), {} reconciler passes, {} crashes, {} clock jumps, {} store faults in {} batches, {} checks on {} jobs; no promise broken",
         worlds,
         figures.ops,
         figures.requests,
@@ -85,6 +85,8 @@ fn run() -> Result<()> {
         figures.redeliveries,
         figures.provider_calls,
         figures.stops,
+        figures.alarms,
+        figures.handed_off,
         figures.reconciles,
         figures.crashes,
         figures.clock_jumps,
@@ -100,6 +102,10 @@ fn run() -> Result<()> {
     // check that a stop stops held for nothing.
     if ops >= 100_000 && figures.stops == 0 {
         bail!("no provider call was stopped in {ops} operations: the stop went untested");
+    }
+    // Likewise the shards' hand-off: a run that sharded no create checked nothing of it.
+    if ops >= 100_000 && figures.handed_off == 0 {
+        bail!("no shard handed a create on in {ops} operations: the hand-off went untested");
     }
     Ok(())
 }
@@ -315,6 +321,11 @@ const MUTANTS: &[Planted] = &[
         "sharded-create-skips-before",
         AnyMutant::Rust(Mutant::ShardedCreateSkipsBefore),
         &["jobs for"],
+    ),
+    (
+        "hand-off-skips-sweep",
+        AnyMutant::Rust(Mutant::HandOffSkipsSweep),
+        &["a create whose dispatch was lost"],
     ),
 ];
 

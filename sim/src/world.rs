@@ -56,6 +56,9 @@ pub struct Figures {
     pub polls: u64,
     /// Provider calls the dispatcher stopped before their answer (a cancel, a lost race).
     pub stops: u64,
+    /// Shard alarms run, and the attempts they handed to the queue.
+    pub alarms: u64,
+    pub handed_off: u64,
 }
 
 impl Figures {
@@ -74,6 +77,8 @@ impl Figures {
         self.jobs += o.jobs;
         self.polls += o.polls;
         self.stops += o.stops;
+        self.alarms += o.alarms;
+        self.handed_off += o.handed_off;
     }
 }
 
@@ -206,6 +211,10 @@ pub(crate) struct World {
     trace: Option<RefCell<Vec<String>>>,
     rust_mutant: Option<sim::Mutant>,
     move_at: u64,
+    /// Every attempt a dispatch message was sent for.
+    sent_ids: RefCell<BTreeSet<String>>,
+    /// The shard whose alarm runs, by task: one alarm of an object runs at a time.
+    alarm_tasks: RefCell<BTreeMap<u64, String>>,
 }
 
 fn layout_of(shape: Shape, moved: bool) -> Layout {
@@ -304,6 +313,8 @@ impl World {
             trace: trace.then(|| RefCell::new(Vec::new())),
             rust_mutant,
             move_at,
+            sent_ids: RefCell::new(BTreeSet::new()),
+            alarm_tasks: RefCell::new(BTreeMap::new()),
         })
     }
 
@@ -397,6 +408,9 @@ impl World {
         self.next_msg.set(id);
         let due = self.now() + self.rng.borrow_mut().below(50);
         self.note(|| format!("queue <- {} (msg {id})", dispatch.attempt_id));
+        self.sent_ids
+            .borrow_mut()
+            .insert(dispatch.attempt_id.clone());
         self.queue.borrow_mut().push(Msg {
             id,
             dispatch,
@@ -559,6 +573,7 @@ impl World {
             (2, 10),   // a clock jump
             (1, 11),   // a crash
             (1, 13),   // a store outage of a few seconds (in a world with faults)
+            (10, 14),  // a shard's alarm, if one is due
             (30, 12),  // tasks run
         ]);
         match pick {
@@ -578,6 +593,7 @@ impl World {
                 self.advance(ms + rng.below(ms));
             }
             11 => self.crash(&mut rng),
+            14 => self.alarm(&mut rng),
             // One pick in three: a few outages a world.
             13 if self.db.faults.borrow().before > 0 && rng.below(3) == 0 => {
                 let until = self.now() + 3_000 + rng.below(9_000);
@@ -919,6 +935,110 @@ impl World {
         });
     }
 
+    fn is_starting(&self, place: &str, attempt_id: &str) -> bool {
+        self.db
+            .query(
+                place,
+                "SELECT state FROM attempts WHERE id = ?1",
+                &[json!(attempt_id)],
+            )
+            .first()
+            .is_some_and(|r| r.get("state") == Some(&json!("starting")))
+    }
+
+    /// The shards whose alarm is due and not running.
+    fn due_alarms(&self) -> Vec<String> {
+        let now = self.now();
+        let running: BTreeSet<String> = self.alarm_tasks.borrow().values().cloned().collect();
+        self.db
+            .alarms
+            .borrow()
+            .iter()
+            .filter(|(place, due)| **due <= now && !running.contains(*place))
+            .map(|(place, _)| place.clone())
+            .collect()
+    }
+
+    /// A shard's alarm: its hand-off (`handoff.rs`), on the objects' isolate (the
+    /// reconciler's here). The alarm stays set while it runs (the runtime retries an
+    /// alarm whose handler died); the handler sets the next one. Then every attempt a
+    /// create committed in that shard and still `starting` when the alarm began must
+    /// have been sent to the queue, unless the hand-off could not send or read: a
+    /// committed create is always dispatched by its shard, whatever the shard's memory
+    /// lost.
+    fn alarm(self: &Rc<Self>, rng: &mut Rng) {
+        let due = self.due_alarms();
+        if due.is_empty() {
+            return;
+        }
+        let place = due[rng.below(due.len() as u64) as usize].clone();
+        let Layout::Sharded { count, .. } = self.layout.get() else {
+            return;
+        };
+        let Some(shard) = (0..count.get())
+            .map(|index| Shard { count, index })
+            .find(|s| s.object_name() == place)
+        else {
+            return;
+        };
+        self.figures.borrow_mut().alarms += 1;
+        self.db
+            .alarms
+            .borrow_mut()
+            .insert(place.clone(), self.now() + 2_000);
+        let committed: Vec<String> = self
+            .db
+            .handed
+            .borrow()
+            .get(&place)
+            .cloned()
+            .unwrap_or_default();
+        let starting: Vec<String> = committed
+            .into_iter()
+            .filter(|id| self.is_starting(&place, id))
+            .collect();
+        self.note(|| {
+            format!(
+                "alarm of {place}: {} created attempts starting",
+                starting.len()
+            )
+        });
+        let world = self.clone();
+        let at = place.clone();
+        let task = self.exec.spawn(RECONCILER, Role::Reconcile, async move {
+            let host = world.host(RECONCILER);
+            let store = world.store(Layout::Inside(shard), "alarm");
+            let outbox = world.db.outbox(&at);
+            let handed = outbox.hand_off(&host, &store).await;
+            let next = outbox.next_in_ms();
+            match next {
+                Some(in_ms) => {
+                    let due = world.now() + in_ms as u64;
+                    world.db.alarms.borrow_mut().insert(at.clone(), due);
+                }
+                None => {
+                    world.db.alarms.borrow_mut().remove(&at);
+                }
+            }
+            if let Ok(n) = handed {
+                world.figures.borrow_mut().handed_off += n as u64;
+            }
+            let complete = handed.is_ok() && next != Some(sim::RETRY_MS);
+            if complete && starting.len() < 100 {
+                // Unless something else moved it meanwhile (a cancel).
+                let lost = starting.iter().find(|id| {
+                    !world.sent_ids.borrow().contains(*id) && world.is_starting(&at, id)
+                });
+                if let Some(lost) = lost.cloned() {
+                    world.violate(format!(
+                        "attempt {lost}, committed by a create in {at} and still starting, was never sent to the queue though the shard's alarm ran: a create whose dispatch was lost"
+                    ));
+                }
+            }
+        });
+        self.alarm_tasks.borrow_mut().insert(task, place);
+    }
+
     fn advance(&self, ms: u64) {
         let to = self.now() + ms;
         sim::set_now_ms(to as f64);
@@ -969,6 +1089,13 @@ impl World {
         self.crashing.set(false);
         self.note(|| format!("crash isolate {isolate}: {} tasks dropped", dropped.len()));
         let ids: BTreeSet<u64> = dropped.iter().map(|(t, _)| *t).collect();
+        if isolate == RECONCILER {
+            // The shards' objects live here: their memory (the outboxes) dies with it.
+            self.db.outboxes.borrow_mut().clear();
+        }
+        self.alarm_tasks
+            .borrow_mut()
+            .retain(|t, _| !ids.contains(t));
         for call in self.calls.borrow_mut().values_mut() {
             if ids.contains(&call.task) {
                 call.orphaned = true;
@@ -1032,6 +1159,7 @@ impl World {
         }
         if done {
             db::take_writes(task);
+            self.alarm_tasks.borrow_mut().remove(&task);
         }
         let touched: Vec<(String, String)> = std::mem::take(&mut *self.db.touched.borrow_mut())
             .into_iter()
@@ -1557,6 +1685,10 @@ impl World {
                 self.deliver(&mut rng);
                 continue;
             }
+            if !self.due_alarms().is_empty() {
+                self.alarm(&mut rng);
+                continue;
+            }
             if now >= last_pass + 10_000 {
                 last_pass = now;
                 self.reconcile_everywhere();
@@ -1566,11 +1698,17 @@ impl World {
                 break;
             }
             let next_due = self.queue.borrow().iter().map(|m| m.due).min();
-            let next = [self.exec.next_timer(), next_due, Some(last_pass + 10_000)]
-                .into_iter()
-                .flatten()
-                .min()
-                .unwrap_or(now + 1_000);
+            let next_alarm = self.db.alarms.borrow().values().copied().min();
+            let next = [
+                self.exec.next_timer(),
+                next_due,
+                next_alarm,
+                Some(last_pass + 10_000),
+            ]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(now + 1_000);
             self.advance(next.saturating_sub(now).max(1));
         }
         // Every job the model saw, read once more.

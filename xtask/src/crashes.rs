@@ -8,6 +8,12 @@
 //! - no attempt is left `starting` or `running` once the reconciler has run: each is
 //!   final, or `unknown` (its dispatcher died after it may have called the provider).
 //!
+//! Sharded, a create's dispatch is handed on by its shard's alarm, scheduled in the
+//! create's transaction (`edge/src/handoff.rs`), so the reconciler's lost-dispatch sweep
+//! is held back (an hour): an attempt a kill left `starting` is dispatched by the
+//! alarm of the shard's next instance, or it is still `starting` at the end and the
+//! suite fails.
+//!
 //! It lives in xtask because it owns the Worker's processes. Its figures go to
 //! `target/reliability/crashes.json` like the other suites'.
 
@@ -74,8 +80,12 @@ pub(crate) fn run(tools: &Tools, root: &Path, reports: &Path, store: StoreKind) 
         root.join(format!("target/xtask/crash-{}", store.name())),
     )?;
     let mut vars = base_vars(&secret, mock_port, TIMEOUT_MS, None);
+    let starting_after = match store {
+        StoreKind::Durable => "3600000",
+        StoreKind::D1 => "1000",
+    };
     vars.extend([
-        ("RECONCILE_STARTING_AFTER_MS".into(), "1000".into()),
+        ("RECONCILE_STARTING_AFTER_MS".into(), starting_after.into()),
         ("RECONCILE_LOST_GRACE_MS".into(), "1000".into()),
     ]);
     // Sharded, nothing but the shards' own alarms reconciles (the cron has nothing to
@@ -107,6 +117,8 @@ pub(crate) fn run(tools: &Tools, root: &Path, reports: &Path, store: StoreKind) 
     let mut created: Vec<String> = Vec::new();
     let mut requests = 0usize;
     let mut kills_mid_dispatch = 0usize;
+    // Attempts `starting` (committed, not yet claimed) when a kill fell, summed.
+    let mut starting_at_kills = 0i64;
 
     for life in 0..=CRASHES {
         let worker = start(
@@ -175,6 +187,13 @@ pub(crate) fn run(tools: &Tools, root: &Path, reports: &Path, store: StoreKind) 
         if in_flight > 0 {
             kills_mid_dispatch += 1;
         }
+        starting_at_kills += onceclick_tests::db::open_in(&persist)
+            .query_row(
+                "SELECT count(*) FROM attempts WHERE state = 'starting'",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .unwrap_or(0);
         requests += jobs.len();
         created.extend(
             made.iter()
@@ -260,6 +279,7 @@ pub(crate) fn run(tools: &Tools, root: &Path, reports: &Path, store: StoreKind) 
         lost as i64 + two_winners + bad_winner + stranded + second_calls as i64 + bad_rollup;
     let figures = json!({
         "crashes": CRASHES, "kills_mid_dispatch": kills_mid_dispatch, "seed": seed,
+        "starting_at_kills": starting_at_kills,
         "requests": requests, "jobs_created": created.len(), "attempts": attempts,
         "provider_calls": calls.len(), "unknown_timed_out": timed_out,
         "unknown_dispatcher_lost": dispatcher_lost, "jobs_lost": lost,

@@ -41,9 +41,21 @@ pub(crate) fn suites(flags: &crate::Test) -> Result<()> {
     }
 
     wrangler::build_edge(&tools)?;
-    // `--only moves`: the move suite alone (it starts its own Workers).
+    // `--only moves`: the move suite alone (it starts its own Workers); `--only
+    // crashes` the crash suite alone, on each store asked for.
     if only.as_deref() == Some("moves") {
         return crate::moves::run(&tools, &root);
+    }
+    if only.as_deref() == Some("crashes") {
+        let reports = root.join("target/reliability");
+        let stores = match StoreKind::parse(flags.store.as_deref())? {
+            Some(store) => vec![store],
+            None => vec![StoreKind::D1, StoreKind::Durable],
+        };
+        for store in stores {
+            crashes::run(&tools, &root, &reports.join(store.name()), store)?;
+        }
+        return Ok(());
     }
     if !some_only && only.is_none() {
         eprintln!("xtask: wrangler deploy --dry-run");
@@ -219,11 +231,16 @@ fn integration(
 /// futures), the handlers' decisions split from their HTTP (`decide_*`), statement
 /// parameters as `serde_json::Value` turned into `JsValue`s where D1 or a shard binds
 /// them, and a resolve or late result racing the purge told apart from a store that no
-/// longer holds the job (about 2.5 KB in all). Lowered as the Worker shrinks (BENCHMARKS.md), so that it cannot grow back unnoticed:
+/// longer holds the job (about 2.5 KB in all); raised to 368 KiB for issue 23 (375,700
+/// B, from 371,068): the shard's hand-off of its creates from its alarm (`handoff.rs`:
+/// the outbox, the new instance's sweep, the alarm that serves the hand-off and the
+/// pass with the pass's due time kept apart) and the marked statement on the wire
+/// (about 4.6 KB; a nested serde struct on the wire cost 0.5 KB more, so the mark is two
+/// plain fields). Lowered as the Worker shrinks (BENCHMARKS.md), so that it cannot grow back unnoticed:
 /// the `url` crate, for one, would add about 75 KB with its IDNA tables (`req.url()`,
 /// `worker::Url`: use `http::query` and `Request::new`), and boon in the wasm
 /// about 475 KB.
-const WORKER_BUDGET: usize = 364 * 1024;
+const WORKER_BUDGET: usize = 368 * 1024;
 
 /// Fails when `bytes` is over `limit`.
 fn budget(what: &str, bytes: usize, limit: usize) -> Result<()> {

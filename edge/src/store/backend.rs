@@ -321,10 +321,11 @@ impl Target<'_> {
             Target::Object(shards, shard) => {
                 let body = json!({
                     "shard": shard.object_name(),
-                    "statements": statements.iter().map(|s| json!({
-                        "sql": s.sql,
-                        "params": s.params,
-                    })).collect::<Vec<_>>(),
+                    "statements": statements.iter().map(|s| match &s.hand_off {
+                        None => json!({"sql": s.sql, "params": s.params}),
+                        Some(hand_off) => json!({"sql": s.sql, "params": s.params,
+                                                 "hand_off": true, "fault": hand_off.fault}),
+                    }).collect::<Vec<_>>(),
                 });
                 let answer = shards.send(*shard, "/batch", &body).await?;
                 let results = Reflect::get(&answer, &"results".into())
@@ -400,6 +401,21 @@ pub(crate) struct WireBatch {
 struct WireStmt {
     sql: String,
     params: Vec<Value>,
+    /// The statement is marked for hand-off ([`super::HandOff`]), with these faults.
+    #[serde(default)]
+    hand_off: bool,
+    #[serde(default)]
+    fault: Option<String>,
+}
+
+/// What a committed batch asks its shard to hand on (`handoff.rs`): the attempts its
+/// marked statements returned, each with the faults for its dispatcher.
+pub(crate) type Handed = Vec<crate::host::Dispatch>;
+
+/// The attempts a statement marked for hand-off returned (its rows' `id`s).
+pub(crate) fn handed_of(hand_off: &super::HandOff, ids: impl Iterator<Item = String>) -> Handed {
+    ids.map(|id| crate::dispatch::message(&id, hand_off.fault.as_deref()))
+        .collect()
 }
 
 impl Local {
@@ -412,8 +428,19 @@ impl Local {
     }
 
     /// Runs a batch that came from the front Worker: the JSON text of the shard's
-    /// answer, `{"results": [[row, …], …], "rows_written": N, "rows_read": N}`.
-    pub(crate) fn run_wire(&self, batch: WireBatch) -> Result<String, String> {
+    /// answer, `{"results": [[row, …], …], "rows_written": N, "rows_read": N}`, and the
+    /// attempts its marked statements returned, for the shard to hand on.
+    pub(crate) fn run_wire(&self, mut batch: WireBatch) -> Result<(String, Handed), String> {
+        let marks: Vec<Option<super::HandOff>> = batch
+            .statements
+            .iter_mut()
+            .map(|s| match s.hand_off {
+                true => Some(super::HandOff {
+                    fault: s.fault.take(),
+                }),
+                false => None,
+            })
+            .collect();
         let (sets, cost) = self.run_counted(
             batch
                 .statements
@@ -421,12 +448,24 @@ impl Local {
                 .map(|s| (s.sql, s.params.iter().map(param_js).collect()))
                 .collect(),
         )?;
+        let mut handed = Handed::new();
+        for (i, mark) in marks.iter().enumerate() {
+            if let (Some(mark), Ok(rows)) = (mark, sets.get(i as u32).dyn_into::<Array>()) {
+                let ids = rows
+                    .iter()
+                    .filter_map(|row| Reflect::get(&row, &"id".into()).ok()?.as_string());
+                handed.extend(handed_of(mark, ids));
+            }
+        }
         let sets = JSON::stringify(&sets)
             .map(String::from)
             .map_err(|e| js_text(&e))?;
-        Ok(format!(
-            "{{\"results\":{sets},\"rows_written\":{},\"rows_read\":{}}}",
-            cost.written, cost.read
+        Ok((
+            format!(
+                "{{\"results\":{sets},\"rows_written\":{},\"rows_read\":{}}}",
+                cost.written, cost.read
+            ),
+            handed,
         ))
     }
 

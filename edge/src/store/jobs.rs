@@ -1,6 +1,6 @@
 //! Jobs: create-or-return, reads, the event log and cancel.
 
-use super::{first_row, js, js_opt, json_text, sql, DocRow, Route, Store, StoredJob};
+use super::{first_row, js, js_opt, json_text, sql, DocRow, HandOff, Route, Store, StoredJob};
 use crate::error::{ApiResult, AppError};
 use onceclick_protocol::ErrorCode;
 use onceclick_protocol::{Event, EventType};
@@ -17,6 +17,11 @@ pub(crate) struct NewJob<'a> {
     pub(crate) kind: &'a str,
     pub(crate) input: &'a str,
     pub(crate) provider: &'a str,
+    /// Sharded: the shard hands the new attempt on to the queue from its alarm,
+    /// scheduled in the create's own transaction (`handoff.rs`). `None` on D1, whose
+    /// create sends the dispatch once the answer is on its way, and when a test fault
+    /// drops the dispatch (`drop-enqueue`).
+    pub(crate) hand_off: Option<HandOff>,
 }
 
 #[derive(Deserialize)]
@@ -73,10 +78,11 @@ impl Store {
                 js(new.provider),
             ],
         )?;
-        let insert_attempt = self.stmt(
+        let mut insert_attempt = self.stmt(
             sql::INSERT_FIRST_ATTEMPT,
             &[js(new.attempt_id), js(new.job_id)],
         )?;
+        insert_attempt.hand_off = new.hand_off.clone();
         let read = self.stmt(sql::JOB_BY_KEY, &[js(new.owner), js(new.key)])?;
         let count = self.stmt(
             sql::COUNT_REPEAT,

@@ -26,6 +26,8 @@ mod backend;
 #[cfg(not(target_arch = "wasm32"))]
 pub(crate) mod native;
 
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) use backend::handed_of;
 pub(crate) use backend::{Local, Route, WireBatch};
 
 use crate::clock;
@@ -131,6 +133,18 @@ impl DocRow {
 pub(crate) struct Stmt {
     pub(crate) sql: &'static str,
     pub(crate) params: Vec<Value>,
+    /// In a shard: the attempts this statement returns (their ids) are handed to the
+    /// dispatch queue by the shard's alarm, scheduled in the transaction that commits
+    /// them (`handoff.rs`). `None` everywhere but a sharded create's first attempt.
+    pub(crate) hand_off: Option<HandOff>,
+}
+
+/// A statement's ask that its shard hand on the attempts it returns (`handoff.rs`):
+/// with the test-only faults for their dispatchers (`fault.rs`).
+#[derive(Clone, Debug, Default)]
+#[allow(unreachable_pub)] // the simulator's shell names it (`sim.rs`)
+pub struct HandOff {
+    pub fault: Option<String>,
 }
 
 /// What one statement returned, from D1 or from a shard's SQLite (or, in the native
@@ -275,6 +289,13 @@ impl Store {
 
     /// True when jobs live in shards that reconcile themselves (the cron has nothing
     /// to do but the previous layout's D1, if any).
+    /// Whether a create's dispatch is the store's to send: a shard hands a new job's
+    /// attempt on from its alarm, scheduled in the create's transaction
+    /// (`handoff.rs`); on D1 the create sends it once its answer is on its way.
+    pub(crate) fn hands_off_creates(&self) -> bool {
+        self.is_sharded()
+    }
+
     pub(crate) fn is_sharded(&self) -> bool {
         match &self.backend {
             Backend::Shards(_) => true,
@@ -431,6 +452,7 @@ impl Store {
         Ok(Stmt {
             sql,
             params: params.to_vec(),
+            hand_off: None,
         })
     }
 

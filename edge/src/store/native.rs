@@ -14,15 +14,22 @@ use std::rc::Rc;
 /// One batch for one place: its statements and their parameters.
 pub type Batch = Vec<(&'static str, Vec<Value>)>;
 
+/// The statements of a batch whose returned attempts its shard hands on, by index
+/// (`handoff.rs`): a sharded create's first attempt.
+pub type Marks = Vec<(usize, super::HandOff)>;
+
 /// The places of a native store: runs a batch in the place `name` (`d1`, or a shard's
 /// object name such as `s4.1`) as one transaction, and answers each statement's rows as
 /// JSON objects, or the error text the database gave (read as the Worker reads a D1 or
-/// shard error: `store::storage_error`).
+/// shard error: `store::storage_error`). A shard keeps the attempts its marked
+/// statements returned for its alarm, in the same step as the commit, as the shard
+/// object does (`shard.rs`).
 pub trait Places {
     fn run(
         &self,
         place: &str,
         batch: Batch,
+        marks: Marks,
     ) -> LocalBoxFuture<'static, Result<Vec<Vec<Value>>, String>>;
 }
 
@@ -102,8 +109,17 @@ impl Native {
         place: &str,
         statements: Vec<Stmt>,
     ) -> ApiResult<(Vec<Rows>, Cost)> {
+        let marks = statements
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| Some((i, s.hand_off.clone()?)))
+            .collect();
         let batch = statements.into_iter().map(|s| (s.sql, s.params)).collect();
-        let sets = self.places.run(place, batch).await.map_err(storage_error)?;
+        let sets = self
+            .places
+            .run(place, batch, marks)
+            .await
+            .map_err(storage_error)?;
         Ok((sets.into_iter().map(Rows::Json).collect(), Cost::default()))
     }
 }

@@ -129,7 +129,8 @@ pub(crate) const INSERT_JOB: &str = concat!(
 /// insert, 2 this attempt's: the job's insert counts both.
 pub(crate) const INSERT_FIRST_ATTEMPT: &str =
     "INSERT INTO attempts (id, job_id, n, provider, state, started_at, started_seq)
-     SELECT ?1, id, 1, provider, 'starting', created_at, 2 FROM jobs WHERE id = ?2";
+     SELECT ?1, id, 1, provider, 'starting', created_at, 2 FROM jobs WHERE id = ?2
+     RETURNING id";
 
 pub(crate) const JOB_BY_KEY: &str = "SELECT fingerprint, doc, etag FROM job_documents
                                       WHERE owner_id = ?1 AND idempotency_key = ?2";
