@@ -12,53 +12,63 @@
 //!   the job is committed. The create makes no queue send and no second round trip.
 //! - The alarm hands every kept attempt to the queue ([`Outbox::hand_off`]). It never
 //!   calls a provider: the queue consumer does, as for every other attempt.
-//! - The ids in memory die with the instance (a crash, an eviction, a deploy). So an
-//!   instance that has not swept yet first hands on every attempt of its shard that was
-//!   `starting` before the instance came to be: the rows say what a dead instance held
-//!   (one instance of an object runs at a time). What this instance commits later is in
-//!   its own outbox, or was meant to wait (a test's `drop-enqueue`, an attempt another
-//!   task sends). A kill right after the commit
-//!   delays the dispatch until the alarm runs again on a new instance (the alarm is
-//!   durable, and retried). A message the old instance sent before it died is sent
-//!   again; the claim (a compare-and-swap) lets one of the two through.
+//! - The ids in memory die with the instance (a crash, an eviction, a deploy). So a new
+//!   instance, in its first event and before it runs any batch, reads the attempts its
+//!   shard holds `starting` ([`Outbox::born`], `sql::STARTING`): one instance of an
+//!   object runs at a time, so those are what a dead instance held, or attempts whose
+//!   message is in flight. No clock is compared. A kill right after the commit delays
+//!   the dispatch until the alarm runs on a new instance (the alarm is durable, and
+//!   retried); a message the old instance sent before it died is sent again, and the
+//!   claim (a compare-and-swap) lets one of the two through. Faults a test asked for
+//!   are not in the rows: a swept attempt's dispatcher runs without them.
 //! - A send the queue refuses stays in the outbox, and the alarm runs again in
 //!   [`RETRY_MS`].
 //!
-//! The sweep takes at most [`SWEEP`] attempts; any beyond are the reconciler's, whose
+//! A new instance takes the newest [`sql::STARTING`] attempts at most (the oldest are
+//! the likeliest to have their message queued); any beyond are the reconciler's, whose
 //! lost-dispatch sweep still runs in every shard's pass.
+//!
+//! [`sql::STARTING`]: crate::store::sql::STARTING
 
-use crate::clock;
 use crate::dispatch;
-use crate::error::ApiResult;
 use crate::host::{Dispatch, Host};
-use crate::store::Store;
 use std::cell::{Cell, RefCell};
 
 /// How soon the alarm runs again when a hand-off could not send everything.
 pub(crate) const RETRY_MS: f64 = 1_000.0;
-/// The most `starting` attempts a new instance's sweep hands on.
-const SWEEP: u32 = 100;
 
 /// What a shard instance holds between a create's commit and its alarm.
 pub(crate) struct Outbox {
     pending: RefCell<Vec<Dispatch>>,
-    /// This instance has handed on the attempts that were `starting` before it.
-    swept: Cell<bool>,
-    /// When this instance came to be (ms since the epoch).
-    born_ms: f64,
+    /// This instance has read what its shard held `starting` when it came to be.
+    born: Cell<bool>,
     /// The last hand-off left something the queue refused.
     refused: Cell<bool>,
 }
 
 impl Outbox {
-    /// The outbox of an instance coming to be now.
+    /// The outbox of an instance that has run nothing yet.
     pub(crate) fn new() -> Self {
         Self {
             pending: RefCell::default(),
-            swept: Cell::new(false),
-            born_ms: clock::now_ms(),
+            born: Cell::new(false),
             refused: Cell::new(false),
         }
+    }
+
+    /// Whether the instance has read its shard's `starting` attempts yet.
+    pub(crate) fn is_born(&self) -> bool {
+        self.born.get()
+    }
+
+    /// The instance's first event, before it runs any batch: `starting`, the attempts
+    /// its shard holds `starting` (`sql::STARTING`), are kept for the next alarm.
+    pub(crate) fn born(&self, starting: Vec<String>) {
+        if !crate::mutant::on(crate::mutant::Mutant::HandOffSkipsSweep) {
+            let kept = starting.iter().map(|id| dispatch::message(id, None));
+            self.pending.borrow_mut().extend(kept);
+        }
+        self.born.set(true);
     }
 
     /// Keeps attempts a committed batch returned, for the next alarm.
@@ -66,42 +76,23 @@ impl Outbox {
         self.pending.borrow_mut().extend(handed);
     }
 
-    /// When the alarm must run again for the outbox, in ms from now: at once for an
-    /// attempt kept since the last hand-off began, in [`RETRY_MS`] after a refusal or a
-    /// sweep that could not read; `None` when nothing waits.
+    /// When the alarm must run again for the outbox, in ms from now: in [`RETRY_MS`]
+    /// after a refusal, at once if anything else waits, `None` if nothing does.
     pub(crate) fn next_in_ms(&self) -> Option<f64> {
-        if self.refused.get() || !self.swept.get() {
-            Some(RETRY_MS)
-        } else if self.pending.borrow().is_empty() {
+        if self.pending.borrow().is_empty() {
             None
+        } else if self.refused.get() {
+            Some(RETRY_MS)
         } else {
             Some(0.0)
         }
     }
 
-    /// Hands every kept attempt to the queue (after the sweep, on an instance that has
-    /// not swept); what the queue refused stays kept. The number sent.
-    pub(crate) async fn hand_off(&self, host: &dyn Host, store: &Store) -> ApiResult<usize> {
+    /// Hands every kept attempt to the queue; what the queue refused stays kept. The
+    /// number sent.
+    pub(crate) async fn hand_off(&self, host: &dyn Host) -> usize {
         self.refused.set(false);
-        let mut due = std::mem::take(&mut *self.pending.borrow_mut());
-        if !self.swept.get() {
-            if !crate::mutant::on(crate::mutant::Mutant::HandOffSkipsSweep) {
-                let cutoff = clock::rfc3339(self.born_ms);
-                let starting = match store.stuck_starting(&cutoff, SWEEP).await {
-                    Ok(ids) => ids,
-                    Err(e) => {
-                        self.keep(due);
-                        return Err(e);
-                    }
-                };
-                for attempt_id in starting {
-                    if !due.iter().any(|d| d.attempt_id == attempt_id) {
-                        due.push(dispatch::message(&attempt_id, None));
-                    }
-                }
-            }
-            self.swept.set(true);
-        }
+        let due = std::mem::take(&mut *self.pending.borrow_mut());
         let mut sent = 0;
         let mut refused = Vec::new();
         for message in due {
@@ -117,6 +108,6 @@ impl Outbox {
             refused.append(&mut pending);
             *pending = refused;
         }
-        Ok(sent)
+        sent
     }
 }

@@ -148,26 +148,15 @@ impl DurableObject for Shard {
             env: &self.env,
             ctx: None,
         };
-        let handed = match self
-            .outbox
-            .hand_off(&host, &Store::local(self.local()))
-            .await
-        {
-            Ok(n) => n,
-            Err(e) => {
-                worker::console_error!(
-                    "{}",
-                    json!({"event": "hand_off_failed", "shard": name, "code": e.code.as_str(),
-                           "cause": e.cause_or_detail()})
-                );
-                0
-            }
-        };
+        self.wake(&local);
+        let handed = self.outbox.hand_off(&host).await;
         let now = crate::clock::now_ms();
         // No due time kept yet (a shard's first alarm): the first pass is a period away.
+        // A kept one is never further than a period (`RECONCILE_EVERY_MS` may have been
+        // lowered since it was kept).
         let due = first_value(&local, PASS_DUE, "due_ms").and_then(|v| v.as_f64());
         let due = match due {
-            Some(due) => due,
+            Some(due) => due.min(now + self.every_ms()),
             None => self.keep_pass_due(now + self.every_ms()),
         };
         let passed = now >= due;
@@ -187,8 +176,9 @@ impl DurableObject for Shard {
         } else {
             due
         };
-        // Decided and set in one synchronous turn: a create that came while this alarm
-        // awaited has kept its attempt in the outbox, and sets (or finds) it due now.
+        // Decided and set in one synchronous turn, after the last await: a create that
+        // came while this alarm awaited has kept its attempt in the outbox, so the next
+        // alarm is now (or in `RETRY_MS`, after a refusal), never the pass's time.
         let next = self.outbox.next_in_ms().or_else(|| {
             // Still jobs here (retained, or in flight): the next pass. None: no alarm
             // until the next write sets one.
@@ -279,29 +269,68 @@ impl Shard {
         Ok(())
     }
 
+    /// The instance's first event, once migrated: before it runs any batch, it reads
+    /// what its shard holds `starting` (`handoff.rs`). Whether it kept any (for an
+    /// alarm to hand on).
+    fn wake(&self, local: &Local) -> bool {
+        if self.outbox.is_born() {
+            return false;
+        }
+        match local.ids(crate::store::sql::STARTING) {
+            Ok(starting) => {
+                let any = !starting.is_empty();
+                self.outbox.born(starting);
+                any
+            }
+            Err(cause) => {
+                worker::console_error!(
+                    "{}",
+                    json!({"event": "hand_off_failed", "shard": *self.name.borrow(), "cause": cause})
+                );
+                false
+            }
+        }
+    }
+
     /// The answer's JSON text: `{"results": [[row, …], …], "rows_written": N,
     /// "rows_read": N}`, or `{"error": "…"}`.
     async fn batch(&self, batch: WireBatch) -> String {
         self.learn_name(&batch.shard);
         let local = self.local();
-        let out = self.migrate(&local).and_then(|()| local.run_wire(batch));
-        match out {
-            Ok((answer, handed)) if !handed.is_empty() => {
-                // In the turn of the commit, with no await between: the alarm is
-                // scheduled with the rows (a Durable Object's writes and its alarm
-                // commit together), so a committed job is always handed on.
-                self.outbox.keep(handed);
-                self.arm(0.0).await;
-                answer
-            }
-            Ok((answer, _)) => {
-                if !self.armed.get() {
-                    self.arm_if_unset().await;
+        let mut woke = false;
+        let ran = self.migrate(&local).and_then(|()| {
+            woke = self.wake(&local);
+            local.run_wire(batch)
+        });
+        let ran = match ran {
+            Ok(ran) => ran,
+            Err(error) => {
+                if woke {
+                    self.arm(0.0).await;
                 }
-                answer
+                return json!({ "error": error }).to_string();
             }
-            Err(error) => json!({ "error": error }).to_string(),
+        };
+        let answer = ran
+            .answer()
+            .unwrap_or_else(|error| json!({ "error": error }).to_string());
+        if woke || !ran.handed.is_empty() {
+            // In the turn of the commit, with no await between: the alarm is scheduled
+            // with the rows (a Durable Object's writes and its alarm commit together),
+            // so a committed job is always handed on. Should the alarm not take, the
+            // attempts are handed on now, before the answer.
+            self.outbox.keep(ran.handed);
+            if !self.arm(0.0).await {
+                let host = crate::host::WorkerHost {
+                    env: &self.env,
+                    ctx: None,
+                };
+                self.outbox.hand_off(&host).await;
+            }
+        } else if !self.armed.get() {
+            self.arm_if_unset().await;
         }
+        answer
     }
 
     fn every_ms(&self) -> f64 {
@@ -337,7 +366,7 @@ impl Shard {
         if let Err(cause) = kept {
             worker::console_error!(
                 "{}",
-                json!({"event": "alarm_failed", "shard": *self.name.borrow(), "cause": cause})
+                json!({"event": "pass_due_failed", "shard": *self.name.borrow(), "cause": cause})
             );
         }
         due_ms

@@ -227,17 +227,22 @@ mod native {
 
     /// A shard instance's outbox (`handoff.rs`): the attempts its creates committed,
     /// until its alarm hands them to the queue. Memory: a crash of the instance loses
-    /// it, and a new instance's first hand-off sweeps the shard's rows.
+    /// it, and a new instance is born with what its shard's rows hold `starting`.
     pub struct Outbox(crate::handoff::Outbox);
 
-    /// How soon a shard's alarm runs again after a hand-off that could not send or read.
+    /// How soon a shard's alarm runs again after a hand-off the queue refused.
     pub const RETRY_MS: f64 = crate::handoff::RETRY_MS;
 
+    /// The statement a new shard instance reads its `starting` attempts with.
+    pub const STARTING: &str = crate::store::sql::STARTING;
+
     impl Outbox {
-        /// The outbox of an instance coming to be now (the virtual clock's).
-        #[allow(clippy::new_without_default)]
-        pub fn new() -> Self {
-            Self(crate::handoff::Outbox::new())
+        /// The outbox of a new instance, born with the ids [`STARTING`] read in its
+        /// shard before it runs anything.
+        pub fn born(starting: Vec<String>) -> Self {
+            let outbox = crate::handoff::Outbox::new();
+            outbox.born(starting);
+            Self(outbox)
         }
 
         /// Keeps the attempts a marked statement returned (`ids`), in the step of the
@@ -252,8 +257,8 @@ mod native {
         }
 
         /// The alarm's hand-off: the number of attempts sent to the queue.
-        pub async fn hand_off(&self, host: &dyn Host, store: &Store) -> Result<usize, ErrorCode> {
-            self.0.hand_off(host, &store.0).await.map_err(|e| e.code)
+        pub async fn hand_off(&self, host: &dyn Host) -> usize {
+            self.0.hand_off(host).await
         }
     }
 

@@ -218,13 +218,27 @@ impl Db {
         }
     }
 
-    /// The shard's outbox, made now if its instance has none (a new instance).
+    /// The shard's outbox. A shard whose instance died has none: a new instance is
+    /// born, with what the shard's rows hold `starting` (read before it runs anything,
+    /// as the shard object's first event does), and sets its alarm if that is anything.
     pub(crate) fn outbox(&self, place: &str) -> Rc<Outbox> {
+        if let Some(outbox) = self.outboxes.borrow().get(place) {
+            return outbox.clone();
+        }
+        let starting: Vec<String> = self
+            .query(place, onceclick_edge::sim::STARTING, &[])
+            .into_iter()
+            .filter_map(|r| r.get("id").and_then(Value::as_str).map(str::to_owned))
+            .collect();
+        if !starting.is_empty() {
+            let now = onceclick_edge::sim::now_ms() as u64;
+            self.alarms.borrow_mut().insert(place.to_owned(), now);
+        }
+        let outbox = Rc::new(Outbox::born(starting));
         self.outboxes
             .borrow_mut()
-            .entry(place.to_owned())
-            .or_insert_with(|| Rc::new(Outbox::new()))
-            .clone()
+            .insert(place.to_owned(), outbox.clone());
+        outbox
     }
 
     /// Runs `f` on the place's connection, opening (and migrating) it first if new.

@@ -117,7 +117,9 @@ pub(crate) fn run(tools: &Tools, root: &Path, reports: &Path, store: StoreKind) 
     let mut created: Vec<String> = Vec::new();
     let mut requests = 0usize;
     let mut kills_mid_dispatch = 0usize;
-    // Attempts `starting` (committed, not yet claimed) when a kill fell, summed.
+    // Attempts `starting` (committed, not yet claimed) when a kill fell, summed: some had
+    // their message sent already, the others only the shard's rows and alarm can
+    // dispatch once the reconciler's sweep is held back.
     let mut starting_at_kills = 0i64;
 
     for life in 0..=CRASHES {

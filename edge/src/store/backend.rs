@@ -412,6 +412,28 @@ struct WireStmt {
 /// marked statements returned, each with the faults for its dispatcher.
 pub(crate) type Handed = Vec<crate::host::Dispatch>;
 
+/// A committed batch of the front Worker's, in its shard.
+pub(crate) struct Ran {
+    sets: Array,
+    cost: super::Cost,
+    /// The attempts its marked statements returned.
+    pub(crate) handed: Handed,
+}
+
+impl Ran {
+    /// The JSON text of the shard's answer, `{"results": [[row, …], …],
+    /// "rows_written": N, "rows_read": N}`.
+    pub(crate) fn answer(&self) -> Result<String, String> {
+        let sets = JSON::stringify(&self.sets)
+            .map(String::from)
+            .map_err(|e| js_text(&e))?;
+        Ok(format!(
+            "{{\"results\":{sets},\"rows_written\":{},\"rows_read\":{}}}",
+            self.cost.written, self.cost.read
+        ))
+    }
+}
+
 /// The attempts a statement marked for hand-off returned (its rows' `id`s).
 pub(crate) fn handed_of(hand_off: &super::HandOff, ids: impl Iterator<Item = String>) -> Handed {
     ids.map(|id| crate::dispatch::message(&id, hand_off.fault.as_deref()))
@@ -427,10 +449,10 @@ impl Local {
         }
     }
 
-    /// Runs a batch that came from the front Worker: the JSON text of the shard's
-    /// answer, `{"results": [[row, …], …], "rows_written": N, "rows_read": N}`, and the
-    /// attempts its marked statements returned, for the shard to hand on.
-    pub(crate) fn run_wire(&self, mut batch: WireBatch) -> Result<(String, Handed), String> {
+    /// Runs a batch that came from the front Worker, in one transaction: its rows and
+    /// counts, and the attempts its marked statements returned, for the shard to keep
+    /// before anything else can fail.
+    pub(crate) fn run_wire(&self, mut batch: WireBatch) -> Result<Ran, String> {
         let marks: Vec<Option<super::HandOff>> = batch
             .statements
             .iter_mut()
@@ -457,16 +479,17 @@ impl Local {
                 handed.extend(handed_of(mark, ids));
             }
         }
-        let sets = JSON::stringify(&sets)
-            .map(String::from)
-            .map_err(|e| js_text(&e))?;
-        Ok((
-            format!(
-                "{{\"results\":{sets},\"rows_written\":{},\"rows_read\":{}}}",
-                cost.written, cost.read
-            ),
-            handed,
-        ))
+        Ok(Ran { sets, cost, handed })
+    }
+
+    /// The ids a statement with no parameters returns in its `id` column.
+    pub(crate) fn ids(&self, sql: &str) -> Result<Vec<String>, String> {
+        let sets = self.run(vec![(sql.to_owned(), Vec::new())])?;
+        let rows: Array = sets.get(0).dyn_into().unwrap_or_default();
+        Ok(rows
+            .iter()
+            .filter_map(|row| Reflect::get(&row, &"id".into()).ok()?.as_string())
+            .collect())
     }
 
     /// [`Local::run_counted`] without the counts.

@@ -287,8 +287,6 @@ impl Store {
         }
     }
 
-    /// True when jobs live in shards that reconcile themselves (the cron has nothing
-    /// to do but the previous layout's D1, if any).
     /// Whether a create's dispatch is the store's to send: a shard hands a new job's
     /// attempt on from its alarm, scheduled in the create's transaction
     /// (`handoff.rs`); on D1 the create sends it once its answer is on its way.
@@ -296,6 +294,8 @@ impl Store {
         self.is_sharded()
     }
 
+    /// True when jobs live in shards that reconcile themselves (the cron has nothing
+    /// to do but the previous layout's D1, if any).
     pub(crate) fn is_sharded(&self) -> bool {
         match &self.backend {
             Backend::Shards(_) => true,

@@ -404,6 +404,11 @@ pub(crate) const STUCK_STARTING: &str =
     "SELECT id FROM attempts WHERE state = 'starting' AND started_at <= ?1
       ORDER BY id LIMIT ?2";
 
+/// A new shard instance's first read (`handoff.rs`): the attempts its shard holds
+/// `starting`, newest first, at most 1,000.
+pub(crate) const STARTING: &str =
+    "SELECT id FROM attempts WHERE state = 'starting' ORDER BY id DESC LIMIT 1000";
+
 /// `unknown → abandoned` for provider `?1`'s attempts called before `?2`.
 pub(crate) const ABANDON_UNKNOWN: &str = concat!(
     "UPDATE attempts SET state = 'abandoned', finished_at = ",
@@ -561,6 +566,7 @@ pub(crate) const ALL: &[(&str, &str)] = &[
     ("SAVE_CERTIFICATION", SAVE_CERTIFICATION),
     ("CERTIFICATIONS", CERTIFICATIONS),
     ("STUCK_STARTING", STUCK_STARTING),
+    ("STARTING", STARTING),
     ("ABANDON_UNKNOWN", ABANDON_UNKNOWN),
     ("LOSE_RUNNING", LOSE_RUNNING),
     ("LIST_JOBS_OF_OWNER", LIST_JOBS_OF_OWNER),
