@@ -49,7 +49,7 @@ pub(crate) async fn run(
                         attempt_id: &call_id,
                     };
                     match host.call(call).await {
-                        CallOutcome::Output(_) => None,
+                        CallOutcome::Output(..) => None,
                         CallOutcome::Failed(e) | CallOutcome::Unknown(e) => {
                             Some(json!({"input": i, "code": e.code, "message": e.message}))
                         }

@@ -320,6 +320,14 @@ const DEFAULT_CANCEL_POLL_MS: u64 = 1000;
 /// (on the sharded store, one Durable Object request each).
 const MIN_CANCEL_POLL_MS: u64 = 100;
 
+/// The watch's interval from `CANCEL_POLL_MS`: the default when unset or not a number,
+/// never below [`MIN_CANCEL_POLL_MS`].
+fn poll_every(var: Option<String>) -> u64 {
+    var.and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(DEFAULT_CANCEL_POLL_MS)
+        .max(MIN_CANCEL_POLL_MS)
+}
+
 /// Calls the attempt's provider and records the outcome; a retryable failure then
 /// fails over, if the kind allows. A call whose attempt is cancelled meanwhile, or whose
 /// job another attempt wins, is stopped ([`unless_stopped`]).
@@ -337,7 +345,7 @@ async fn call_and_record(host: &dyn Host, store: &Store, p: &Prepared<'_>) -> Ap
         return Ok(());
     };
     let event = match &outcome {
-        CallOutcome::Output(_) => "call_answered",
+        CallOutcome::Output(..) => "call_answered",
         CallOutcome::Failed(_) => "call_failed",
         CallOutcome::Unknown(_) => "call_unknown",
     };
@@ -347,6 +355,14 @@ async fn call_and_record(host: &dyn Host, store: &Store, p: &Prepared<'_>) -> Ap
         &p.provider.name,
         clock::now_ms() - started,
     );
+    // The provider's bill for the answer, as it states it: usually the larger cost of a
+    // job, and the user's own (`cargo xtask bench` reads it).
+    if let CallOutcome::Output(_, Some(tokens)) = &outcome {
+        crate::log::info(json!({"event": "call_tokens", "job_id": p.attempt.job_id,
+                                "attempt_id": p.attempt.id, "provider": p.provider.name,
+                                "prompt_tokens": tokens.prompt,
+                                "completion_tokens": tokens.completion}));
+    }
     let retryable = matches!(&outcome, CallOutcome::Failed(e) if e.retryable);
     if record(host, store, p.attempt, outcome).await? && retryable {
         fail_over(host, store, p).await?;
@@ -368,11 +384,7 @@ async fn unless_stopped(
     call: futures_util::future::LocalBoxFuture<'_, CallOutcome>,
     started: f64,
 ) -> ApiResult<Option<CallOutcome>> {
-    let every = host
-        .var("CANCEL_POLL_MS")
-        .and_then(|v| v.parse::<u64>().ok())
-        .unwrap_or(DEFAULT_CANCEL_POLL_MS)
-        .max(MIN_CANCEL_POLL_MS);
+    let every = poll_every(host.var("CANCEL_POLL_MS"));
     let attempt = p.attempt;
     let watch = async {
         let mut said = false;
@@ -584,7 +596,7 @@ async fn record(
     outcome: CallOutcome,
 ) -> ApiResult<bool> {
     let (from, to, error): (&[AttemptState], _, _) = match outcome {
-        CallOutcome::Output(output) => {
+        CallOutcome::Output(output, _) => {
             record_result(
                 host,
                 store,
@@ -727,5 +739,25 @@ pub(crate) fn log_completion(
         Completion::Gone => crate::log::info(json!({"event": "late_result_discarded",
                "job_id": job_id, "attempt_id": attempt_id, "attempt_state": "purged",
                "provider": provider})),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::poll_every;
+
+    #[test]
+    fn the_watch_reads_at_most_every_100_ms() {
+        for (var, every) in [
+            (None, 1000),
+            (Some("250"), 250),
+            (Some("100"), 100),
+            (Some("10"), 100),
+            (Some("0"), 100),
+            (Some("-5"), 1000),
+            (Some("soon"), 1000),
+        ] {
+            assert_eq!(poll_every(var.map(str::to_owned)), every, "{var:?}");
+        }
     }
 }

@@ -14,11 +14,19 @@ use serde_json::{json, Value};
 use std::time::Duration;
 use worker::{AbortController, Delay, Fetch, Headers, Method, Request, RequestInit};
 
+/// What a provider says it billed for one answer (a chat completion's `usage`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tokens {
+    pub prompt: u64,
+    pub completion: u64,
+}
+
 /// How one provider call ended.
 #[derive(Debug)]
 pub enum CallOutcome {
-    /// An output that keeps the kind's contract.
-    Output(Value),
+    /// An output that keeps the kind's contract, and the tokens the answer says it
+    /// used (if it says).
+    Output(Value, Option<Tokens>),
     /// The call failed, and the provider did no work; `retryable` says whether a new
     /// attempt may help.
     Failed(AttemptError),
@@ -196,12 +204,12 @@ fn classify(
             format!("{name} answered {status}"),
             true,
         )),
-        200..=299 => match output_of(text).and_then(|output| {
+        200..=299 => match output_of(text).and_then(|(output, tokens)| {
             kind.check_output(input, &output)
-                .map(|()| output)
+                .map(|()| (output, tokens))
                 .map_err(|v| v.0)
         }) {
-            Ok(output) => CallOutcome::Output(output),
+            Ok((output, tokens)) => CallOutcome::Output(output, tokens),
             Err(why) => CallOutcome::Failed(AttemptError::new(
                 "contract_violation",
                 format!("{name}: {why}"),
@@ -219,13 +227,55 @@ fn classify(
     }
 }
 
-/// The JSON object a chat completion carries in `choices[0].message.content`.
-fn output_of(text: &str) -> Result<Value, String> {
+/// The JSON object a chat completion carries in `choices[0].message.content`, and its
+/// `usage` when it has one (two counts that are not whole numbers read as none).
+fn output_of(text: &str) -> Result<(Value, Option<Tokens>), String> {
     let envelope =
         ijson::parse(text.as_bytes()).map_err(|e| format!("the answer is not JSON: {e}"))?;
     let content = envelope
         .pointer("/choices/0/message/content")
         .and_then(Value::as_str)
         .ok_or("the answer has no choices[0].message.content string")?;
-    ijson::parse(content.as_bytes()).map_err(|e| format!("the content is not JSON: {e}"))
+    let output =
+        ijson::parse(content.as_bytes()).map_err(|e| format!("the content is not JSON: {e}"))?;
+    let count = |name: &str| envelope.get("usage")?.get(name)?.as_u64();
+    let tokens = count("prompt_tokens")
+        .zip(count("completion_tokens"))
+        .map(|(prompt, completion)| Tokens { prompt, completion });
+    Ok((output, tokens))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{output_of, Tokens};
+
+    fn envelope(usage: &str) -> String {
+        format!(r#"{{"choices": [{{"message": {{"content": "{{\"summary\": \"s\"}}"}}}}]{usage}}}"#)
+    }
+
+    #[test]
+    fn an_answer_says_what_it_billed_or_nothing() {
+        let (output, tokens) = output_of(&envelope(
+            r#", "usage": {"prompt_tokens": 31, "completion_tokens": 9, "total_tokens": 40}"#,
+        ))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(output["summary"], "s");
+        assert_eq!(
+            tokens,
+            Some(Tokens {
+                prompt: 31,
+                completion: 9
+            })
+        );
+        for usage in [
+            "",
+            r#", "usage": {"prompt_tokens": 31}"#,
+            r#", "usage": {"prompt_tokens": -1, "completion_tokens": 9}"#,
+            r#", "usage": {"prompt_tokens": "31", "completion_tokens": 9}"#,
+            r#", "usage": null"#,
+        ] {
+            let (_, tokens) = output_of(&envelope(usage)).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(tokens, None, "{usage}");
+        }
+    }
 }

@@ -112,6 +112,8 @@ pub(crate) async fn run(host: &dyn Host, store: &Store) -> ApiResult<()> {
     let chunk = var_f64(host, "PURGE_CHUNK")
         .unwrap_or(DEFAULT_PURGE_CHUNK)
         .clamp(1.0, 1_000.0) as u32;
+    // The purge's own rows, apart from the sweeps' (`cargo xtask bench` reads them).
+    let before = store.cost();
     let mut purged = 0;
     for _ in 0..MAX_PURGE_CHUNKS {
         let deleted = store.purge(&cutoff, chunk).await?;
@@ -122,10 +124,14 @@ pub(crate) async fn run(host: &dyn Host, store: &Store) -> ApiResult<()> {
     }
 
     store.purge_stats(&cutoff).await?;
+    let after = store.cost();
 
     crate::log::info(
         json!({"event": "reconciled", "store": store.name(), "redispatched": stuck.len(), "abandoned": abandoned,
-               "lost": lost, "purged": purged}),
+               "lost": lost, "purged": purged,
+               "rows_written": after.written, "rows_read": after.read,
+               "purge": {"rows_written": after.written - before.written,
+                         "rows_read": after.read - before.read}}),
     );
     Ok(())
 }

@@ -104,7 +104,7 @@ impl Host for SimHost {
     fn call<'a>(&'a self, call: ProviderCall<'a>) -> LocalBoxFuture<'a, CallOutcome> {
         let world = self.world.clone();
         if call.attempt_id.starts_with("cert_") {
-            return Box::pin(async move { CallOutcome::Output(world.output(0)) });
+            return Box::pin(async move { CallOutcome::Output(world.output(0), None) });
         }
         let timeout = call.provider.timeout_ms;
         let (script, delay) = world.provider_call(call.attempt_id, &call.provider.name, timeout);
@@ -132,7 +132,7 @@ impl Host for SimHost {
             };
             match script {
                 Script::Answer if delay <= timeout => {
-                    CallOutcome::Output(world.output(world.serial()))
+                    CallOutcome::Output(world.output(world.serial()), None)
                 }
                 Script::Answer => timed_out("slow"),
                 Script::FailRetryable => CallOutcome::Failed(AttemptError::new(

@@ -155,7 +155,11 @@ pub fn execute(sql: &str, param: &str) -> usize {
 /// each; a row named by id is in one), and the rows changed are summed.
 pub fn execute_with(sql: &str, params: &[&str]) -> usize {
     let dir = std::env::var("ONCECLICK_D1_DIR").expect("ONCECLICK_D1_DIR is not set");
-    let dir = Path::new(&dir);
+    execute_in(Path::new(&dir), sql, params)
+}
+
+/// Like [`execute_with`], on the store persisted under `dir`.
+pub fn execute_in(dir: &Path, sql: &str, params: &[&str]) -> usize {
     let shards = shard_files(dir);
     let conns = if shards.is_empty() {
         vec![open_writable_in(dir)]

@@ -45,14 +45,15 @@ fn text() -> String {
     std::fs::read_to_string(&path).unwrap_or_default()
 }
 
-/// The structured lines of the event `event` (`{"event": …, …}`, whatever precedes the
-/// JSON on its line), in the order logged.
+/// The structured lines of the event `event` (`{"event": …, …}`, whatever precedes or
+/// follows the JSON on its line), in the order logged.
 pub fn events(event: &str) -> Vec<serde_json::Value> {
     let marker = format!("\"event\":\"{event}\"");
     text()
         .lines()
         .filter(|line| line.contains(&marker))
-        .filter_map(|line| serde_json::from_str(&line[line.find('{')?..]).ok())
+        // An error line is coloured: escapes before and after its JSON.
+        .filter_map(|line| serde_json::from_str(&line[line.find('{')?..=line.rfind('}')?]).ok())
         .filter(|v: &serde_json::Value| v["event"] == event)
         .collect()
 }

@@ -245,7 +245,7 @@ async fn chat(
         })
         .await;
     }
-    answer(&step, &text_of(&body))
+    answer(&step, &text_of(&body), &prompt)
 }
 
 /// Records when the client of a held-open call went away, if it did before the end.
@@ -314,7 +314,7 @@ fn held_open(
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
-fn answer(step: &Step, text: &str) -> Response {
+fn answer(step: &Step, text: &str, prompt: &str) -> Response {
     if let Some(status) = step.status.filter(|s| *s != 200) {
         let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut response = (
@@ -366,8 +366,17 @@ fn answer(step: &Step, text: &str) -> Response {
         "id": "chatcmpl-mock",
         "object": "chat.completion",
         "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+        "usage": usage(prompt, &content),
     }))
     .into_response()
+}
+
+/// A chat completion's `usage`, as the mock estimates it: a token per four characters
+/// (no provider's tokenizer; a real provider's figures replace these).
+fn usage(prompt: &str, content: &str) -> Value {
+    let tokens = |text: &str| text.chars().count().div_ceil(4);
+    let (p, c) = (tokens(prompt), tokens(content));
+    json!({"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c})
 }
 
 async fn script(State(mock): State<Mock>, Json(script): Json<Script>) -> StatusCode {

@@ -46,6 +46,16 @@ pub struct Probe {
     pub round_trips: RoundTrips,
     pub rows_written: Rows,
     pub rows_read: Rows,
+    /// What its provider's answer said it billed (`usage`), as the consumer logged it
+    /// (`call_tokens`); `None` if the answer said nothing.
+    pub tokens: Option<Tokens>,
+}
+
+/// A provider's tokens for one answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Tokens {
+    pub prompt: u64,
+    pub completion: u64,
 }
 
 /// The sum of the numbers after `label` in a `Server-Timing` value, over its metrics
@@ -154,7 +164,16 @@ pub async fn probe(base: &str, secret: &str, log: &Path) -> Result<Probe> {
     }
     let read_trips = trips(&read);
 
-    let line = dispatched_line(log, &attempt, by).await?;
+    let line = line_of(log, "dispatched", &attempt, by).await?;
+    // Logged before the dispatched line, when the answer had a `usage`.
+    let tokens = events_of(log, "call_tokens", &attempt)
+        .first()
+        .and_then(|l| {
+            Some(Tokens {
+                prompt: l["prompt_tokens"].as_u64()?,
+                completion: l["completion_tokens"].as_u64()?,
+            })
+        });
     let get = |what: &str, k: &str| {
         line[what][k]
             .as_u64()
@@ -179,27 +198,31 @@ pub async fn probe(base: &str, secret: &str, log: &Path) -> Result<Probe> {
             claim: get("rows_read", "claim")?,
             complete: get("rows_read", "after_claim")?,
         },
+        tokens,
     })
 }
 
-/// The consumer's `{"event":"dispatched","attempt_id":…,"round_trips":{"claim":…,
-/// "after_claim":…},"rows_written":{…},"rows_read":{…}}` line for `attempt`, waited for
-/// until `by`.
-async fn dispatched_line(log: &Path, attempt: &str, by: Instant) -> Result<Value> {
+/// The `event` lines of `log` that name `attempt`, in the order logged.
+fn events_of(log: &Path, event: &str, attempt: &str) -> Vec<Value> {
+    let marker = format!("\"event\":\"{event}\"");
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains(&marker) && l.contains(attempt))
+        .filter_map(|l| serde_json::from_str::<Value>(&l[l.find('{')?..=l.rfind('}')?]).ok())
+        .collect()
+}
+
+/// The consumer's `event` line for `attempt` (such as `{"event":"dispatched",
+/// "attempt_id":…,"round_trips":{"claim":…,"after_claim":…},"rows_written":{…},
+/// "rows_read":{…}}`), waited for until `by`.
+async fn line_of(log: &Path, event: &str, attempt: &str, by: Instant) -> Result<Value> {
     loop {
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        let found = text
-            .lines()
-            .filter(|l| l.contains("\"event\":\"dispatched\"") && l.contains(attempt))
-            .find_map(|l| {
-                let start = l.find('{')?;
-                serde_json::from_str::<Value>(&l[start..]).ok()
-            });
-        if let Some(line) = found {
+        if let Some(line) = events_of(log, event, attempt).into_iter().next() {
             return Ok(line);
         }
         if Instant::now() > by {
-            bail!("the consumer logged no dispatched line for {attempt}");
+            bail!("the consumer logged no {event} line for {attempt}");
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -461,4 +484,95 @@ pub async fn paths(
         out.push(cost);
     }
     Ok(out)
+}
+
+/// What the retention purge writes and reads per job it takes.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct PurgeCost {
+    pub jobs: u64,
+    pub rows_written_per_job: f64,
+    pub rows_read_per_job: f64,
+}
+
+/// The purge's own line: `jobs` first-try jobs (as owner `purge-<random>`) succeed, are
+/// made idle for 30 days behind the Worker's back (their `updated_at`, in the store
+/// under `persist`), and one reconciler pass (`POST /v1/_reconcile`) takes them; the
+/// rows come from the pass's `reconciled` lines (`purge`, apart from the sweeps'), over
+/// every place that purged.
+pub async fn purge(
+    base: &str,
+    secret: &str,
+    log: &Path,
+    persist: &Path,
+    jobs: usize,
+) -> Result<PurgeCost> {
+    let api = crate::client::Api {
+        base: base.to_owned(),
+        secret: secret.to_owned(),
+        http: reqwest::Client::new(),
+    };
+    let owner = crate::client::unique("purge");
+    let token = crate::auth::mint(secret, &owner, false, 600)?;
+    let mut ids = Vec::new();
+    for i in 0..jobs {
+        let body = serde_json::json!({"kind": "summarize",
+            "input": {"text": format!("One job of {owner} for the purge, number {i}.")}});
+        let created = crate::client::send(api.create(
+            &token,
+            Some(&crate::client::unique("purge-key")),
+            &body.to_string(),
+        ))
+        .await;
+        if created.status != 201 {
+            bail!(
+                "a purge job's create answered {}: {}",
+                created.status,
+                created.text
+            );
+        }
+        ids.push(created.json()["id"].as_str().unwrap_or_default().to_owned());
+    }
+    for id in &ids {
+        api.wait_job(&token, id, crate::client::status_is("succeeded"))
+            .await;
+        crate::db::execute_in(
+            persist,
+            "UPDATE jobs SET updated_at = '2000-01-01T00:00:00.000Z' WHERE id = ?1",
+            &[id],
+        );
+    }
+    let seen = events_of(log, "reconciled", "").len();
+    // The test-only pass now, on either store (a sharded store's cron does nothing).
+    let admin = crate::auth::mint(secret, "purge-admin", true, 600)?;
+    let pass =
+        crate::client::send(api.post_json(&admin, "/v1/_reconcile", &serde_json::json!({}))).await;
+    if pass.status != 200 {
+        bail!(
+            "POST /v1/_reconcile answered {}: {}",
+            pass.status,
+            pass.text
+        );
+    }
+    let by = Instant::now() + Duration::from_secs(20);
+    loop {
+        let lines: Vec<Value> = events_of(log, "reconciled", "")
+            .into_iter()
+            .skip(seen)
+            .filter(|l| l["purged"].as_u64().unwrap_or(0) > 0)
+            .collect();
+        let purged: u64 = lines.iter().filter_map(|l| l["purged"].as_u64()).sum();
+        if purged >= jobs as u64 {
+            let sum =
+                |k: &str| -> u64 { lines.iter().filter_map(|l| l["purge"][k].as_u64()).sum() };
+            return Ok(PurgeCost {
+                jobs: purged,
+                rows_written_per_job: sum("rows_written") as f64 / purged as f64,
+                rows_read_per_job: sum("rows_read") as f64 / purged as f64,
+            });
+        }
+        if Instant::now() > by {
+            bail!("the pass purged {purged} of the {jobs} idle jobs in 20 s");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

@@ -419,10 +419,26 @@ async fn a_late_result_after_cancel_is_dropped_and_logged() {
     let cancelled =
         send(api.post_json(&token, &format!("/v1/jobs/{job_id}/cancel"), &json!({}))).await;
     assert_eq!(cancelled.json()["status"], "cancelled");
+    // At least two watch reads failed before the answer comes.
+    let attempt_id = attempt(&job, 1)["id"].as_str().unwrap().to_owned();
+    let by = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while onceclick_tests::log::faults_fired("watch", &attempt_id) < 2 {
+        assert!(
+            std::time::Instant::now() < by,
+            "the watch's faults did not fire"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     mock.release(&format!("{marker}-g")).await;
     let events = api
         .wait_event(&token, &job_id, "late_result_discarded")
         .await;
+    // A watch that cannot read says so once per call, not once per tick.
+    let said = onceclick_tests::log::events("watch_failed")
+        .into_iter()
+        .filter(|l| l["attempt_id"] == attempt_id.as_str())
+        .count();
+    assert_eq!(said, 1, "watch_failed lines for {attempt_id}");
     let late = events
         .iter()
         .find(|e| e["type"] == "late_result_discarded")

@@ -39,6 +39,12 @@ async fn every_hot_path_makes_one_d1_round_trip() {
     // Every step writes: a count of 0 would be a place that reports none.
     let w = measured.rows_written;
     assert!(w.create > 0 && w.claim > 0 && w.complete > 0, "{w:?}");
+    // The mock's answer says what it billed (`usage`): the consumer reports it, for the
+    // bench's tokens per job.
+    let tokens = measured
+        .tokens
+        .unwrap_or_else(|| panic!("no call_tokens line for the probe's job"));
+    assert!(tokens.prompt > 0 && tokens.completion > 0, "{tokens:?}");
     assert_eq!(
         measured.round_trips,
         RoundTrips {

@@ -222,22 +222,7 @@ fn start(tools: &Tools, root: &Path, seed: Option<&Path>) -> Result<Servers> {
     };
     let unlimited = wrangler::unlimited_config(root)?;
     let dispatching = TestWorker::launch(tools, root, &launch(None, Some(&unlimited)))?;
-    let config = root.join("bench/baseline/wrangler.toml");
-    let port = wrangler::free_port()?;
-    let persist = root.join(format!("target/xtask/bench-baseline-{port}"));
-    let _ = std::fs::remove_dir_all(&persist);
-    wrangler::migrate_with(tools, Some(&config), &persist, true)?;
-    let baseline = Wrangler::start(
-        tools,
-        DevOptions {
-            port,
-            persist,
-            vars: Vec::new(),
-            log: Some(root.join(format!("target/xtask/bench-baseline-{port}.log"))),
-            config: Some(config),
-            log_level: Some("error"),
-        },
-    )?;
+    let baseline = start_baseline(tools, root)?;
 
     // One job to replay and to read. Nothing dispatches it, so its ETag holds.
     let token = onceclick_tests::auth::mint(&onceclick.secret, "bench", false, 3600)?;
@@ -258,6 +243,27 @@ fn start(tools: &Tools, root: &Path, seed: Option<&Path>) -> Result<Servers> {
         job_path: format!("/v1/jobs/{}", job.0),
         etag: job.1,
     })
+}
+
+/// The baseline Worker (`bench/baseline`) under `wrangler dev`, on a fresh persisted D1
+/// with its migration applied.
+pub(crate) fn start_baseline(tools: &Tools, root: &Path) -> Result<Wrangler> {
+    let config = root.join("bench/baseline/wrangler.toml");
+    let port = wrangler::free_port()?;
+    let persist = root.join(format!("target/xtask/bench-baseline-{port}"));
+    let _ = std::fs::remove_dir_all(&persist);
+    wrangler::migrate_with(tools, Some(&config), &persist, true)?;
+    Wrangler::start(
+        tools,
+        DevOptions {
+            port,
+            persist,
+            vars: Vec::new(),
+            log: Some(root.join(format!("target/xtask/bench-baseline-{port}.log"))),
+            config: Some(config),
+            log_level: Some("error"),
+        },
+    )
 }
 
 /// The root wrangler.toml without its queue consumer and cron, and with no rate limit
@@ -514,9 +520,17 @@ fn job_cost(tools: &Tools, root: &Path) -> Result<Value> {
             &mock,
             &worker.log,
         ))?;
+        let purge = runtime.block_on(onceclick_tests::probe::purge(
+            &worker.server.url,
+            &worker.secret,
+            &worker.log,
+            &worker.persist,
+            20,
+        ))?;
         let mut value = serde_json::to_value(probe)?;
         value["stops"] = serde_json::to_value(&stops)?;
         value["paths"] = serde_json::to_value(&paths)?;
+        value["purge"] = serde_json::to_value(purge)?;
         out.insert(name.to_owned(), value);
     }
     Ok(Value::Object(out))

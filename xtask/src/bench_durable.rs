@@ -1,17 +1,22 @@
 //! `cargo xtask bench --store durable`: one shard against one D1, side by side in one run.
 //!
-//! Three Workers under `wrangler dev --log-level error` on loopback, none with a queue
-//! consumer (the request path alone, as `cargo xtask bench` measures it): onceclick on
-//! D1, onceclick on one shard (`STORE=durable`, `SHARDS=1`), and onceclick on eight
-//! shards. Each takes the same four workloads (create with a fresh key, replay, a 304
-//! read, a page of the owner's jobs) from `cargo xtask load`, 16 connections; two rounds, the second in reverse
-//! order; ratios are taken inside a round. Beside each rate, the CPU time of the server's
-//! processes per request. The figures go to `bench/durable.json`; SCALING.md reads them.
+//! Workers under `wrangler dev --log-level error` on loopback: onceclick on D1, on one
+//! shard (`STORE=durable`, `SHARDS=1`) and on eight shards, none with a queue consumer
+//! (the request path alone, as `cargo xtask bench` measures it; a sharded create's alarm
+//! still hands its attempt to the queue, as a D1 create's `wait_until` still sends it).
+//! Each takes the same four workloads (create with a fresh key, replay, a 304 read, a
+//! page of the owner's jobs) from `cargo xtask load`, 16 connections. Beside them, the
+//! baseline Worker (`bench/baseline`) makes one bare insert in one of eight Durable
+//! Objects through the same Worker → object hop (`insert_object`), and onceclick on
+//! eight shards *with* its consumer takes the create again (`create_dispatched`: the
+//! dispatch running beside it). Two rounds, the second in reverse order; ratios are
+//! taken inside a round. Beside each rate, the CPU time of the server's processes per
+//! request. The figures go to `bench/durable.json`; SCALING.md reads them.
 
 use crate::load::{self, Outcome, Spec};
 use crate::test_worker::{Launch, StoreKind, TestWorker, TEST_TIMEOUT_MS};
 use crate::tools::{self, Tools};
-use crate::wrangler::{self, EDGE};
+use crate::wrangler::{self, Wrangler, BASELINE, EDGE};
 use anyhow::{bail, Result};
 use serde_json::{json, Value};
 
@@ -32,20 +37,52 @@ const STORES: [(&str, StoreKind, Option<u32>); 3] = [
 /// shard is asked for: its cost per shard is the eight shards' over the one's.
 const WORKLOADS: [&str; 4] = ["create", "replay", "read_304", "list"];
 
+/// The sharded create against the bare insert through the same hop, by rate and by
+/// requests per CPU second: at least this (issue 23).
+const CREATE_OVER_BARE: f64 = 0.7;
+
 struct Server {
     name: &'static str,
-    worker: TestWorker,
+    running: Running,
     token: String,
     job_path: String,
     etag: String,
+    workloads: &'static [&'static str],
+}
+
+/// What keeps a server of the run up: onceclick, or the bare baseline.
+enum Running {
+    Onceclick(TestWorker),
+    Bare(Wrangler),
+}
+
+impl Server {
+    fn wrangler(&self) -> &Wrangler {
+        match &self.running {
+            Running::Onceclick(worker) => &worker.server,
+            Running::Bare(wrangler) => wrangler,
+        }
+    }
 }
 
 pub(crate) fn run(tools: &Tools) -> Result<Value> {
     let root = tools.root.clone();
     wrangler::build(tools, &EDGE)?;
+    wrangler::build(tools, &BASELINE)?;
     let config = crate::bench::without_consumer(&root)?;
+    let dispatching = wrangler::unlimited_config(&root)?;
     let mut servers = Vec::new();
-    for (name, store, shards) in STORES {
+    let onceclick = STORES
+        .iter()
+        .map(|(name, store, shards)| (*name, *store, *shards, &config, &WORKLOADS[..]))
+        .chain([(
+            "eight_shards_dispatching",
+            StoreKind::Durable,
+            Some(8),
+            &dispatching,
+            &["create"][..],
+        )]);
+    for (name, store, shards, config, workloads) in onceclick {
         let how = Launch {
             store,
             extra_vars: shards
@@ -62,18 +99,28 @@ pub(crate) fn run(tools: &Tools) -> Result<Value> {
         let (job, etag) = crate::bench::one_job(&worker.server.url, &token)?;
         servers.push(Server {
             name,
-            worker,
+            running: Running::Onceclick(worker),
             token,
             job_path: format!("/v1/jobs/{job}"),
             etag,
+            workloads,
         });
     }
+    let baseline = crate::bench::start_baseline(tools, &root)?;
+    servers.push(Server {
+        name: "baseline",
+        running: Running::Bare(baseline),
+        token: String::new(),
+        job_path: String::new(),
+        etag: String::new(),
+        workloads: &["insert_object"],
+    });
 
     let mut rounds = Vec::new();
     for round in 0..ROUNDS {
         let mut order: Vec<(&Server, &str)> = servers
             .iter()
-            .flat_map(|s| WORKLOADS.iter().map(move |w| (s, *w)))
+            .flat_map(|s| s.workloads.iter().map(move |w| (s, *w)))
             .collect();
         if round % 2 == 1 {
             order.reverse();
@@ -81,7 +128,7 @@ pub(crate) fn run(tools: &Tools) -> Result<Value> {
         let mut outcomes = serde_json::Map::new();
         for (server, workload) in order {
             let spec = spec(server, workload, round);
-            let cpu_before = server.worker.server.cpu_time();
+            let cpu_before = server.wrangler().cpu_time();
             let mut outcome: Outcome = load::spawn(&spec)?;
             if outcome.requests == 0 || !outcome.unexpected.is_empty() {
                 bail!(
@@ -92,9 +139,9 @@ pub(crate) fn run(tools: &Tools) -> Result<Value> {
                     outcome.first_unexpected.as_deref().unwrap_or("")
                 );
             }
-            outcome.cpu_ms_per_request =
-                (server.worker.server.cpu_time() - cpu_before).as_secs_f64() * 1e3
-                    / outcome.issued.max(1) as f64;
+            outcome.cpu_ms_per_request = (server.wrangler().cpu_time() - cpu_before).as_secs_f64()
+                * 1e3
+                / outcome.issued.max(1) as f64;
             eprintln!(
                 "xtask: bench --store durable, round {round}, {} {workload}: {:.0} req/s, p50 {:.2} ms, p99 {:.2} ms, {:.2} ms CPU/request",
                 server.name, outcome.rate, outcome.p50_ms, outcome.p99_ms, outcome.cpu_ms_per_request
@@ -110,12 +157,15 @@ pub(crate) fn run(tools: &Tools) -> Result<Value> {
     // after every create of the run.
     let mut bytes_per_job = serde_json::Map::new();
     for server in &servers {
-        let jobs: i64 = onceclick_tests::db::open_in(&server.worker.persist).query_row(
+        let Running::Onceclick(worker) = &server.running else {
+            continue;
+        };
+        let jobs: i64 = onceclick_tests::db::open_in(&worker.persist).query_row(
             "SELECT count(*) FROM jobs",
             [],
             |r| r.get(0),
         )?;
-        let dir = server.worker.persist.join("v3").join(match server.name {
+        let dir = worker.persist.join("v3").join(match server.name {
             "d1" => "d1",
             _ => "do",
         });
@@ -146,8 +196,32 @@ pub(crate) fn run(tools: &Tools) -> Result<Value> {
             ratios.insert(format!("{name} / d1, {workload}"), json!(per_round));
         }
     }
+    // The sharded create against the bare insert through the same hop: by rate, and by
+    // requests per CPU second (the insert's CPU per request over the create's).
+    let mut against_bare = serde_json::Map::new();
+    for create in ["eight_shards.create", "eight_shards_dispatching.create"] {
+        let per_round: Vec<Value> = rounds
+            .iter()
+            .map(|r| {
+                let of = |w: &str, f: &str| r[w][f].as_f64();
+                let bare = "baseline.insert_object";
+                json!({
+                    "rate": of(create, "rate").zip(of(bare, "rate")).map(|(a, b)| a / b),
+                    "per_cpu": of(bare, "cpu_ms_per_request")
+                        .zip(of(create, "cpu_ms_per_request"))
+                        .map(|(a, b)| a / b),
+                })
+            })
+            .collect();
+        against_bare.insert(
+            format!("{create} / baseline.insert_object"),
+            json!(per_round),
+        );
+    }
     let results = json!({
         "date": crate::bench::today(),
+        "against_bare": against_bare,
+        "create_over_bare_target": CREATE_OVER_BARE,
         "connections": CONNECTIONS,
         "measured_ms": MEASURED_MS,
         "rounds": rounds,
@@ -157,21 +231,12 @@ pub(crate) fn run(tools: &Tools) -> Result<Value> {
     println!(
         "\nbench --store durable: one shard against one D1, and eight shards (ratios per round)"
     );
-    for (figure, per_round) in &ratios {
-        let text: Vec<String> = per_round
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|r| {
-                format!(
-                    "rate {:.2}, CPU/request {:.2}",
-                    r["rate"].as_f64().unwrap_or(f64::NAN),
-                    r["cpu_per_request"].as_f64().unwrap_or(f64::NAN)
-                )
-            })
-            .collect();
-        println!("  {figure}: {}", text.join(" | "));
-    }
+    print_rounds(&ratios, "", ("CPU/request", "cpu_per_request"));
+    print_rounds(
+        &against_bare,
+        &format!(" (target >= {CREATE_OVER_BARE})"),
+        ("per CPU second", "per_cpu"),
+    );
     for (name, storage) in results["storage"].as_object().into_iter().flatten() {
         println!(
             "  storage, {name}: {} jobs, {} bytes, {:.0} bytes per job",
@@ -186,6 +251,27 @@ pub(crate) fn run(tools: &Tools) -> Result<Value> {
     Ok(results)
 }
 
+/// One line per figure: its rate ratio and its CPU ratio (`cpu`: label and key), per
+/// round.
+fn print_rounds(figures: &serde_json::Map<String, Value>, note: &str, cpu: (&str, &str)) {
+    for (figure, per_round) in figures {
+        let text: Vec<String> = per_round
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|r| {
+                format!(
+                    "rate {:.2}, {} {:.2}",
+                    r["rate"].as_f64().unwrap_or(f64::NAN),
+                    cpu.0,
+                    r[cpu.1].as_f64().unwrap_or(f64::NAN)
+                )
+            })
+            .collect();
+        println!("  {figure}{note}: {}", text.join(" | "));
+    }
+}
+
 fn spec(server: &Server, workload: &str, round: usize) -> Spec {
     let nonce = tools::random_secret().unwrap_or_default();
     let auth = (
@@ -194,8 +280,7 @@ fn spec(server: &Server, workload: &str, round: usize) -> Spec {
     );
     let create = Spec {
         addr: server
-            .worker
-            .server
+            .wrangler()
             .url
             .trim_start_matches("http://")
             .to_owned(),
@@ -224,6 +309,11 @@ fn spec(server: &Server, workload: &str, round: usize) -> Spec {
             body: String::new(),
             fresh_key: None,
             expect: 304,
+            ..create
+        },
+        "insert_object" => Spec {
+            path: "/insert-object".into(),
+            headers: Vec::new(),
             ..create
         },
         "list" => Spec {

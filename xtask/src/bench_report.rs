@@ -42,6 +42,143 @@ fn trips(counts: &serde_json::Map<String, Value>) -> String {
 /// 2026-12-01: rows written, rows read.
 const PRICE_PER_MILLION_ROWS: (f64, f64) = (1.00, 0.001);
 
+/// Workers Paid prices beyond the included amounts, read 2026-12-01 on
+/// developers.cloudflare.com (Workers, Queues and Durable Objects pricing): $ per
+/// million requests, per million CPU ms, per million queue operations (a message is
+/// three: written, read, deleted), per million object requests (alarm invocations
+/// included), per million GB-s of object duration.
+const PRICES: [(&str, f64); 5] = [
+    ("requests", 0.30),
+    ("cpu_ms", 0.02),
+    ("queue_operations", 0.40),
+    ("object_requests", 0.15),
+    ("object_gb_s", 12.50),
+];
+
+fn price(name: &str) -> f64 {
+    PRICES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map_or(f64::NAN, |(_, p)| *p)
+}
+
+/// "Price per million jobs": every line a first-try job is billed for, per store, from
+/// the same run's figures (rows and round trips from `job_cost`, CPU from the end-to-end
+/// run), and beside them the provider's tokens.
+fn price_table(md: &mut String, r: &Value) {
+    let cost = &r["job_cost"];
+    if cost.is_null() {
+        return;
+    }
+    let cpu = f(&r["end_to_end"]["cpu_ms_per_job"]);
+    let _ = writeln!(
+        md,
+        "## Price per million jobs
+
+A job that succeeds on its first attempt, line by line, at Workers Paid prices beyond the included amounts (read 2026-12-01: ${} per million requests, ${} per million CPU ms, ${} per million queue operations, ${} per million Durable Object requests, ${} per million GB-s of object duration; rows as above). Counts are this run's: rows and round trips measured per step; CPU measured over the end-to-end run on D1 (wrangler's own CPU included: an upper bound). A consumer invocation is counted as one request per job, though a batch of messages shares one.
+
+| line | D1: per job | D1: $ per million jobs | a shard: per job | a shard: $ per million jobs |
+|---|---|---|---|---|",
+        price("requests"),
+        price("cpu_ms"),
+        price("queue_operations"),
+        price("object_requests"),
+        price("object_gb_s"),
+    );
+    let rows = |name: &str, k: &str| {
+        let p = &cost[name][k];
+        f(&p["create"]) + f(&p["claim"]) + f(&p["complete"])
+    };
+    let trips = |name: &str| {
+        let t = &cost[name]["round_trips"];
+        f(&t["create"]) + f(&t["claim"]) + f(&t["complete"])
+    };
+    // A shard's requests: the create's, the claim's and the completion's batches, and
+    // the alarm that hands the create on (one per create at most: creates that come
+    // together share one).
+    let object_requests = trips("durable") + 1.0;
+    let lines: [(&str, f64, f64, f64); 6] = [
+        (
+            "Worker requests (the create; the consumer)",
+            2.0,
+            2.0,
+            price("requests"),
+        ),
+        ("Worker CPU ms", cpu, f64::NAN, price("cpu_ms")),
+        (
+            "rows written",
+            rows("d1", "rows_written"),
+            rows("durable", "rows_written"),
+            PRICE_PER_MILLION_ROWS.0,
+        ),
+        (
+            "rows read",
+            rows("d1", "rows_read"),
+            rows("durable", "rows_read"),
+            PRICE_PER_MILLION_ROWS.1,
+        ),
+        (
+            "queue operations (one message)",
+            3.0,
+            3.0,
+            price("queue_operations"),
+        ),
+        (
+            "Durable Object requests (create, hand-off alarm, claim, completion)",
+            0.0,
+            object_requests,
+            price("object_requests"),
+        ),
+    ];
+    let mut totals = (0.0, 0.0);
+    let cell = |n: f64, digits: usize| {
+        if n.is_nan() {
+            "not measured".to_owned()
+        } else {
+            format!("{n:.digits$}")
+        }
+    };
+    for (line, d1, shard, unit) in lines {
+        let (a, b) = (d1 * unit, shard * unit);
+        if !a.is_nan() {
+            totals.0 += a;
+        }
+        if !b.is_nan() {
+            totals.1 += b;
+        }
+        let _ = writeln!(
+            md,
+            "| {line} | {} | {} | {} | {} |",
+            cell(d1, if d1.fract() == 0.0 { 0 } else { 1 }),
+            cell(a, 2),
+            cell(shard, if shard.fract() == 0.0 { 0 } else { 1 }),
+            cell(b, 2)
+        );
+    }
+    let _ = writeln!(
+        md,
+        "| **Cloudflare, per million jobs** | | **{:.2}** | | **{:.2}** (CPU not counted) |",
+        totals.0, totals.1
+    );
+    let tokens = |name: &str| {
+        let t = &cost[name]["tokens"];
+        (f(&t["prompt"]), f(&t["completion"]))
+    };
+    let (prompt, completion) = tokens("d1");
+    let _ = writeln!(
+        md,
+        "
+Object duration: the shards hold no provider call (shape (b), ARCHITECTURE.md, \"The job's home\"), so a shard is active only for its requests, milliseconds each (not metered here). Shape (a), an object per job holding its call, would pay the call's wall-clock time at 128 MB: {:.2} GB-s for a 10 s call (${:.2} per million jobs) and {:.2} GB-s for a 60 s call (${:.2}).
+
+The provider's tokens per job, from its answer's `usage` (the consumer's `call_tokens` line): {prompt:.0} prompt and {completion:.0} completion tokens here, where the mock estimates a token per four characters. With a real provider these are its own counts, billed at its own rates to whoever holds the key: for most jobs the larger cost, and the user's, not ours.
+",
+        10.0 * 0.125,
+        10.0 * 0.125 * price("object_gb_s"),
+        60.0 * 0.125,
+        60.0 * 0.125 * price("object_gb_s"),
+    );
+}
+
 /// "Rows per job": what one job that succeeds at once costs the store, per step and
 /// store, from `bench.rs`'s `job_cost`.
 fn job_cost(md: &mut String, cost: &Value) {
@@ -90,9 +227,14 @@ fn job_cost(md: &mut String, cost: &Value) {
         let trips = f(&t["create"]) + f(&t["claim"]) + f(&t["complete"]);
         let _ = writeln!(
             md,
-            "{}Subrequests of a first-try job on {}: {trips:.0} {place} (the create's, the claim's, the completion's: one round trip each, measured), one queue send (the create's dispatch) and one provider call (the claim's).",
+            "{}Subrequests of a first-try job on {}: {trips:.0} {place} (the create's, the claim's, the completion's: one round trip each, measured), one queue send ({}) and one provider call (the claim's).",
             if name == "d1" { "\n" } else { "" },
-            if name == "d1" { "D1" } else { "a shard" }
+            if name == "d1" { "D1" } else { "a shard" },
+            if name == "d1" {
+                "the create's dispatch, after its answer"
+            } else {
+                "the create's dispatch, by the shard's alarm: one more object request"
+            }
         );
     }
     let _ = writeln!(
@@ -111,6 +253,23 @@ fn job_cost(md: &mut String, cost: &Value) {
                 w * PRICE_PER_MILLION_ROWS.0 + r * PRICE_PER_MILLION_ROWS.1
             );
         }
+    }
+    let _ = writeln!(
+        md,
+        "\nThe retention purge, its own line (`tests/src/probe.rs`, `purge`): 20 first-try jobs made idle for 30 days, then one reconciler pass; the rows of its purge statements (the `reconciled` line's `purge`, apart from the sweeps'), per job taken.\n\n| store | jobs purged | rows written per job | rows read per job | rows, $ per million jobs |\n|---|---|---|---|---|"
+    );
+    for (name, what) in [("d1", "D1"), ("durable", "the shards")] {
+        let p = &cost[name]["purge"];
+        if p.is_null() {
+            continue;
+        }
+        let (w, r) = (f(&p["rows_written_per_job"]), f(&p["rows_read_per_job"]));
+        let _ = writeln!(
+            md,
+            "| {what} | {:.0} | {w:.1} | {r:.1} | {:.2} |",
+            f(&p["jobs"]),
+            w * PRICE_PER_MILLION_ROWS.0 + r * PRICE_PER_MILLION_ROWS.1
+        );
     }
     let _ = writeln!(
         md,
@@ -234,6 +393,7 @@ pub(crate) fn render(r: &Value) -> String {
     );
 
     job_cost(&mut md, &r["job_cost"]);
+    price_table(&mut md, r);
 
     let s = &r["sizes"];
     let _ = writeln!(
