@@ -53,7 +53,7 @@ pub fn events(event: &str) -> Vec<serde_json::Value> {
         .lines()
         .filter(|line| line.contains(&marker))
         // An error line is coloured: escapes before and after its JSON.
-        .filter_map(|line| serde_json::from_str(&line[line.find('{')?..=line.rfind('}')?]).ok())
+        .filter_map(|line| serde_json::from_str(line.get(line.find('{')?..=line.rfind('}')?)?).ok())
         .filter(|v: &serde_json::Value| v["event"] == event)
         .collect()
 }

@@ -209,7 +209,7 @@ fn events_of(log: &Path, event: &str, attempt: &str) -> Vec<Value> {
         .unwrap_or_default()
         .lines()
         .filter(|l| l.contains(&marker) && l.contains(attempt))
-        .filter_map(|l| serde_json::from_str::<Value>(&l[l.find('{')?..=l.rfind('}')?]).ok())
+        .filter_map(|l| serde_json::from_str::<Value>(l.get(l.find('{')?..=l.rfind('}')?)?).ok())
         .collect()
 }
 
@@ -335,12 +335,7 @@ async fn dispatched_sum(
     by: Instant,
 ) -> Result<[u64; 4]> {
     loop {
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        let lines: Vec<Value> = text
-            .lines()
-            .filter(|l| l.contains("\"event\":\"dispatched\"") && l.contains(job_id))
-            .filter_map(|l| serde_json::from_str::<Value>(&l[l.find('{')?..]).ok())
-            .collect();
+        let lines = events_of(log, "dispatched", job_id);
         if lines.len() >= deliveries {
             let mut sum = [0u64; 4];
             for line in &lines {

@@ -388,7 +388,7 @@ fn spec(servers: &Servers, plan: &Plan, name: &str, round: usize) -> Option<Spec
 }
 
 /// Waits until no job of `worker` is queued or running (at most a minute).
-fn drain(worker: &TestWorker) -> Result<()> {
+pub(crate) fn drain(worker: &TestWorker) -> Result<()> {
     let db = onceclick_tests::db::open_in(&worker.persist);
     let by = Instant::now() + Duration::from_secs(60);
     loop {

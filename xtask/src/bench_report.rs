@@ -75,7 +75,7 @@ fn price_table(md: &mut String, r: &Value) {
         md,
         "## Price per million jobs
 
-A job that succeeds on its first attempt, line by line, at Workers Paid prices beyond the included amounts (read 2026-12-01: ${} per million requests, ${} per million CPU ms, ${} per million queue operations, ${} per million Durable Object requests, ${} per million GB-s of object duration; rows as above). Counts are this run's: rows and round trips measured per step; CPU measured over the end-to-end run on D1 (wrangler's own CPU included: an upper bound). A consumer invocation is counted as one request per job, though a batch of messages shares one.
+A job that succeeds on its first attempt, line by line, at Workers Paid prices beyond the included amounts (read 2026-12-01: ${} per million requests, ${} per million CPU ms, ${} per million queue operations, ${} per million Durable Object requests, ${} per million GB-s of object duration; rows as above). Counts are this run's: rows and round trips measured per step; CPU measured over the end-to-end run on D1 (wrangler's own CPU included: an upper bound). A consumer invocation is counted as one request per job, though a batch of messages shares one. The mock answers at once, so no watch read is counted: a call that takes N seconds adds one per `CANCEL_POLL_MS` (1 s deployed; two rows by primary key each, and on a shard one more object request each: ARCHITECTURE.md, \"The job's home\").
 
 | line | D1: per job | D1: $ per million jobs | a shard: per job | a shard: $ per million jobs |
 |---|---|---|---|---|",
