@@ -270,16 +270,9 @@ pub async fn stop(
     let http = reqwest::Client::new();
     let body = serde_json::json!({"kind": "summarize",
                                   "input": {"text": crate::client::marked_text(&marker)}});
-    let created = http
-        .post(format!("{base}/v1/jobs"))
-        .bearer_auth(&token)
-        .header("Idempotency-Key", crate::client::unique("key"))
-        .json(&body)
-        .send()
-        .await?;
-    if created.status().as_u16() != 201 {
-        bail!("create answered {}", created.status());
-    }
+    let created = create_fresh(&http, base, &token, &body)
+        .await
+        .context("the stop's job")?;
     let job: Value = created.json().await?;
     let id = job["id"].as_str().context("the job has no id")?.to_owned();
     mock.wait_calls(&marker, 1).await;
@@ -357,6 +350,26 @@ async fn dispatched_sum(
     }
 }
 
+/// `POST /v1/jobs` with `body` under a fresh key: its answer, which must be a `201`.
+async fn create_fresh(
+    http: &reqwest::Client,
+    base: &str,
+    token: &str,
+    body: &Value,
+) -> Result<reqwest::Response> {
+    let created = http
+        .post(format!("{base}/v1/jobs"))
+        .bearer_auth(token)
+        .header("Idempotency-Key", crate::client::unique("key"))
+        .json(body)
+        .send()
+        .await?;
+    if created.status().as_u16() != 201 {
+        bail!("create answered {}", created.status());
+    }
+    Ok(created)
+}
+
 /// The store figures of a `Server-Timing` value: round trips, rows written, rows read.
 fn timing_sum(r: &reqwest::Response) -> [u64; 3] {
     let value = r
@@ -420,17 +433,9 @@ pub async fn paths(
         mock.script("fallback", &marker, fallback).await;
         let body = serde_json::json!({"kind": kind,
                                       "input": {"text": crate::client::marked_text(&marker)}});
-        let created = api
-            .http
-            .post(format!("{base}/v1/jobs"))
-            .bearer_auth(&token)
-            .header("Idempotency-Key", crate::client::unique("key"))
-            .json(&body)
-            .send()
-            .await?;
-        if created.status().as_u16() != 201 {
-            bail!("{path}: create answered {}", created.status());
-        }
+        let created = create_fresh(&api.http, base, &token, &body)
+            .await
+            .with_context(|| format!("{path}: its job"))?;
         let [trips, written, read] = timing_sum(&created);
         let job: Value = created.json().await?;
         let id = job["id"].as_str().context("the job has no id")?.to_owned();

@@ -42,6 +42,11 @@ fn trips(counts: &serde_json::Map<String, Value>) -> String {
 /// 2026-12-01: rows written, rows read.
 const PRICE_PER_MILLION_ROWS: (f64, f64) = (1.00, 0.001);
 
+/// $ per million jobs for `written` and `read` rows per job.
+fn rows_price(written: f64, read: f64) -> f64 {
+    written * PRICE_PER_MILLION_ROWS.0 + read * PRICE_PER_MILLION_ROWS.1
+}
+
 /// Workers Paid prices beyond the included amounts, read 2026-12-01 on
 /// developers.cloudflare.com (Workers, Queues and Durable Objects pricing): $ per
 /// million requests, per million CPU ms, per million queue operations (a message is
@@ -213,7 +218,7 @@ fn job_cost(md: &mut String, cost: &Value) {
         let _ = writeln!(
             md,
             "| {what} | {written} | **{w:.0}** | {read} | {r:.0} | {:.2} |",
-            w * PRICE_PER_MILLION_ROWS.0 + r * PRICE_PER_MILLION_ROWS.1
+            rows_price(w, r)
         );
     }
     for (name, place) in [
@@ -250,7 +255,7 @@ fn job_cost(md: &mut String, cost: &Value) {
                 p["path"].as_str().unwrap_or_default(),
                 f(&p["round_trips"]),
                 f(&p["watch_reads"]),
-                w * PRICE_PER_MILLION_ROWS.0 + r * PRICE_PER_MILLION_ROWS.1
+                rows_price(w, r)
             );
         }
     }
@@ -268,7 +273,7 @@ fn job_cost(md: &mut String, cost: &Value) {
             md,
             "| {what} | {:.0} | {w:.1} | {r:.1} | {:.2} |",
             f(&p["jobs"]),
-            w * PRICE_PER_MILLION_ROWS.0 + r * PRICE_PER_MILLION_ROWS.1
+            rows_price(w, r)
         );
     }
     let _ = writeln!(
