@@ -22,7 +22,9 @@ pub(crate) async fn handle(mut req: Request, env: &Env, worker: &worker::Context
         Err(why) => return AppError::new(ErrorCode::InvalidJson, why).into_response(),
     };
     let store = match Store::from_env(env) {
-        Ok(store) => store.with_faults(faults, &req.path()),
+        Ok(store) => store
+            .with_faults(faults, &req.path())
+            .with_live(crate::live::notifier(env)),
         Err(e) => return e.into_response(),
     };
     let host = crate::host::WorkerHost {
@@ -74,7 +76,7 @@ fn preflight() -> Response {
     let _ = headers.set("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
     let _ = headers.set(
         "Access-Control-Allow-Headers",
-        "Authorization, Content-Type, Idempotency-Key, If-Match, If-None-Match",
+        "Authorization, Content-Type, Idempotency-Key, If-Match, If-None-Match, Last-Event-ID",
     );
     let _ = headers.set("Access-Control-Max-Age", "600");
     Response::empty()
@@ -121,6 +123,13 @@ async fn route(req: &mut Request, ctx: &Ctx<'_>) -> ApiResult<Response> {
             allow(&method, &[Method::Get])?;
             let caller = caller(req, ctx).await?;
             jobs::get(req, ctx, &caller, id).await
+        }
+        ["v1", "jobs", id, "stream"] => {
+            allow(&method, &[Method::Get])?;
+            let caller = caller(req, ctx).await?;
+            // A stream holds a connection and a hub's place: it counts like a create.
+            limits::check(ctx, &caller.owner).await?;
+            crate::stream::job(req, ctx, &caller, id).await
         }
         ["v1", "jobs", id, "events"] => {
             allow(&method, &[Method::Get])?;

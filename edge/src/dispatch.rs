@@ -99,7 +99,9 @@ pub(crate) async fn consume(batch: MessageBatch<Dispatch>, env: &Env) {
             .and_then(|spec| fault::parse(spec).ok())
             .unwrap_or_default();
         let store = match Store::from_env(env) {
-            Ok(store) => store.with_faults(faults, &dispatch.attempt_id),
+            Ok(store) => store
+                .with_faults(faults, &dispatch.attempt_id)
+                .with_live(crate::live::notifier(env)),
             Err(e) => {
                 crate::log::error(
                     json!({"event": "dispatch_no_store", "cause": e.cause_or_detail()}),
@@ -363,11 +365,10 @@ async fn call_and_record(host: &dyn Host, store: &Store, p: &Prepared<'_>) -> Ap
                                 "prompt_tokens": tokens.prompt,
                                 "completion_tokens": tokens.completion}));
     }
-    let retryable = matches!(&outcome, CallOutcome::Failed(e) if e.retryable);
-    if record(host, store, p.attempt, outcome).await? && retryable {
-        fail_over(host, store, p).await?;
+    match outcome {
+        CallOutcome::Failed(error) if error.retryable => fail(host, store, p, &error).await,
+        outcome => record(host, store, p.attempt, outcome).await.map(drop),
     }
-    Ok(())
 }
 
 /// The call's outcome; or, if its attempt is cancelled or its job won by another attempt
@@ -545,43 +546,88 @@ async fn start_hedge(
     }
 }
 
-/// After a retryable failure, the kind's `auto_failover` tries the next certified
-/// provider, up to its `max_attempts`. Never after `unknown`: the caller only comes
-/// here for a recorded `failed`.
-async fn fail_over(host: &dyn Host, store: &Store, failed: &Prepared<'_>) -> ApiResult<()> {
-    let Some(policy) = &failed.kind.decl().auto_failover else {
-        return Ok(());
-    };
+/// A retryable failure: the move to `failed` and, when the kind has `auto_failover`
+/// and a next certified provider exists, the failover's insert in the same batch
+/// (`Store::fail_and_fail_over`), so the job never shows `failed` with nothing live
+/// between the two; up to the policy's `max_attempts`.
+async fn fail(
+    host: &dyn Host,
+    store: &Store,
+    failed: &Prepared<'_>,
+    error: &AttemptError,
+) -> ApiResult<()> {
     let attempt = failed.attempt;
-    let Some(next) = next_certified(store, failed).await? else {
-        return log_skipped(store, attempt, "auto_failover", &no_next_provider(failed)).await;
+    let from = &[AttemptState::Running, AttemptState::Unknown];
+    let policy = failed.kind.decl().auto_failover.as_ref();
+    let next = match policy {
+        Some(_) => next_certified(store, failed).await?,
+        None => None,
+    };
+    let (Some(policy), Some(next)) = (policy, next) else {
+        if !record_move(host, store, attempt, from, AttemptState::Failed, error).await? {
+            log_discarded(attempt, AttemptState::Failed, error);
+        } else if policy.is_some() {
+            log_skipped(store, attempt, "auto_failover", &no_next_provider(failed)).await?;
+        }
+        return Ok(());
     };
     let new_id = store.new_attempt_id(&attempt.job_id);
     let digest = providers::digest(&failed.configured, &next);
-    let inserted = store
-        .insert_failover(
-            &NextAttempt {
-                new_id: &new_id,
-                job_id: &attempt.job_id,
-                provider: &next,
-                contract_version: failed.kind.contract_version(),
-                provider_digest: &digest,
-                request: None,
-            },
-            &attempt.id,
-            policy.max_attempts,
-        )
-        .await?;
-    if inserted {
+    let failover = NextAttempt {
+        new_id: &new_id,
+        job_id: &attempt.job_id,
+        provider: &next,
+        contract_version: failed.kind.contract_version(),
+        provider_digest: &digest,
+        request: None,
+    };
+    let mut failed_before = false;
+    let (moved, exists, first) = persist(host, || {
+        let first = !failed_before;
+        failed_before = true;
+        let failover = &failover;
+        async move {
+            store
+                .fail_and_fail_over(&attempt.id, from, error, failover, policy.max_attempts)
+                .await
+                .map(|(moved, exists)| (moved, exists, first))
+        }
+    })
+    .await?;
+    let recorded =
+        moved || exists || (!first && is_now(host, store, attempt, AttemptState::Failed).await?);
+    if !recorded {
+        log_discarded(attempt, AttemptState::Failed, error);
+    } else if exists {
         enqueue(host, &new_id, None).await;
-        Ok(())
     } else {
         let reason = format!(
             "the job has ended, has an attempt in flight or unknown, or has {} attempts already",
             policy.max_attempts
         );
-        log_skipped(store, attempt, "auto_failover", &reason).await
+        log_skipped(store, attempt, "auto_failover", &reason).await?;
     }
+    Ok(())
+}
+
+/// A definite outcome that came for an attempt that had already left the states it
+/// could record from (cancelled, say).
+fn log_discarded(attempt: &ClaimedAttempt, to: AttemptState, error: &AttemptError) {
+    crate::log::info(
+        json!({"event": "late_result_discarded", "job_id": attempt.job_id,
+               "attempt_id": attempt.id, "outcome": to, "error": error}),
+    );
+}
+
+/// Whether the attempt is in `to` now (after a try whose reply was lost).
+async fn is_now(
+    host: &dyn Host,
+    store: &Store,
+    attempt: &ClaimedAttempt,
+    to: AttemptState,
+) -> ApiResult<bool> {
+    let now = persist(host, || store.attempt_job(&attempt.id)).await?;
+    Ok(now.is_some_and(|(_, state)| state == to))
 }
 
 /// Writes an attempt's outcome: a result goes through the compare-and-swap; a failure
@@ -617,10 +663,7 @@ async fn record(
     };
     let recorded = record_move(host, store, attempt, from, to, &error).await?;
     if !recorded {
-        crate::log::info(
-            json!({"event": "late_result_discarded", "job_id": attempt.job_id,
-                   "attempt_id": attempt.id, "outcome": to, "error": error}),
-        );
+        log_discarded(attempt, to, &error);
     }
     Ok(recorded)
 }
@@ -651,10 +694,7 @@ async fn record_move(
     match moved {
         (true, _) => Ok(true),
         (false, true) => Ok(false),
-        (false, false) => {
-            let now = persist(host, || store.attempt_job(&attempt.id)).await?;
-            Ok(now.is_some_and(|(_, state)| state == to))
-        }
+        (false, false) => is_now(host, store, attempt, to).await,
     }
 }
 

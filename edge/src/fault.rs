@@ -71,6 +71,7 @@ pub(crate) const OPS: &[&str] = &[
     "job_by_key",
     "log_event",
     "move_attempt",
+    "notify",
     "ping",
     "purge",
     "reconcile",

@@ -78,6 +78,19 @@ pub trait Host {
     fn count_call(&self, event: &str, kind: &str, provider: &str, ms: f64);
 }
 
+/// Where a moved job's document goes: the job's live streams (`live.rs`). The store
+/// calls it after each move it commits, with the document its batch read back.
+pub(crate) trait Notify {
+    /// Tells the streams of `job_id` that the job is now at change `seq`, with `doc`
+    /// as `GET /v1/jobs/{id}` would answer it. The error's text if it was not sent.
+    fn notify<'a>(
+        &'a self,
+        job_id: &'a str,
+        seq: u64,
+        doc: &'a str,
+    ) -> LocalBoxFuture<'a, Result<(), String>>;
+}
+
 /// The Worker's shell: workers-rs bindings of one request (or one queue batch, cron
 /// run or alarm, which have no response to wait for).
 pub(crate) struct WorkerHost<'a> {

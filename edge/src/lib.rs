@@ -24,6 +24,7 @@ mod jwks;
 mod kinds;
 mod limits;
 mod lists;
+mod live;
 mod log;
 mod moving;
 mod mutant;
@@ -34,6 +35,7 @@ mod shard;
 pub mod sim;
 mod stats;
 mod store;
+mod stream;
 
 use serde_json::json;
 use worker::{

@@ -27,6 +27,9 @@ pub enum ErrorCode {
     /// A query parameter of a list is unknown, repeated or out of range, or its cursor
     /// is not one the API gave.
     InvalidQuery,
+    /// A `Last-Event-ID` (or a multi-job stream's position) that is not a position of
+    /// a job's stream.
+    InvalidLastEventId,
     /// The job kind is not one this deployment declares.
     UnknownKind,
     /// The input fails the kind's input schema.
@@ -53,6 +56,8 @@ pub enum ErrorCode {
     /// The owner sent more creates, attempts and lists than the per-owner limit allows; nothing
     /// was written. Send the same request again after `Retry-After` seconds.
     RateLimited,
+    /// The job has as many live streams open as one job may; retry later.
+    TooManySubscribers,
     /// A dependency (D1, the queue) did not answer. Generally transient; retry with backoff.
     ServiceUnavailable,
     /// A bug on our side. Nothing the client sent causes this.
@@ -71,6 +76,7 @@ impl ErrorCode {
         Self::PayloadTooLarge,
         Self::InvalidJson,
         Self::InvalidQuery,
+        Self::InvalidLastEventId,
         Self::UnknownKind,
         Self::InvalidInput,
         Self::UnknownProvider,
@@ -83,6 +89,7 @@ impl ErrorCode {
         Self::PreconditionFailed,
         Self::ContractViolation,
         Self::RateLimited,
+        Self::TooManySubscribers,
         Self::ServiceUnavailable,
         Self::Internal,
     ];
@@ -99,6 +106,7 @@ impl ErrorCode {
             Self::PayloadTooLarge => "payload_too_large",
             Self::InvalidJson => "invalid_json",
             Self::InvalidQuery => "invalid_query",
+            Self::InvalidLastEventId => "invalid_last_event_id",
             Self::UnknownKind => "unknown_kind",
             Self::InvalidInput => "invalid_input",
             Self::UnknownProvider => "unknown_provider",
@@ -111,6 +119,7 @@ impl ErrorCode {
             Self::PreconditionFailed => "precondition_failed",
             Self::ContractViolation => "contract_violation",
             Self::RateLimited => "rate_limited",
+            Self::TooManySubscribers => "too_many_subscribers",
             Self::ServiceUnavailable => "service_unavailable",
             Self::Internal => "internal",
         }
@@ -131,7 +140,8 @@ impl ErrorCode {
             Self::IdempotencyKeyMissing
             | Self::IdempotencyKeyInvalid
             | Self::InvalidJson
-            | Self::InvalidQuery => 400,
+            | Self::InvalidQuery
+            | Self::InvalidLastEventId => 400,
             Self::PayloadTooLarge => 413,
             Self::UnknownKind
             | Self::InvalidInput
@@ -144,7 +154,7 @@ impl ErrorCode {
             | Self::JobFinished
             | Self::AttemptNotUnknown => 409,
             Self::PreconditionFailed => 412,
-            Self::RateLimited => 429,
+            Self::RateLimited | Self::TooManySubscribers => 429,
             Self::ServiceUnavailable => 503,
             Self::Internal => 500,
         }
@@ -154,7 +164,10 @@ impl ErrorCode {
     pub fn retryable(self) -> bool {
         matches!(
             self,
-            Self::AttemptInFlight | Self::RateLimited | Self::ServiceUnavailable
+            Self::AttemptInFlight
+                | Self::RateLimited
+                | Self::TooManySubscribers
+                | Self::ServiceUnavailable
         )
     }
 
@@ -170,6 +183,7 @@ impl ErrorCode {
             Self::PayloadTooLarge => "Request body is too large",
             Self::InvalidJson => "Request body is not valid I-JSON",
             Self::InvalidQuery => "A query parameter is not valid",
+            Self::InvalidLastEventId => "Last-Event-ID is not a position of this stream",
             Self::UnknownKind => "Unknown job kind",
             Self::InvalidInput => "Input does not match the kind's input schema",
             Self::UnknownProvider => "Unknown provider",
@@ -182,6 +196,7 @@ impl ErrorCode {
             Self::PreconditionFailed => "The job changed since the given ETag",
             Self::ContractViolation => "Output breaks the kind's contract",
             Self::RateLimited => "Too many requests from this owner",
+            Self::TooManySubscribers => "Too many live streams on this job",
             Self::ServiceUnavailable => "Service temporarily unavailable",
             Self::Internal => "Internal error",
         }
@@ -259,6 +274,7 @@ mod tests {
             [
                 &ErrorCode::AttemptInFlight,
                 &ErrorCode::RateLimited,
+                &ErrorCode::TooManySubscribers,
                 &ErrorCode::ServiceUnavailable
             ]
         );

@@ -13,6 +13,7 @@ mod fingerprint;
 pub mod ijson;
 pub mod jcs;
 mod key;
+pub mod live;
 pub mod moving;
 pub mod shard;
 mod state;

@@ -12,3 +12,4 @@ pub mod mock;
 pub mod probe;
 pub mod proxy;
 pub mod report;
+pub mod sse;

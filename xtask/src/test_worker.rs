@@ -213,6 +213,10 @@ impl TestWorker {
                 ("PURGE_CHUNK".into(), "2".into()),
                 // A `store_call` line per store call, for the suites that count them.
                 ("LOG_STORE_CALLS".into(), "true".into()),
+                // A live stream's lost notification is late by a second, not five.
+                ("LIVE_REREAD_MS".into(), "1000".into()),
+                // Few streams per job, so the limit's test opens few.
+                ("LIVE_MAX_SUBSCRIBERS".into(), "8".into()),
             ]);
             // Tokens from a local identity provider, besides the HS256 secret: its claims
             // are named otherwise than the defaults, so the configuration is exercised.

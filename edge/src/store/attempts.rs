@@ -298,13 +298,56 @@ impl Store {
         to: AttemptState,
         error: Option<&AttemptError>,
     ) -> ApiResult<bool> {
+        let stmt = self.move_stmt(attempt_id, from, to, error)?;
+        self.changed_one("move_attempt", Route::Id(attempt_id), stmt)
+            .await
+    }
+
+    /// A retryable failure and the automatic failover after it, in one batch: the
+    /// move `running | unknown → failed` of `attempt_id`, then the insert of `next`
+    /// (guarded as [`Store::insert_failover`]), then whether `next` exists. So the job
+    /// is never seen `failed` with nothing live between the two: a live stream would
+    /// end there. Returns (moved, the failover exists). Safe to send again with the
+    /// same `next.new_id`: a try whose reply was lost is found by the last read.
+    pub(crate) async fn fail_and_fail_over(
+        &self,
+        attempt_id: &str,
+        from: &[AttemptState],
+        error: &AttemptError,
+        next: &NextAttempt<'_>,
+        max_attempts: u32,
+    ) -> ApiResult<(bool, bool)> {
+        let moved = self.move_stmt(attempt_id, from, AttemptState::Failed, Some(error))?;
+        let guard = Guard::Failover {
+            failed_id: attempt_id,
+            max_attempts,
+        };
+        let insert = self.next_attempt(next, &guard)?;
+        let exists = self.stmt(sql::ATTEMPT_JOB, &[js(next.new_id)])?;
+        let [moved, _, exists] = self
+            .batch(
+                "insert_failover",
+                Route::Id(attempt_id),
+                [moved, insert, exists],
+            )
+            .await?;
+        Ok((changes(&moved)? == 1, changes(&exists)? == 1))
+    }
+
+    fn move_stmt(
+        &self,
+        attempt_id: &str,
+        from: &[AttemptState],
+        to: AttemptState,
+        error: Option<&AttemptError>,
+    ) -> ApiResult<Stmt> {
         debug_assert!(
             from.iter().all(|f| f.can_move_to(to)),
             "{from:?} -> {to:?} is not a move"
         );
         let error = error.map(json_text).transpose()?;
         let from = json_text(&from.iter().map(|s| s.as_str()).collect::<Vec<_>>())?;
-        let stmt = self.stmt(
+        self.stmt(
             sql::MOVE_ATTEMPT,
             &[
                 js(attempt_id),
@@ -312,9 +355,7 @@ impl Store {
                 js(to.as_str()),
                 js_opt(error.as_deref()),
             ],
-        )?;
-        self.changed_one("move_attempt", Route::Id(attempt_id), stmt)
-            .await
+        )
     }
 
     /// Offers `output` as the result of `attempt_id` (see [`Offer`] for who may). One
@@ -495,25 +536,6 @@ impl Store {
     ) -> ApiResult<bool> {
         let stmt = self.next_attempt(hedge, &Guard::Hedge { running_id })?;
         self.changed_one("insert_hedge", Route::Id(hedge.job_id), stmt)
-            .await
-    }
-
-    /// The automatic failover after `failed_id` failed retryably: a new attempt,
-    /// inserted only while the job has not finished, nothing is in flight or unknown,
-    /// the job has fewer than `max_attempts` attempts, and the provider is the job's
-    /// first or certified. True if inserted.
-    pub(crate) async fn insert_failover(
-        &self,
-        next: &NextAttempt<'_>,
-        failed_id: &str,
-        max_attempts: u32,
-    ) -> ApiResult<bool> {
-        let guard = Guard::Failover {
-            failed_id,
-            max_attempts,
-        };
-        let stmt = self.next_attempt(next, &guard)?;
-        self.changed_one("insert_failover", Route::Id(next.job_id), stmt)
             .await
     }
 }

@@ -67,7 +67,28 @@ pub(crate) struct Store {
     /// its operation, its place and its scope, so a suite can count the calls each shard
     /// received, the queue consumer's included (it has no response to read).
     log_calls: bool,
+    /// Where the documents of the jobs this store moves are sent, for their live
+    /// streams (`live.rs`); `None` when nobody listens (the simulator, a deployment
+    /// without the `LIVE` binding).
+    live: Option<std::rc::Rc<dyn crate::host::Notify>>,
 }
+
+/// The store calls that move a job: each batch ends by reading the job's document back
+/// ([`sql::LIVE_DOC`]), and the store hands it to the job's live streams. A create has
+/// no stream yet (a stream opens on a job that exists), and the reconciler's sweeps
+/// move many jobs at once: its streams learn of those by their own re-read.
+const LIVE_OPS: &[&str] = &[
+    "claim",
+    "move_attempt",
+    "complete",
+    "cancel",
+    "insert_attempt",
+    "insert_hedge",
+    "insert_failover",
+];
+
+/// The test-only fault that drops one live notification (`notify:before`).
+pub(crate) const NOTIFY_OP: &str = "notify";
 
 /// The store operation of the dispatcher's watch over a call in flight.
 pub(crate) const WATCH_OP: &str = "watch";
@@ -246,6 +267,7 @@ impl Store {
             fault_scope: String::new(),
             refuse_new_keys: false,
             log_calls: false,
+            live: None,
         }
     }
 
@@ -340,6 +362,12 @@ impl Store {
     /// A new attempt id in the same place as the job `job_id`.
     pub(crate) fn new_attempt_id(&self, job_id: &str) -> String {
         self.backend.new_ids(Route::Id(job_id)).1
+    }
+
+    /// Sends the document of every job this store moves to `live` (see [`LIVE_OPS`]).
+    pub(crate) fn with_live(mut self, live: Option<std::rc::Rc<dyn crate::host::Notify>>) -> Self {
+        self.live = live;
+        self
     }
 
     /// Arms test-only faults (see `fault.rs`) for calls made on behalf of `scope`.
@@ -482,6 +510,15 @@ impl Store {
                                        "scope": self.fault_scope}),
                 );
             }
+            // A move's own batch reads its job's document back, for the live streams.
+            let live = match (&self.live, route) {
+                (Some(live), Route::Id(id)) if LIVE_OPS.contains(&op) => Some((live, id)),
+                _ => None,
+            };
+            let mut statements = statements;
+            if let Some((_, id)) = live {
+                statements.push(self.stmt(sql::LIVE_DOC, &[js(id)])?);
+            }
             let out = if op == WATCH_OP {
                 let out = target.run(statements).await;
                 if let Ok((_, cost)) = &out {
@@ -493,11 +530,44 @@ impl Store {
             } else {
                 self.call(&target, statements).await?
             };
-            match self.fault(op, When::After) {
-                Some(fault) => Err(fault),
-                None => Ok(out),
+            if let Some(fault) = self.fault(op, When::After) {
+                return Err(fault);
             }
+            let mut out = out;
+            if let Some((live, _)) = live {
+                let doc = out.pop().ok_or_else(|| {
+                    AppError::internal(format!("{op}: the batch returned no document"))
+                })?;
+                self.tell(live.as_ref(), &doc).await;
+            }
+            Ok(out)
         })
+    }
+
+    /// Hands a moved job's document to its live streams. A notification that cannot be
+    /// sent is only late: the streams re-read the store while they are open, so the
+    /// move itself stands and the caller is not told.
+    async fn tell(&self, live: &dyn crate::host::Notify, doc: &Rows) {
+        #[derive(Deserialize)]
+        struct Row {
+            id: String,
+            doc: String,
+            etag: String,
+        }
+        let Ok(Some(row)) = first_row::<Row>(doc) else {
+            return; // the job is gone (purged), or the id named none
+        };
+        let Some(seq) = onceclick_protocol::live::Position::of_etag(&row.etag) else {
+            return;
+        };
+        if self.fault(NOTIFY_OP, When::Before).is_some() {
+            return;
+        }
+        if let Err(cause) = live.notify(&row.id, seq.0, &row.doc).await {
+            crate::log::error(
+                serde_json::json!({"event": "live_notify_failed", "job_id": row.id, "cause": cause}),
+            );
+        }
     }
 
     fn call<'a>(

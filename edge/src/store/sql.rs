@@ -530,6 +530,12 @@ pub(crate) const STATS: &str = "SELECT kind, provider, metric, sum(n) AS n FROM 
 /// Drops the counters of the minutes before `?1`.
 pub(crate) const PURGE_STATS: &str = "DELETE FROM stats WHERE minute < ?1";
 
+/// The document of the job that `?1` names (a job's id, or one of its attempts'),
+/// read back at the end of every batch that moves a job, in the same transaction: what
+/// the job's live streams are told (`live.rs`).
+pub(crate) const LIVE_DOC: &str = "SELECT id, doc, etag FROM job_documents
+    WHERE id = COALESCE((SELECT job_id FROM attempts WHERE id = ?1), ?1)";
+
 /// Every statement above, by name, for the schema test's `EXPLAIN QUERY PLAN`.
 #[allow(dead_code)] // read by tests/tests/schema.rs, and natively by the simulator (`sim.rs`)
 pub(crate) const ALL: &[(&str, &str)] = &[
@@ -539,6 +545,7 @@ pub(crate) const ALL: &[(&str, &str)] = &[
     ("INSERT_FIRST_ATTEMPT", INSERT_FIRST_ATTEMPT),
     ("JOB_BY_KEY", JOB_BY_KEY),
     ("JOB_BY_ID", JOB_BY_ID),
+    ("LIVE_DOC", LIVE_DOC),
     ("EVENTS", EVENTS),
     ("LOG_EVENT", LOG_EVENT),
     ("CANCEL_JOB", CANCEL_JOB),

@@ -1,0 +1,353 @@
+//! The job's live hub: a Durable Object per job (`LIVE`, named by the job's id) that
+//! holds the job's open streams as hibernatable WebSockets and fans every move out to
+//! them.
+//!
+//! - **Who tells it.** The store, after each batch that moves the job
+//!   (`store::LIVE_OPS`), sends the document that the batch read back in its own
+//!   transaction, with its change counter (`POST /notify`, body `<seq>\n<doc>`).
+//!   Whoever commits (the request, the queue consumer, a shard's alarm) sends it.
+//! - **Who listens.** `GET /v1/jobs/{id}/stream` (`stream.rs`) ends the SSE in the
+//!   Worker and relays from here over a WebSocket (`GET /subscribe`). An object that
+//!   holds only hibernatable WebSockets is not billed while nothing happens; one that
+//!   held the SSE responses would be billed for as long as they are open.
+//! - **Order.** The hub keeps the newest change it heard of and sends only newer ones;
+//!   each stream also drops anything not newer than what it sent. Notifications from
+//!   several writers may arrive out of order: an older one is dropped, never sent after
+//!   a newer one.
+//! - **Correctness never rests on a notification.** A stream reads the store when it
+//!   opens, and while any stream is open the hub re-reads the job every
+//!   `LIVE_REREAD_MS` (an alarm): a notification lost (an isolate that died after the
+//!   commit, a failed send) or never sent (the reconciler's sweeps) is late by at most
+//!   that, never lost.
+//! - **Bounds.** At most `LIVE_MAX_SUBSCRIBERS` streams per job (429
+//!   `too_many_subscribers` beyond). Nothing counts across jobs: a global counter
+//!   would be the next hot object.
+
+use crate::error::{ApiResult, AppError};
+use crate::store::Store;
+use futures_util::future::LocalBoxFuture;
+use onceclick_protocol::live::Position;
+use onceclick_protocol::Job;
+use std::cell::RefCell;
+use std::time::Duration;
+use wasm_bindgen::{JsCast, JsValue};
+use worker::js_sys::{Function, Object, Promise, Reflect};
+use worker::wasm_bindgen_futures::JsFuture;
+use worker::{
+    durable_object, DurableObject, Env, ObjectNamespace, Request, Response, Result, State,
+    WebSocket, WebSocketIncomingMessage, WebSocketPair,
+};
+
+/// The binding of the hubs in wrangler.toml.
+pub(crate) const BINDING: &str = "LIVE";
+
+/// How often a hub with streams open re-reads its job, when `LIVE_REREAD_MS` is unset.
+const DEFAULT_REREAD_MS: u64 = 5_000;
+
+/// Streams one job may have open at once, when `LIVE_MAX_SUBSCRIBERS` is unset.
+const DEFAULT_MAX_SUBSCRIBERS: usize = 100;
+
+/// A whole-number variable, or its default (also for a value that is not a number).
+pub(crate) fn number_var(env: &Env, name: &str, default: u64) -> u64 {
+    env.var(name)
+        .ok()
+        .and_then(|v| v.to_string().parse().ok())
+        .unwrap_or(default)
+}
+
+/// One change as the hub sends it to a stream: `<seq>\n<doc>`.
+pub(crate) fn frame(seq: u64, doc: &str) -> String {
+    format!("{seq}\n{doc}")
+}
+
+/// The change counter and the document of a frame, if it is one.
+pub(crate) fn unframe(text: &str) -> Option<(u64, &str)> {
+    let (seq, doc) = text.split_once('\n')?;
+    Some((Position::parse(seq)?.0, doc))
+}
+
+/// The Worker's side of the hubs: the store's [`crate::host::Notify`], and a stream's
+/// subscription.
+pub(crate) struct Hubs {
+    namespace: ObjectNamespace,
+}
+
+impl Hubs {
+    /// The hubs, if this deployment has the binding.
+    pub(crate) fn from_env(env: &Env) -> Option<Self> {
+        env.durable_object(BINDING)
+            .ok()
+            .map(|namespace| Self { namespace })
+    }
+
+    /// One request to the hub of `job_id`, on the stub's own `fetch` with a plain init
+    /// object (as `store/backend.rs` calls shards, for the Worker's size).
+    async fn send(
+        &self,
+        job_id: &str,
+        path: &str,
+        init: &Object,
+    ) -> std::result::Result<JsValue, String> {
+        let text = |e: JsValue| format!("{e:?}");
+        let stub: JsValue = self
+            .namespace
+            .id_from_name(job_id)
+            .and_then(|id| id.get_stub())
+            .map_err(|e| e.to_string())?
+            .into_rpc();
+        let fetch: Function = Reflect::get(&stub, &"fetch".into())
+            .map_err(text)?
+            .dyn_into()
+            .map_err(text)?;
+        let url = JsValue::from_str(&format!("https://live{path}"));
+        let promise: Promise = fetch
+            .call2(&stub, &url, init)
+            .map_err(text)?
+            .dyn_into()
+            .map_err(text)?;
+        JsFuture::from(promise).await.map_err(text)
+    }
+
+    /// Opens a WebSocket to the hub of `job_id` for a stream that has seen change
+    /// `since`: the hub sends every newer change it hears of. `429
+    /// too_many_subscribers` when the job has its fill of streams.
+    pub(crate) async fn subscribe(&self, job_id: &str, since: u64) -> ApiResult<WebSocket> {
+        let unavailable = |why: String| AppError::unavailable(format!("live hub: {why}"));
+        let init = Object::new();
+        let headers = Object::new();
+        let set = |o: &Object, k: &str, v: &str| {
+            Reflect::set(o, &k.into(), &v.into()).map_err(|e| unavailable(format!("{e:?}")))
+        };
+        set(&headers, "Upgrade", "websocket")?;
+        Reflect::set(&init, &"headers".into(), &headers)
+            .map_err(|e| unavailable(format!("{e:?}")))?;
+        let path = format!("/subscribe?job={job_id}&since={since}");
+        let reply = self.send(job_id, &path, &init).await.map_err(unavailable)?;
+        let status = Reflect::get(&reply, &"status".into())
+            .ok()
+            .and_then(|s| s.as_f64())
+            .unwrap_or(0.0);
+        if status == 429.0 {
+            return Err(AppError::new(
+                onceclick_protocol::ErrorCode::TooManySubscribers,
+                format!("job {job_id} has as many live streams open as one job may; close one, or retry later"),
+            )
+            .with_job(job_id)
+            .retry_after(5));
+        }
+        let socket = Reflect::get(&reply, &"webSocket".into()).unwrap_or(JsValue::NULL);
+        if socket.is_null() || socket.is_undefined() {
+            return Err(unavailable(format!(
+                "the hub answered {status} without a WebSocket"
+            )));
+        }
+        Ok(WebSocket::from(
+            socket.unchecked_into::<worker::web_sys::WebSocket>(),
+        ))
+    }
+}
+
+/// The store's notifier for this deployment: its hubs, or none without the binding.
+pub(crate) fn notifier(env: &Env) -> Option<std::rc::Rc<dyn crate::host::Notify>> {
+    Hubs::from_env(env).map(|hubs| std::rc::Rc::new(hubs) as std::rc::Rc<dyn crate::host::Notify>)
+}
+
+impl crate::host::Notify for Hubs {
+    fn notify<'a>(
+        &'a self,
+        job_id: &'a str,
+        seq: u64,
+        doc: &'a str,
+    ) -> LocalBoxFuture<'a, std::result::Result<(), String>> {
+        Box::pin(async move {
+            let init = Object::new();
+            let text = |e: JsValue| format!("{e:?}");
+            Reflect::set(&init, &"method".into(), &"POST".into()).map_err(text)?;
+            Reflect::set(&init, &"body".into(), &frame(seq, doc).into()).map_err(text)?;
+            self.send(job_id, "/notify", &init).await.map(|_| ())
+        })
+    }
+}
+
+/// The hub of one job (see the module's docs).
+#[durable_object]
+pub struct Live {
+    state: State,
+    env: Env,
+    /// The newest change heard of since this instance began: its number and document.
+    latest: RefCell<Option<(u64, String)>>,
+}
+
+/// What a stream's socket carries for the hub's alarm: the job it follows.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Attachment {
+    job: String,
+}
+
+impl Live {
+    /// Takes change `seq` if it is newer than any heard of, and sends it to every
+    /// stream; drops it otherwise.
+    fn offer(&self, seq: u64, doc: &str) {
+        {
+            let mut latest = self.latest.borrow_mut();
+            if latest.as_ref().is_some_and(|(heard, _)| *heard >= seq) {
+                return;
+            }
+            *latest = Some((seq, doc.to_owned()));
+        }
+        let text = frame(seq, doc);
+        for socket in self.state.get_websockets() {
+            // A socket that is closing takes nothing; its stream has ended.
+            let _ = socket.send_with_str(&text);
+        }
+    }
+
+    async fn subscribe(&self, req: &Request) -> Result<Response> {
+        let url = req.url()?;
+        let mut job = None;
+        let mut since = 0;
+        for (k, v) in url.query_pairs() {
+            match k.as_ref() {
+                "job" => job = Some(v.into_owned()),
+                "since" => since = Position::parse(&v).map_or(0, |p| p.0),
+                _ => {}
+            }
+        }
+        let Some(job) = job else {
+            return Response::error("no job", 400);
+        };
+        let max = number_var(
+            &self.env,
+            "LIVE_MAX_SUBSCRIBERS",
+            DEFAULT_MAX_SUBSCRIBERS as u64,
+        );
+        if self.state.get_websockets().len() as u64 >= max {
+            return Response::error("too many subscribers", 429);
+        }
+        let pair = WebSocketPair::new()?;
+        self.state.accept_web_socket(&pair.server);
+        pair.server.serialize_attachment(Attachment { job })?;
+        // A change heard of between the stream's own read and now.
+        if let Some((seq, doc)) = self.latest.borrow().as_ref() {
+            if *seq > since {
+                let _ = pair.server.send_with_str(frame(*seq, doc));
+            }
+        }
+        let storage = self.state.storage();
+        if storage.get_alarm().await?.is_none() {
+            storage.set_alarm(self.reread_every()).await?;
+        }
+        Response::from_websocket(pair.client)
+    }
+
+    fn reread_every(&self) -> Duration {
+        Duration::from_millis(number_var(&self.env, "LIVE_REREAD_MS", DEFAULT_REREAD_MS).max(100))
+    }
+
+    /// The alarm: while streams are open, read the job from the store and offer it, so
+    /// that a lost notification is only late.
+    async fn reread(&self) -> Result<()> {
+        let sockets = self.state.get_websockets();
+        let Some(job) = sockets
+            .iter()
+            .find_map(|s| s.deserialize_attachment::<Attachment>().ok().flatten())
+        else {
+            return Ok(()); // nobody listens: no next alarm
+        };
+        let store = Store::from_env(&self.env).map_err(|e| e.cause_or_detail().to_owned())?;
+        match store.job(None, &job.job).await {
+            Ok(Some(stored)) => {
+                if let Some(seq) = Position::of_etag(&stored.etag) {
+                    self.offer(seq.0, &stored.doc);
+                }
+            }
+            // Purged: its streams end, and a reconnect is told 404.
+            Ok(None) => {
+                for socket in &sockets {
+                    let _ = socket.close(Some(1000), Some("the job is gone"));
+                }
+                return Ok(());
+            }
+            Err(e) => crate::log::error(
+                serde_json::json!({"event": "live_reread_failed", "job_id": job.job,
+                                   "cause": e.cause_or_detail()}),
+            ),
+        }
+        self.state.storage().set_alarm(self.reread_every()).await
+    }
+}
+
+impl DurableObject for Live {
+    fn new(state: State, env: Env) -> Self {
+        Self {
+            state,
+            env,
+            latest: RefCell::new(None),
+        }
+    }
+
+    async fn fetch(&self, mut req: Request) -> Result<Response> {
+        match req.path().as_str() {
+            "/notify" => {
+                let body = req.text().await?;
+                match unframe(&body) {
+                    Some((seq, doc)) => {
+                        self.offer(seq, doc);
+                        Ok(Response::empty()?.with_status(204))
+                    }
+                    None => Response::error("not a frame", 400),
+                }
+            }
+            "/subscribe" => self.subscribe(&req).await,
+            _ => Response::error("not found", 404),
+        }
+    }
+
+    async fn alarm(&self) -> Result<Response> {
+        self.reread().await?;
+        Response::empty()
+    }
+
+    async fn websocket_message(
+        &self,
+        _ws: WebSocket,
+        _message: WebSocketIncomingMessage,
+    ) -> Result<()> {
+        Ok(()) // streams send nothing
+    }
+
+    async fn websocket_close(
+        &self,
+        ws: WebSocket,
+        _code: usize,
+        _reason: String,
+        _was_clean: bool,
+    ) -> Result<()> {
+        let _ = ws.close(Some(1000), Some("closed"));
+        Ok(())
+    }
+
+    async fn websocket_error(&self, ws: WebSocket, _error: worker::Error) -> Result<()> {
+        let _ = ws.close(Some(1011), Some("error"));
+        Ok(())
+    }
+}
+
+/// Whether a document ends its job's stream (`protocol::live::settled`).
+pub(crate) fn ends_stream(doc: &str) -> bool {
+    serde_json::from_str::<Job>(doc).is_ok_and(|job| job.is_settled())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_frame_reads_back_and_anything_else_is_refused() {
+        let text = frame(7, "{\"id\":\"job_1\"}");
+        assert_eq!(unframe(&text), Some((7, "{\"id\":\"job_1\"}")));
+        assert_eq!(unframe("7"), None);
+        assert_eq!(unframe("x\n{}"), None);
+        assert_eq!(unframe("-1\n{}"), None);
+    }
+}

@@ -1,0 +1,120 @@
+//! The live job stream's rules that the server and the SDK share: where a client
+//! stands in a job's stream (its position), and when a job's stream has ended.
+//!
+//! A position is the job's change counter as the document shows it (`doc_seq`, the
+//! number inside the `ETag`), written in decimal: `7` means "I have the document as of
+//! change 7". It is opaque to clients: nothing may be read into it but order.
+
+use crate::{AttemptState, Job, JobStatus};
+
+/// The longest position text: `u64::MAX` has 20 digits.
+const MAX_DIGITS: usize = 20;
+
+/// A position in one job's stream: the change counter of the document last sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Position(pub u64);
+
+impl Position {
+    /// Reads a position as a stream's event id writes it (and as `Last-Event-ID`
+    /// returns it): decimal digits only, no sign, no spaces, no leading zero.
+    /// `None` for anything else.
+    pub fn parse(text: &str) -> Option<Self> {
+        let digits = text.as_bytes();
+        let plain = !digits.is_empty()
+            && digits.len() <= MAX_DIGITS
+            && digits.iter().all(u8::is_ascii_digit)
+            && (digits.len() == 1 || digits[0] != b'0');
+        if !plain {
+            return None;
+        }
+        text.parse().ok().map(Self)
+    }
+
+    /// The position of a document whose `ETag` is `etag` (`"7"`, quoted).
+    pub fn of_etag(etag: &str) -> Option<Self> {
+        Self::parse(etag.strip_prefix('"')?.strip_suffix('"')?)
+    }
+}
+
+impl std::fmt::Display for Position {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// Whether a job's stream has ended at this document: the job is final for now
+/// (`succeeded`, `cancelled`, or `failed`) and no attempt is `starting` or `running`,
+/// so nothing the service does on its own will change it. A hedge's loser still
+/// running keeps a succeeded job's stream open until it settles. A `failed` job may
+/// still change by the owner's hand (the fallback button): a client that asks for a
+/// new attempt opens a new stream.
+pub fn settled(status: JobStatus, mut attempts: impl Iterator<Item = AttemptState>) -> bool {
+    matches!(
+        status,
+        JobStatus::Succeeded | JobStatus::Cancelled | JobStatus::Failed
+    ) && !attempts.any(AttemptState::is_in_flight)
+}
+
+impl Job {
+    /// [`settled`], for this document.
+    pub fn is_settled(&self) -> bool {
+        settled(self.status, self.attempts.iter().map(|a| a.state))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_position_is_plain_decimal() {
+        assert_eq!(Position::parse("0"), Some(Position(0)));
+        assert_eq!(Position::parse("7"), Some(Position(7)));
+        assert_eq!(
+            Position::parse("18446744073709551615"),
+            Some(Position(u64::MAX))
+        );
+        for bad in [
+            "",
+            " 7",
+            "7 ",
+            "+7",
+            "-7",
+            "07",
+            "7.0",
+            "0x7",
+            "18446744073709551616",
+            "١",
+        ] {
+            assert_eq!(Position::parse(bad), None, "{bad:?}");
+        }
+        assert_eq!(Position::of_etag("\"12\""), Some(Position(12)));
+        assert_eq!(Position::of_etag("12"), None);
+        assert_eq!(Position::of_etag("W/\"12\""), None);
+    }
+
+    #[test]
+    fn a_stream_ends_only_when_nothing_is_in_flight() {
+        use AttemptState as A;
+        use JobStatus as J;
+        assert!(settled(J::Succeeded, [A::Succeeded].into_iter()));
+        assert!(settled(
+            J::Succeeded,
+            [A::Succeeded, A::Superseded].into_iter()
+        ));
+        assert!(!settled(
+            J::Succeeded,
+            [A::Succeeded, A::Running].into_iter()
+        ));
+        assert!(!settled(
+            J::Succeeded,
+            [A::Starting, A::Succeeded].into_iter()
+        ));
+        assert!(settled(J::Cancelled, [A::Cancelled].into_iter()));
+        assert!(settled(J::Failed, [A::Failed].into_iter()));
+        assert!(!settled(J::Failed, [A::Failed, A::Starting].into_iter()));
+        for open in [J::Queued, J::Running, J::Unknown] {
+            assert!(!settled(open, [A::Failed].into_iter()), "{open:?}");
+        }
+    }
+}

@@ -1,0 +1,263 @@
+//! The live job stream (`GET /v1/jobs/{id}/stream`) against the real Worker, its hubs
+//! and the mock provider: every move pushed in order, resuming with `Last-Event-ID`,
+//! the end of a stream, a lost notification, and the errors.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use onceclick_tests::client::{id, marked_text, send, unique, Api, Mock};
+use onceclick_tests::sse::{self, Item};
+use serde_json::{json, Value};
+
+const FAULT: &str = "X-Onceclick-Fault";
+
+/// A `summarize` job whose call the mock holds at `gate`, created with `drop-enqueue`
+/// so that it stays `queued` until the test dispatches it.
+async fn held_job(api: &Api, mock: &Mock, token: &str, gate: &str) -> Value {
+    let marker = unique("live");
+    mock.script("primary", &marker, json!([{"gate": gate}]))
+        .await;
+    let body = json!({"kind": "summarize", "input": {"text": marked_text(&marker)}});
+    let reply = send(
+        api.create(token, Some(&unique("key")), &body.to_string())
+            .header(FAULT, "drop-enqueue"),
+    )
+    .await;
+    assert_eq!(reply.status, 201, "{}", reply.text);
+    reply.json()
+}
+
+/// Sends the job's first attempt to the queue (the admin's dispatch), with `fault`.
+async fn dispatch(api: &Api, job: &Value, fault: Option<&str>) {
+    let attempt = id(&job["attempts"][0]);
+    let mut rb = api.post_json(
+        &api.admin_token("ops"),
+        &format!("/v1/attempts/{attempt}/dispatch"),
+        &json!({}),
+    );
+    if let Some(fault) = fault {
+        rb = rb.header(FAULT, fault);
+    }
+    assert_eq!(send(rb).await.status, 202);
+}
+
+async fn get(api: &Api, token: &str, job_id: &str) -> Value {
+    let reply = send(api.get(token, &format!("/v1/jobs/{job_id}"))).await;
+    assert_eq!(reply.status, 200);
+    reply.json()
+}
+
+#[tokio::test]
+async fn every_move_reaches_the_stream_in_order_then_it_closes_and_resumes_exactly() {
+    let (api, mock) = (Api::from_env(), Mock::from_env());
+    let token = api.token("live");
+    let gate = unique("gate");
+    let job = held_job(&api, &mock, &token, &gate).await;
+    let job_id = id(&job);
+
+    let opened = sse::open(&api, Some(&token), &job_id, None).await;
+    assert_eq!(opened.status, 200);
+    assert_eq!(opened.content_type.as_deref(), Some("text/event-stream"));
+    assert_eq!(opened.cache_control.as_deref(), Some("no-store"));
+    let mut stream = opened.stream.unwrap();
+    let mut seen = Vec::new();
+    let (first_id, first) = stream.next_event().await.unwrap();
+    assert_eq!(first["status"], "queued", "{first}");
+    seen.push((first_id.clone(), first));
+
+    dispatch(&api, &job, None).await;
+    let (running_id, running) = stream.next_event().await.unwrap();
+    assert_eq!(running["status"], "running", "{running}");
+    seen.push((running_id.clone(), running));
+
+    // Up to date: a second stream resuming at this change says it is live at once,
+    // with a comment, and then gets what follows.
+    let mut resumed = sse::open(&api, Some(&token), &job_id, Some(&running_id))
+        .await
+        .stream
+        .unwrap();
+    assert_eq!(resumed.next().await, Some(Item::Comment("live".into())));
+
+    mock.release(&gate).await;
+    let (done_id, done) = stream.next_event().await.unwrap();
+    assert_eq!(done["status"], "succeeded", "{done}");
+    seen.push((done_id.clone(), done.clone()));
+    assert_eq!(
+        stream.next_event().await,
+        None,
+        "the stream ends after its settling change"
+    );
+    assert_eq!(resumed.next_event().await.unwrap().1, done);
+    assert_eq!(resumed.next_event().await, None);
+
+    // Positions only grow, and the last document is what GET answers.
+    let positions: Vec<u64> = seen.iter().map(|(p, _)| p.parse().unwrap()).collect();
+    assert!(positions.windows(2).all(|w| w[0] < w[1]), "{positions:?}");
+    assert_eq!(done, get(&api, &token, &job_id).await);
+
+    // Resuming from each event: nothing seen again, the latest always arrives; from
+    // the last, 204.
+    for (position, _) in &seen[..seen.len() - 1] {
+        let mut again = sse::open(&api, Some(&token), &job_id, Some(position))
+            .await
+            .stream
+            .unwrap();
+        let (next_id, next) = again.next_event().await.unwrap();
+        assert!(next_id.parse::<u64>().unwrap() > position.parse::<u64>().unwrap());
+        assert_eq!((next_id, next), (done_id.clone(), done.clone()));
+        assert_eq!(again.next_event().await, None);
+    }
+    let ended = sse::open(&api, Some(&token), &job_id, Some(&done_id)).await;
+    assert_eq!(ended.status, 204, "{:?}", ended.body);
+    // Without a position, a settled job's stream is its document, then the end.
+    let mut fresh = sse::open(&api, Some(&token), &job_id, None)
+        .await
+        .stream
+        .unwrap();
+    assert_eq!(fresh.next_event().await.unwrap().1, done);
+    assert_eq!(fresh.next_event().await, None);
+}
+
+#[tokio::test]
+async fn a_lost_notification_is_late_never_lost() {
+    let (api, mock) = (Api::from_env(), Mock::from_env());
+    let token = api.token("live-lost");
+    let gate = unique("gate");
+    let job = held_job(&api, &mock, &token, &gate).await;
+    let job_id = id(&job);
+    let mut stream = sse::open(&api, Some(&token), &job_id, None)
+        .await
+        .stream
+        .unwrap();
+    assert_eq!(stream.next_event().await.unwrap().1["status"], "queued");
+    // The claim's notification is dropped: the hub's re-read brings `running`.
+    dispatch(&api, &job, Some("notify:before")).await;
+    let attempt = id(&job["attempts"][0]);
+    let (_, running) = stream.next_event().await.unwrap();
+    assert_eq!(running["status"], "running", "{running}");
+    assert!(
+        onceclick_tests::log::wait_fault_fired("notify", "before", &attempt).await,
+        "the claim's notification was not dropped"
+    );
+    mock.release(&gate).await;
+    let (_, done) = stream.next_event().await.unwrap();
+    assert_eq!(done["status"], "succeeded");
+    assert_eq!(stream.next_event().await, None);
+}
+
+#[tokio::test]
+async fn a_cancel_reaches_the_stream_and_ends_it() {
+    let (api, mock) = (Api::from_env(), Mock::from_env());
+    let token = api.token("live-cancel");
+    let gate = unique("gate");
+    let job = held_job(&api, &mock, &token, &gate).await;
+    let job_id = id(&job);
+    let mut stream = sse::open(&api, Some(&token), &job_id, None)
+        .await
+        .stream
+        .unwrap();
+    assert_eq!(stream.next_event().await.unwrap().1["status"], "queued");
+    dispatch(&api, &job, None).await;
+    assert_eq!(stream.next_event().await.unwrap().1["status"], "running");
+    let cancelled =
+        send(api.post_json(&token, &format!("/v1/jobs/{job_id}/cancel"), &json!({}))).await;
+    assert_eq!(cancelled.status, 200);
+    let (_, last) = stream.next_event().await.unwrap();
+    assert_eq!(last["status"], "cancelled", "{last}");
+    assert_eq!(stream.next_event().await, None);
+    assert_eq!(last, get(&api, &token, &job_id).await);
+    mock.release(&gate).await;
+}
+
+#[tokio::test]
+async fn a_failure_that_fails_over_never_ends_the_stream() {
+    let (api, mock) = (Api::from_env(), Mock::from_env());
+    api.ensure_certified("fallback").await;
+    let token = api.token("live-failover");
+    let marker = unique("live-failover");
+    mock.script("primary", &marker, json!([{"status": 500}]))
+        .await;
+    let body = json!({"kind": "summarize_hedged", "input": {"text": marked_text(&marker)}});
+    let reply = send(
+        api.create(&token, Some(&unique("key")), &body.to_string())
+            .header(FAULT, "drop-enqueue"),
+    )
+    .await;
+    assert_eq!(reply.status, 201);
+    let job = reply.json();
+    let mut stream = sse::open(&api, Some(&token), &id(&job), None)
+        .await
+        .stream
+        .unwrap();
+    dispatch(&api, &job, None).await;
+    let mut statuses = Vec::new();
+    while let Some((_, doc)) = stream.next_event().await {
+        statuses.push(doc["status"].as_str().unwrap().to_owned());
+        assert!(
+            doc["status"] != "failed",
+            "a failure that fails over looked final: {doc}"
+        );
+    }
+    assert_eq!(
+        statuses.last().map(String::as_str),
+        Some("succeeded"),
+        "{statuses:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_stream_refuses_what_get_refuses_and_bad_positions_and_too_many_streams() {
+    let (api, mock) = (Api::from_env(), Mock::from_env());
+    let token = api.token("live-errors");
+    let gate = unique("gate");
+    let job = held_job(&api, &mock, &token, &gate).await;
+    let job_id = id(&job);
+
+    let anonymous = sse::open(&api, None, &job_id, None).await;
+    assert_eq!(anonymous.status, 401);
+    let other = sse::open(&api, Some(&api.token("someone-else")), &job_id, None).await;
+    assert_eq!(other.status, 404);
+    assert!(other.body.unwrap().contains("\"code\":\"not_found\""));
+    let missing = sse::open(
+        &api,
+        Some(&token),
+        "job_00000000-0000-7000-8000-000000000000",
+        None,
+    )
+    .await;
+    assert_eq!(missing.status, 404);
+    for bad in ["x", "-1", "07", "1.5", "99999999999999999999999"] {
+        let refused = sse::open(&api, Some(&token), &job_id, Some(bad)).await;
+        assert_eq!(refused.status, 400, "{bad:?}");
+        assert!(
+            refused
+                .body
+                .unwrap()
+                .contains("\"code\":\"invalid_last_event_id\""),
+            "{bad:?}"
+        );
+    }
+    // The test Worker allows 8 streams per job.
+    let mut open = Vec::new();
+    for _ in 0..8 {
+        let opened = sse::open(&api, Some(&token), &job_id, None).await;
+        assert_eq!(opened.status, 200);
+        let mut stream = opened.stream.unwrap();
+        assert_eq!(stream.next_event().await.unwrap().1["status"], "queued");
+        open.push(stream);
+    }
+    let over = sse::open(&api, Some(&token), &job_id, None).await;
+    assert_eq!(over.status, 429, "{:?}", over.body);
+    assert!(over
+        .body
+        .unwrap()
+        .contains("\"code\":\"too_many_subscribers\""));
+    // Every open stream hears the same moves.
+    dispatch(&api, &job, None).await;
+    mock.release(&gate).await;
+    for stream in &mut open {
+        let mut last = Value::Null;
+        while let Some((_, doc)) = stream.next_event().await {
+            last = doc;
+        }
+        assert_eq!(last["status"], "succeeded");
+    }
+}
