@@ -203,16 +203,13 @@ impl Live {
     }
 
     async fn subscribe(&self, req: &Request) -> Result<Response> {
-        let url = req.url()?;
-        let mut job = None;
-        let mut since = 0;
-        for (k, v) in url.query_pairs() {
-            match k.as_ref() {
-                "job" => job = Some(v.into_owned()),
-                "since" => since = Position::parse(&v).map_or(0, |p| p.0),
-                _ => {}
-            }
-        }
+        // The hub's own query, read with `form_urlencoded` (`http::query`'s way): the
+        // `url` crate would link its IDNA tables into the Worker.
+        let query = crate::http::query(req, &["job", "since"]).map_err(|e| e.detail.clone())?;
+        let job = crate::http::param(&query, "job").map(str::to_owned);
+        let since = crate::http::param(&query, "since")
+            .and_then(Position::parse)
+            .map_or(0, |p| p.0);
         let Some(job) = job else {
             return Response::error("no job", 400);
         };
