@@ -15,10 +15,10 @@ export type AttemptState = "starting" | "running" | "succeeded" | "failed" | "un
 export type ErrorCode =
   | "unauthorized" | "forbidden" | "not_found" | "method_not_allowed"
   | "idempotency_key_missing" | "idempotency_key_invalid" | "payload_too_large" | "invalid_json" | "invalid_query"
-  | "unknown_kind" | "invalid_input" | "unknown_provider" | "idempotency_key_reused"
+  | "invalid_last_event_id" | "unknown_kind" | "invalid_input" | "unknown_provider" | "idempotency_key_reused"
   | "attempt_in_flight" | "attempt_unresolved" | "job_finished" | "attempt_not_unknown"
   | "provider_not_certified" | "precondition_failed" | "contract_violation"
-  | "rate_limited" | "service_unavailable" | "internal"
+  | "rate_limited" | "too_many_subscribers" | "service_unavailable" | "internal"
   | "network" | "aborted" | "timeout" | "invalid_argument" | "invalid_response"
   /** Only from the package's server build (`node` condition): no browser to run in. */
   | "unsupported_environment"
