@@ -8,7 +8,8 @@
 //!   demo page's end-to-end tests (`e2e.rs`) and the integration tests against a fresh
 //!   `wrangler dev` on a free port (`test_worker.rs`), then schemathesis and the crash
 //!   suite; `--browser` runs only the SDK's browser tests, `--e2e` only the end-to-end
-//!   tests (both flags: both), `--only NAME` only `tests/tests/NAME.rs`, `--soak` the
+//!   tests (both flags: both), `--only NAME` only `tests/tests/NAME.rs`
+//!   (`--only schemathesis` the conformance check, `moves` and `crashes` their suites), `--soak` the
 //!   heavy reliability variants (see RELIABILITY.md). The integration and crash suites
 //!   run on D1, then on 8 Durable Object shards; `--store` picks one.
 //! - `token --owner NAME [--admin] [--ttl SECONDS]`: a bearer token for the local secret.

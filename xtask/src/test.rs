@@ -57,6 +57,12 @@ pub(crate) fn suites(flags: &crate::Test) -> Result<()> {
         }
         return Ok(());
     }
+    // `--only schemathesis`: the conformance check alone, against a Worker on D1.
+    if only.as_deref() == Some("schemathesis") {
+        let worker = TestWorker::start(&tools, &root, StoreKind::D1)?;
+        let reports = root.join("target/reliability/d1");
+        return conformance(&root, &worker.server.url, &worker.secret, &reports);
+    }
     if !some_only && only.is_none() {
         eprintln!("xtask: wrangler deploy --dry-run");
         let bundle = bench::bundle(&tools, "worker", None)?;
@@ -348,6 +354,7 @@ fn conformance(root: &Path, url: &str, secret: &str, reports: &Path) -> Result<(
         serde_json::to_string_pretty(&figures)?,
     )?;
     if out.status.success() {
+        eprintln!("xtask: schemathesis: {cases}");
         return Ok(());
     }
     // Its own traceback can run to megabytes: the end says what happened.
