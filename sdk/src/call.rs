@@ -1,7 +1,7 @@
 //! One call of the onceclick API, built up and then sent with the SDK's retry policy:
-//! `Call::post(path).json(body).header(name, value).policy(&p).send(&client)`.
+//! `Call::post(path).json(body).header(name, value).policy(&p).send(base_url, &token)`.
+//! It knows nothing of the `Client`: the client gives it the address and the token.
 
-use crate::client::Client;
 use crate::error::OnceclickError;
 use crate::http::{self, Answer, Policy};
 use wasm_bindgen::JsValue;
@@ -69,38 +69,33 @@ impl<'a> Call<'a> {
         self
     }
 
+    /// The `Request` of one try: `base_url` and `token` are the client's.
+    pub(crate) fn request(&self, base_url: &str, token: &str) -> Result<Request, JsValue> {
+        let h = Headers::new()?;
+        h.set("Authorization", &format!("Bearer {token}"))?;
+        if self.body.is_some() {
+            h.set("Content-Type", "application/json")?;
+        }
+        for (name, value) in self.headers.iter().flatten() {
+            h.set(name, value)?;
+        }
+        let init = RequestInit::new();
+        init.set_method(self.method);
+        init.set_headers(&h);
+        if let Some(b) = self.body {
+            init.set_body(&JsValue::from_str(b));
+        }
+        if let Some(signal) = self.policy.and_then(|p| p.signal.as_ref()) {
+            init.set_signal(Some(signal));
+        }
+        Request::new_with_str_and_init(&format!("{base_url}{}", self.path), &init)
+    }
+
     /// Sends it until it answers with something not worth retrying (see `http::send`).
-    pub(crate) async fn send(self, client: &Client) -> Result<Answer, OnceclickError> {
-        let token = client.token().await?;
-        let url = format!("{}{}", client.base_url(), self.path);
-        let none;
-        let policy = match self.policy {
-            Some(policy) => policy,
-            None => {
-                none = Policy::default();
-                &none
-            }
-        };
-        let make = || -> Result<Request, JsValue> {
-            let h = Headers::new()?;
-            h.set("Authorization", &format!("Bearer {token}"))?;
-            if self.body.is_some() {
-                h.set("Content-Type", "application/json")?;
-            }
-            for (name, value) in self.headers.iter().flatten() {
-                h.set(name, value)?;
-            }
-            let init = RequestInit::new();
-            init.set_method(self.method);
-            init.set_headers(&h);
-            if let Some(b) = self.body {
-                init.set_body(&JsValue::from_str(b));
-            }
-            if let Some(signal) = &policy.signal {
-                init.set_signal(Some(signal));
-            }
-            Request::new_with_str_and_init(&url, &init)
-        };
+    pub(crate) async fn send(self, base_url: &str, token: &str) -> Result<Answer, OnceclickError> {
+        let none = Policy::default();
+        let policy = self.policy.unwrap_or(&none);
+        let make = || self.request(base_url, token);
         http::send(&make, policy, self.retry_conflict).await
     }
 }

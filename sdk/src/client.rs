@@ -8,6 +8,7 @@ use crate::js;
 use crate::js::future_to_promise;
 use crate::json;
 use crate::keys::{self, Intent, Keys};
+use crate::live;
 use crate::types::{
     option_function, option_signal, option_string, policy, ClientOptions, ForgetOptions,
     RetryOptions, SubmitOptions, WaitOptions,
@@ -179,8 +180,10 @@ impl Client {
     }
 
     /// Resolves to the job once it has finished (`succeeded`, `cancelled`) or needs a
-    /// decision (`failed`: ask for a new attempt; `unknown`: resolve or cancel). Polls
-    /// with backoff and `ETag`, calling `onUpdate` on every change.
+    /// decision (`failed`: ask for a new attempt; `unknown`: resolve or cancel), calling
+    /// `onUpdate` once per change, in order. Follows the job's live stream, reconnecting
+    /// from its last position after a dropped connection; polls with backoff and `ETag`
+    /// where the stream cannot be had (see `WaitOptions`).
     #[wasm_bindgen(unchecked_return_type = "Promise<Job>")]
     pub fn wait(&self, job_id: String, options: Option<WaitOptions>) -> Promise {
         let options: JsValue = options.map(Into::into).unwrap_or(JsValue::UNDEFINED);
@@ -189,7 +192,27 @@ impl Client {
             let policy = policy(&options);
             let on_update = option_function(&options, "onUpdate");
             let timeout = js::get(&options, "timeoutMs").as_f64();
-            let work = client.poll(&job_id, &policy, on_update.as_ref());
+            let live = js::get(&options, "live").as_bool() != Some(false);
+            let first_ms = js::get(&options, "firstEventMs")
+                .as_f64()
+                .unwrap_or(FIRST_EVENT_MS);
+            let work = async {
+                let from = match live {
+                    true => {
+                        match client
+                            .follow(&job_id, &policy, on_update.as_ref(), first_ms)
+                            .await?
+                        {
+                            Followed::Settled(job) => return Ok(job),
+                            Followed::Poll(from) => from,
+                        }
+                    }
+                    false => None,
+                };
+                client
+                    .poll(&job_id, &policy, on_update.as_ref(), from)
+                    .await
+            };
             let job = match timeout {
                 None => js::abortable(policy.signal.as_ref(), work).await??,
                 Some(ms) => {
@@ -230,7 +253,7 @@ impl Client {
         let client = self.clone();
         future_to_promise(async move {
             let path = format!("/v1/jobs/{job_id}/cancel");
-            let answer = Call::post(&path).send(&client).await?;
+            let answer = client.send(Call::post(&path)).await?;
             let job = client.job_answer(answer).await?;
             Ok(job)
         })
@@ -312,7 +335,7 @@ impl Client {
         }
         let client = self.clone();
         let asked = future_to_promise(async move {
-            let answer = Call::get("/v1/providers").send(&client).await;
+            let answer = client.send(Call::get("/v1/providers")).await;
             let list = match answer {
                 Ok(answer) if answer.status == 200 => answer.js_json().await,
                 Ok(answer) => Err(answer.error().await),
@@ -391,13 +414,14 @@ impl Client {
         }
     }
 
-    /// The API's origin, without a trailing slash.
-    pub(crate) fn base_url(&self) -> &str {
-        &self.inner.base_url
+    /// Sends `call` to this client's API with its token (asked of `getToken` now).
+    async fn send(&self, call: Call<'_>) -> Result<Answer, OnceclickError> {
+        let token = self.token().await?;
+        call.send(&self.inner.base_url, &token).await
     }
 
     /// The bearer token: the one given, or what `getToken` gives now.
-    pub(crate) async fn token(&self) -> Result<String, OnceclickError> {
+    async fn token(&self) -> Result<String, OnceclickError> {
         if let Some(token) = &self.inner.token {
             return Ok(token.clone());
         }
@@ -426,12 +450,17 @@ impl Client {
             return Err(answer.error().await);
         }
         let job = answer.js_json().await?;
-        if status_of(&job).is_some_and(JobStatus::is_final) {
-            if let Some(id) = js::get_string(&job, "id") {
+        self.seen_job(&job);
+        Ok(job)
+    }
+
+    /// Frees the key of `job` if it has ended.
+    fn seen_job(&self, job: &JsValue) {
+        if status_of(job).is_some_and(JobStatus::is_final) {
+            if let Some(id) = js::get_string(job, "id") {
                 self.inner.keys.free_job(&id);
             }
         }
-        Ok(job)
     }
 
     async fn submit_once(
@@ -443,12 +472,11 @@ impl Client {
     ) -> Result<JsValue, JsValue> {
         // Stored before the first byte is sent: a reload mid-request reuses it.
         let mut entry = self.inner.keys.get_or_create(intent, provider);
-        let answer = Call::post("/v1/jobs")
+        let call = Call::post("/v1/jobs")
             .json(body)
             .header("Idempotency-Key", &entry.key)
-            .policy(policy)
-            .send(self)
-            .await?;
+            .policy(policy);
+        let answer = self.send(call).await?;
         let job = self.job_answer(answer).await?;
         if status_of(&job).is_some_and(JobStatus::is_final) {
             // The job has ended: free the key, even when this is the first answer seen
@@ -465,21 +493,117 @@ impl Client {
         Ok(job)
     }
 
+    /// Follows `job_id`'s live stream until the job settles for `wait`, or until the
+    /// stream cannot be had: then `Poll` with the position the stream had shown, from
+    /// which polling goes on.
+    ///
+    /// Each connection asks `getToken` again and sends `Last-Event-ID`, so nothing seen
+    /// is shown twice and the latest document always comes. A stream that ends after
+    /// it said something (the server's maximum duration) is reopened at once; failures
+    /// in a row back off as calls do, and after as many as a call tries, polling takes
+    /// over. So does a 404 or 405 (a server without the stream: the poll then answers
+    /// for the job), a `too_many_subscribers`, and a connection that says nothing, not
+    /// even its first comment, within `first_ms` (a proxy that buffers the stream).
+    async fn follow(
+        &self,
+        job_id: &str,
+        policy: &Policy,
+        on_update: Option<&js_sys::Function>,
+        first_ms: f64,
+    ) -> Result<Followed, OnceclickError> {
+        // No abort to watch for here: `wait` drops this future when its signal aborts
+        // (and the fetch, given the signal, closes the connection).
+        let path = format!("/v1/jobs/{job_id}/stream");
+        let mut last: Option<(String, JsValue)> = None;
+        let mut failures = 0;
+        let polling = |last: Option<(String, JsValue)>, why: &str| {
+            live::note_polling(why);
+            Ok(Followed::Poll(last.map(|(p, _)| p)))
+        };
+        loop {
+            if failures >= crate::http::MAX_TRIES {
+                return polling(last, "the live stream keeps failing");
+            }
+            if failures > 0 {
+                let pause = crate::http::delay_ms(failures, None, js_sys::Math::random());
+                js::sleep(pause).await;
+            }
+            failures += 1;
+            let token = self.token().await?;
+            let mut call = Call::get(&path).policy(policy);
+            if let Some((at, _)) = &last {
+                call = call.header("Last-Event-ID", at);
+            }
+            let request = call
+                .request(&self.inner.base_url, &token)
+                .map_err(|e| OnceclickError::invalid(js::describe(e)))?;
+            let Ok(response) = js::fetch(&request).await else {
+                continue;
+            };
+            match response.status() {
+                200 => {}
+                // Settled, and `last` is its last change.
+                204 => match last {
+                    Some((_, job)) => return Ok(Followed::Settled(job)),
+                    None => return polling(last, "the stream ended before it began"),
+                },
+                502..=504 => continue,
+                // A server without the stream (404, 405), a refusal (a 401, say, which
+                // the poll then reports as it is), or a 429: `too_many_subscribers`, or
+                // the owner's rate limit, which the poll's backoff honours.
+                _ => return polling(last, "the live stream was refused"),
+            }
+            let Some(mut stream) = live::Stream::of(&response) else {
+                return polling(last, "this browser cannot read a response as it comes");
+            };
+            let mut heard = false;
+            loop {
+                let item = match stream.next((!heard).then_some(first_ms)).await {
+                    live::Next::Item(item) => item,
+                    live::Next::End => break,
+                    live::Next::Quiet => return polling(last, "the stream said nothing in time"),
+                };
+                heard = true;
+                failures = 0;
+                let live::Item::Event { event, id, data } = item else {
+                    continue;
+                };
+                // Clients ignore the events they do not know.
+                let fresh = last.as_ref().is_none_or(|(seen, _)| live::after(&id, seen));
+                if event != "job" || !live::is_position(&id) || !fresh {
+                    continue;
+                }
+                let Ok(job) = js_sys::JSON::parse(&data) else {
+                    continue;
+                };
+                self.seen_job(&job);
+                if let Some(callback) = on_update {
+                    let _ = callback.call1(&JsValue::NULL, &job);
+                }
+                if waits_end(&job) {
+                    return Ok(Followed::Settled(job));
+                }
+                last = Some((id, job));
+            }
+        }
+    }
+
     async fn poll(
         &self,
         job_id: &str,
         policy: &Policy,
         on_update: Option<&js_sys::Function>,
+        from: Option<String>,
     ) -> Result<JsValue, OnceclickError> {
         let path = format!("/v1/jobs/{job_id}");
-        let mut etag: Option<String> = None;
+        let mut etag: Option<String> = from.as_deref().map(live::etag);
         let mut pause = 250.0;
         loop {
             let mut call = Call::get(&path).policy(policy);
             if let Some(etag) = &etag {
                 call = call.header("If-None-Match", etag);
             }
-            let answer = call.send(self).await?;
+            let answer = self.send(call).await?;
             if answer.status == 304 {
                 pause = (pause * 1.5_f64).min(4000.0);
             } else {
@@ -488,15 +612,7 @@ impl Client {
                 if let Some(callback) = on_update {
                     let _ = callback.call1(&JsValue::NULL, &job);
                 }
-                if matches!(
-                    status_of(&job),
-                    Some(
-                        JobStatus::Succeeded
-                            | JobStatus::Cancelled
-                            | JobStatus::Failed
-                            | JobStatus::Unknown
-                    )
-                ) {
+                if waits_end(&job) {
                     return Ok(job);
                 }
                 pause = 250.0;
@@ -515,7 +631,7 @@ impl Client {
         // answer gets the attempt the first send made.
         let request = keys::new_key();
         let path = format!("/v1/jobs/{job_id}");
-        let current = Call::get(&path).policy(&policy).send(self).await?;
+        let current = self.send(Call::get(&path).policy(&policy)).await?;
         let etag = current.header("ETag").unwrap_or_default();
         self.job_answer(current).await?;
         let provider = option_string(options, "provider");
@@ -528,20 +644,41 @@ impl Client {
         let body = json::stringify(&body).unwrap_or_else(|| "{}".to_owned());
         // No retry of a retryable 409 here: `attempt_in_flight` is another click's
         // attempt (a resend of ours is answered with ours, by its Idempotency-Key).
-        let answer = Call::post(&format!("{path}/attempts"))
+        let attempts = format!("{path}/attempts");
+        let call = Call::post(&attempts)
             .json(&body)
             .header("If-Match", &etag)
             .header("Idempotency-Key", &request)
             .policy(&policy)
-            .retry_conflict(false)
-            .send(self)
-            .await?;
+            .retry_conflict(false);
+        let answer = self.send(call).await?;
         match answer.status {
             // 201: made now; 200: made by an earlier send of this same request.
             200 | 201 => answer.js_json().await,
             _ => Err(answer.error().await),
         }
     }
+}
+
+/// How long a new connection to the live stream may say nothing before `wait` polls
+/// instead: the server writes its first event or comment at once, so a silence this
+/// long is a proxy that buffers the stream (`WaitOptions.firstEventMs`).
+const FIRST_EVENT_MS: f64 = 3_000.0;
+
+/// Where `follow` left a wait.
+enum Followed {
+    /// The job as `wait` resolves to it.
+    Settled(JsValue),
+    /// The stream cannot be had: poll, from the position the stream had shown.
+    Poll(Option<String>),
+}
+
+/// Whether `wait` resolves at `job`: finished, or waiting for a decision.
+fn waits_end(job: &JsValue) -> bool {
+    matches!(
+        status_of(job),
+        Some(JobStatus::Succeeded | JobStatus::Cancelled | JobStatus::Failed | JobStatus::Unknown)
+    )
 }
 
 /// A plain JS object; `undefined` members are left out by `JSON.stringify`.

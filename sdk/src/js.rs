@@ -41,16 +41,20 @@ pub(crate) fn future_to_promise(
     wasm_bindgen_futures::future_to_promise(work)
 }
 
-/// Resolves after `ms` milliseconds.
-pub(crate) async fn sleep(ms: f64) {
-    let promise = Promise::new(&mut |resolve, _| {
+/// A promise that resolves to `undefined` after `ms` milliseconds.
+pub(crate) fn timer(ms: f64) -> Promise {
+    Promise::new(&mut |resolve, _| {
         let _ = call(
             &global(),
             "setTimeout",
             &[resolve.into(), JsValue::from_f64(ms)],
         );
-    });
-    let _ = JsFuture::from(promise).await;
+    })
+}
+
+/// Resolves after `ms` milliseconds.
+pub(crate) async fn sleep(ms: f64) {
+    let _ = JsFuture::from(timer(ms)).await;
 }
 
 /// A future that resolves when `signal` aborts (never, without a signal).
@@ -89,11 +93,16 @@ pub(crate) async fn abortable<T>(
     }
 }
 
+/// `new globalThis[class]()`.
+pub(crate) fn construct(class: &str) -> Result<JsValue, JsValue> {
+    let class: Function = get(&global(), class).dyn_into()?;
+    Reflect::construct(&class, &js_sys::Array::new())
+}
+
 /// A new `AbortController`: the controller itself (to `abort` it) and its signal.
 pub(crate) fn abort_controller() -> Result<(JsValue, web_sys::AbortSignal), OnceclickError> {
     let fail = |e: JsValue| OnceclickError::invalid(describe(e));
-    let class: Function = get(&global(), "AbortController").dyn_into().map_err(fail)?;
-    let controller = Reflect::construct(&class, &js_sys::Array::new()).map_err(fail)?;
+    let controller = construct("AbortController").map_err(fail)?;
     let signal = get(&controller, "signal").dyn_into().map_err(fail)?;
     Ok((controller, signal))
 }

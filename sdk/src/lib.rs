@@ -30,6 +30,7 @@ mod http;
 mod js;
 mod json;
 mod keys;
+mod live;
 mod types;
 
 pub use client::Client;

@@ -67,10 +67,19 @@ export interface SubmitOptions {
 }
 export interface WaitOptions {
   signal?: AbortSignal;
-  /** Called with the job each time it changes. */
+  /** Called with the job once per change, in order. */
   onUpdate?: (job: Job) => void;
   /** Reject with code "timeout" after this long. */
   timeoutMs?: number;
+  /**
+   * Follow the job's live stream (the default), or poll `GET /v1/jobs/{id}` with `ETag`
+   * (`false`). The stream falls back to polling by itself, once said in the console:
+   * on a 404 or 405 (a server without it), on `too_many_subscribers`, after failures in
+   * a row, and when a connection says nothing within `firstEventMs`.
+   */
+  live?: boolean;
+  /** How long a new stream connection may stay silent before polling takes over (3000). */
+  firstEventMs?: number;
 }
 /** A retry() sends its own Idempotency-Key: a resend after a lost answer gets the same attempt. */
 export interface RetryOptions { provider?: string; signal?: AbortSignal; onRetry?: (info: RetryInfo) => void }

@@ -768,3 +768,89 @@ fn statuses_of(sent: &[(JsValue, JsValue)]) -> Vec<u32> {
         .map(|s| s as u32)
         .collect()
 }
+
+/// Submits a job whose provider call waits at a gate, opened once `wait` reports the job
+/// `running`, and follows it with `wait` through the proxy's `mode`. Checks what every
+/// live wait must: it ends `succeeded`, `onUpdate` saw each version once and in order,
+/// and no `GET /v1/jobs/{id}` (a poll) was sent. Returns the streams the proxy saw.
+async fn follow_live(mode: &str) -> Vec<JsValue> {
+    use std::cell::{Cell, RefCell};
+    use std::rc::Rc;
+    let id = scenario(mode);
+    let gate = format!("{id}-gate");
+    script("primary", &id, &format!(r#"[{{"gate":"{gate}"}}]"#)).await;
+    let c = client(&format!("{}/{mode}/{id}", proxy()), Some(mapStorage()));
+    let job = ok(c.submit(
+        "summarize".into(),
+        input(&format!("{id}: followed live.")),
+        None,
+    ))
+    .await;
+    let updates: Rc<RefCell<Vec<JsValue>>> = Rc::default();
+    let released = Rc::new(Cell::new(false));
+    let on_update = {
+        let (updates, released, gate) = (updates.clone(), released.clone(), gate.clone());
+        Closure::<dyn Fn(JsValue)>::new(move |job: JsValue| {
+            if get(&job, "status") == "running" && !released.replace(true) {
+                let gate = gate.clone();
+                wasm_bindgen_futures::spawn_local(async move { release(&gate).await });
+            }
+            updates.borrow_mut().push(job);
+        })
+    };
+    let wait = options(&[("onUpdate", on_update.as_ref().clone())]);
+    let done = ok(c.wait(id_of(&job), Some(wait.unchecked_into()))).await;
+    assert_eq!(get(&done, "status"), "succeeded");
+    let updates = updates.borrow().clone();
+    let versions: Vec<f64> = updates
+        .iter()
+        .map(|j| get(j, "version").as_f64().unwrap())
+        .collect();
+    assert!(
+        versions.windows(2).all(|w| w[0] < w[1]),
+        "each version once, in order: {versions:?}"
+    );
+    assert!(released.get(), "the stream showed the job running");
+    assert_eq!(
+        updates.last().map(|j| get(j, "version")),
+        Some(get(&done, "version"))
+    );
+    let log = seen(&id).await;
+    let job_path = format!("/v1/jobs/{}", id_of(&job));
+    let polls = log
+        .iter()
+        .filter(|e| {
+            get(e, "method") == "GET" && get(e, "path").as_string() == Some(job_path.clone())
+        })
+        .count();
+    assert_eq!(polls, 0, "no poll while the stream is healthy");
+    let streams = to_path(&log, "/stream");
+    assert!(!streams.is_empty());
+    streams
+}
+
+// Issue 24: `wait` follows the job's live stream: one connection, no poll.
+#[wasm_bindgen_test]
+async fn wait_follows_the_live_stream_and_sends_no_poll() {
+    let streams = follow_live("pass").await;
+    assert_eq!(streams.len(), 1, "one connection for the whole job");
+    assert!(get(&streams[0], "last_event_id").is_null());
+}
+
+// Issue 24: a connection dropped in mid-job is reopened from its position, and nothing
+// is shown twice or lost.
+#[wasm_bindgen_test]
+async fn a_stream_cut_in_mid_job_resumes_from_its_position_with_nothing_lost() {
+    let streams = follow_live("cut-stream-once").await;
+    assert!(
+        streams.len() >= 2,
+        "the cut stream was reopened: {streams:?}"
+    );
+    let resumed = get(&streams[1], "last_event_id");
+    assert!(
+        resumed
+            .as_string()
+            .is_some_and(|p| p.parse::<u64>().is_ok()),
+        "the reconnect names its position: {resumed:?}"
+    );
+}

@@ -18,8 +18,14 @@
 //!   `GET /v1/providers` as a deploy that made `fallback` every kind's primary would
 //!   give it.
 //!
-//! `GET /_log/{id}` lists what the scenario saw: method, path, `Idempotency-Key`, the
-//! Worker's status, and whether the answer was dropped. One request per connection.
+//! - `/cut-stream-once/{id}/…` forwards everything, but closes the first live stream
+//!   (`text/event-stream`) it forwards right after its first event: a dropped
+//!   connection in mid-job, which the SDK must resume from with nothing lost.
+//!
+//! A live stream's answer is passed on as it comes (every other answer is read whole
+//! first). `GET /_log/{id}` lists what the scenario saw: method, path,
+//! `Idempotency-Key`, `Last-Event-ID`, the Worker's status, and whether the answer was
+//! dropped. One request per connection.
 
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
@@ -36,6 +42,7 @@ struct Seen {
     method: String,
     path: String,
     idempotency_key: Option<String>,
+    last_event_id: Option<String>,
     status: Option<u16>,
     dropped: bool,
 }
@@ -154,11 +161,14 @@ async fn handle(
     };
     let rest = format!("/{}", parts.get(3).copied().unwrap_or_default());
     let preflight = req.method == "OPTIONS";
-    let key = req
-        .headers
-        .iter()
-        .find(|(k, _)| k.eq_ignore_ascii_case("idempotency-key"))
-        .map(|(_, v)| v.clone());
+    let header = |name: &str| {
+        req.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.clone())
+    };
+    let key = header("idempotency-key");
+    let last_event_id = header("last-event-id");
     let post = req.method == "POST";
     let drop_answer = match mode {
         "drop-once" => !preflight && take_once(&used, id),
@@ -172,6 +182,7 @@ async fn handle(
                 method: req.method.clone(),
                 path: rest.clone(),
                 idempotency_key: key.clone(),
+                last_event_id: last_event_id.clone(),
                 status,
                 dropped,
             });
@@ -222,6 +233,18 @@ async fn handle(
         .iter()
         .filter_map(|(k, v)| Some((k.to_string(), v.to_str().ok()?.to_owned())))
         .collect();
+    let streamed = headers
+        .iter()
+        .any(|(k, v)| k.eq_ignore_ascii_case("content-type") && v.starts_with("text/event-stream"));
+    if streamed {
+        record(Some(status), drop_answer);
+        if drop_answer {
+            return;
+        }
+        let cut = mode == "cut-stream-once" && take_once(&used, id);
+        relay_stream(stream, status, &headers, answer, cut).await;
+        return;
+    }
     let mut body = answer.bytes().await.unwrap_or_default().to_vec();
     if rewrite && status == 200 {
         body = fallback_as_primary(&body);
@@ -234,6 +257,43 @@ async fn handle(
     }
     record(Some(status), false);
     write_response(&mut stream, status, &headers, &body).await;
+}
+
+/// Passes a live stream on as it comes, ended by closing the connection; with `cut`,
+/// closes it right after the first event (its first blank line), mid-stream.
+async fn relay_stream(
+    mut stream: TcpStream,
+    status: u16,
+    headers: &[(String, String)],
+    mut answer: reqwest::Response,
+    cut: bool,
+) {
+    let mut head = format!("HTTP/1.1 {status} X\r\n");
+    for (k, v) in headers {
+        let skip = ["content-length", "transfer-encoding", "connection"];
+        if !skip.iter().any(|s| k.eq_ignore_ascii_case(s)) {
+            head.push_str(&format!("{k}: {v}\r\n"));
+        }
+    }
+    head.push_str("connection: close\r\n\r\n");
+    if stream.write_all(head.as_bytes()).await.is_err() {
+        return;
+    }
+    let mut sent = Vec::new();
+    // Bounded like every hold here: a stream the browser keeps open ends with the bound.
+    let deadline = tokio::time::Instant::now() + MAX_HOLD;
+    while let Ok(Ok(Some(chunk))) = tokio::time::timeout_at(deadline, answer.chunk()).await {
+        sent.extend_from_slice(&chunk);
+        let first_event_end = sent.windows(2).position(|w| w == b"\n\n");
+        let chunk = match (cut, first_event_end) {
+            (true, Some(end)) => &chunk[..chunk.len() - (sent.len() - end - 2)],
+            _ => &chunk[..],
+        };
+        if stream.write_all(chunk).await.is_err() || (cut && first_event_end.is_some()) {
+            break;
+        }
+    }
+    let _ = stream.shutdown().await;
 }
 
 /// A `GET /v1/providers` answer as it would read if `fallback` were the primary of every

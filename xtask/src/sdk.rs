@@ -11,10 +11,17 @@ use std::path::{Path, PathBuf};
 /// provider lookup that failed is asked again and then fails the submit rather than
 /// guess the intent's name, and a key stored before the kind's primary changed is
 /// found (about 1.2 KB; a `{:?}` in its message had cost 4.4 KB more, for
-/// `core::fmt`'s escaping tables). The issue's target is 40 KB (ARCHITECTURE.md, "The
+/// `core::fmt`'s escaping tables); raised to 48 KiB for issue 24 (48,975 B): `wait`
+/// follows the job's live stream (the event-stream parser, the reconnects from a
+/// position, the fall-back to polling: about 4.3 KB). Trimmed on the way: positions
+/// kept as text, not numbers (no integer parse or format, -0.7 KB), text decoded by
+/// the browser's `TextDecoder` (no `from_utf8`, -1 KB), one `Promise.race` for the
+/// first event's deadline instead of a select of futures, no abort watch inside the
+/// follow (the wait's own drops it). Issue 25 must pay its streaming with savings: its
+/// target is 43 KiB with all of it. The issue's target is 40 KB (ARCHITECTURE.md, "The
 /// SDK's size", says what the rest is). Lower it as the package shrinks, so that it
 /// cannot grow back.
-const BUDGET_BYTES: usize = 44 * 1024;
+const BUDGET_BYTES: usize = 48 * 1024;
 
 /// `wasm-pack build --release` of `sdk/` for `target` into `out_dir` (relative to `sdk/`),
 /// then its JS glue minified in place.
