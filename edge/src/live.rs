@@ -5,7 +5,8 @@
 //! - **Who tells it.** The store, after each batch that moves the job
 //!   (`store::LIVE_OPS`), sends the document that the batch read back in its own
 //!   transaction, with its change counter (`POST /notify`, body `<seq>\n<doc>`).
-//!   Whoever commits (the request, the queue consumer, a shard's alarm) sends it.
+//!   The request's and the queue consumer's stores send it (`Store::with_live`); the
+//!   moves a shard's alarm or the reconciler commit reach streams by the re-read below.
 //! - **Who listens.** `GET /v1/jobs/{id}/stream` (`stream.rs`) ends the SSE in the
 //!   Worker and relays from here over a WebSocket (`GET /subscribe`). An object that
 //!   holds only hibernatable WebSockets is not billed while nothing happens; one that

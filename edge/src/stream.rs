@@ -101,7 +101,9 @@ pub(crate) async fn job(
         AppError::internal(format!("job {id}: ETag {} is no position", stored.etag))
     })?;
     let settled = stored.job.is_settled();
-    let fresh = after != Some(at);
+    // A position at or ahead of the job's (a client that cannot be ahead, but says so)
+    // gets nothing older than it claims to have.
+    let fresh = after.is_none_or(|a| a < at);
     if settled && !fresh {
         return Ok(Response::empty()?
             .with_status(204)

@@ -558,9 +558,13 @@ impl Client {
             };
             let mut heard = false;
             loop {
-                let item = match stream.next((!heard).then_some(first_ms)).await {
+                let quiet = if heard { SILENCE_MS } else { first_ms };
+                let item = match stream.next(Some(quiet)).await {
                     live::Next::Item(item) => item,
                     live::Next::End => break,
+                    // No keep-alive for that long: a dead connection (a laptop that
+                    // slept, a network that changed). Reopen from the position.
+                    live::Next::Quiet if heard => break,
                     live::Next::Quiet => return polling(last, "the stream said nothing in time"),
                 };
                 heard = true;
@@ -664,6 +668,10 @@ impl Client {
 /// instead: the server writes its first event or comment at once, so a silence this
 /// long is a proxy that buffers the stream (`WaitOptions.firstEventMs`).
 const FIRST_EVENT_MS: f64 = 3_000.0;
+
+/// How long a live connection may stay silent before `wait` takes it for dead and
+/// reconnects: three of the server's 15 s keep-alives.
+const SILENCE_MS: f64 = 45_000.0;
 
 /// Where `follow` left a wait.
 enum Followed {

@@ -169,6 +169,7 @@ pub(crate) fn is_position(id: &str) -> bool {
         && b.len() <= 20
         && b.iter().all(u8::is_ascii_digit)
         && (b.len() == 1 || b[0] != b'0')
+        && (b.len() < 20 || id <= "18446744073709551615")
 }
 
 /// Whether position `a` comes after position `b`: the longer is the greater, else the
@@ -258,6 +259,8 @@ mod tests {
             "7",
             "12",
             "18446744073709551615",
+            "18446744073709551616",
+            "99999999999999999999",
             "",
             "-1",
             "01",
