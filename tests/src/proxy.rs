@@ -110,12 +110,9 @@ async fn read_request(stream: &mut TcpStream) -> Option<Parsed> {
     })
 }
 
-async fn write_response(
-    stream: &mut TcpStream,
-    status: u16,
-    headers: &[(String, String)],
-    body: &[u8],
-) {
+/// The status line and the Worker's headers, without those that frame the body (the
+/// caller adds its own).
+fn response_head(status: u16, headers: &[(String, String)]) -> String {
     let mut head = format!("HTTP/1.1 {status} X\r\n");
     for (k, v) in headers {
         let skip = ["content-length", "transfer-encoding", "connection"];
@@ -123,6 +120,16 @@ async fn write_response(
             head.push_str(&format!("{k}: {v}\r\n"));
         }
     }
+    head
+}
+
+async fn write_response(
+    stream: &mut TcpStream,
+    status: u16,
+    headers: &[(String, String)],
+    body: &[u8],
+) {
+    let mut head = response_head(status, headers);
     head.push_str(&format!(
         "content-length: {}\r\nconnection: close\r\n\r\n",
         body.len()
@@ -268,13 +275,7 @@ async fn relay_stream(
     mut answer: reqwest::Response,
     cut: bool,
 ) {
-    let mut head = format!("HTTP/1.1 {status} X\r\n");
-    for (k, v) in headers {
-        let skip = ["content-length", "transfer-encoding", "connection"];
-        if !skip.iter().any(|s| k.eq_ignore_ascii_case(s)) {
-            head.push_str(&format!("{k}: {v}\r\n"));
-        }
-    }
+    let mut head = response_head(status, headers);
     head.push_str("connection: close\r\n\r\n");
     if stream.write_all(head.as_bytes()).await.is_err() {
         return;
