@@ -131,6 +131,13 @@ async fn route(req: &mut Request, ctx: &Ctx<'_>) -> ApiResult<Response> {
             limits::check(ctx, &caller.owner).await?;
             crate::stream::job(req, ctx, &caller, id).await
         }
+        ["v1", "stream"] => {
+            allow(&method, &[Method::Get])?;
+            let caller = caller(req, ctx).await?;
+            // One stream, however many jobs it follows: it counts once, like a create.
+            limits::check(ctx, &caller.owner).await?;
+            crate::stream::jobs(req, ctx, &caller).await
+        }
         ["v1", "jobs", id, "events"] => {
             allow(&method, &[Method::Get])?;
             let caller = caller(req, ctx).await?;

@@ -109,7 +109,8 @@ pub(crate) fn json(status: u16, body: String, headers: Headers) -> ApiResult<Res
         .with_headers(headers))
 }
 
-/// A query's parameters, decoded, each once (see [`query`]).
+/// A query's parameters, decoded, in their order, each once unless it may repeat (see
+/// [`query_repeating`]).
 pub(crate) type Query = Vec<(String, String)>;
 
 /// `400 invalid_query`: a bad query parameter.
@@ -121,6 +122,16 @@ pub(crate) fn invalid_query(detail: impl Into<String>) -> AppError {
 /// the raw URL with `form_urlencoded`: parsing the whole URL with the `url` crate would
 /// link its IDNA tables into the Worker for a query string.
 pub(crate) fn query(req: &Request, known: &[&str]) -> ApiResult<Query> {
+    query_repeating(req, known, &[])
+}
+
+/// [`query`], where the parameters in `repeating` may be given more than once
+/// (`?job=a&job=b`).
+pub(crate) fn query_repeating(
+    req: &Request,
+    known: &[&str],
+    repeating: &[&str],
+) -> ApiResult<Query> {
     let url = req.inner().url();
     let without_fragment = url.split('#').next().unwrap_or_default();
     let raw = without_fragment.split_once('?').map_or("", |(_, q)| q);
@@ -132,7 +143,7 @@ pub(crate) fn query(req: &Request, known: &[&str]) -> ApiResult<Query> {
                 known.join(", ")
             )));
         }
-        if seen.iter().any(|(n, _)| *n == name) {
+        if !repeating.contains(&name.as_ref()) && seen.iter().any(|(n, _)| *n == name) {
             return Err(invalid_query(format!(
                 "the query parameter {name:?} is given twice"
             )));

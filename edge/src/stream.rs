@@ -1,29 +1,37 @@
-//! `GET /v1/jobs/{id}/stream`: the job's document, pushed as Server-Sent Events at
-//! every change, resumable with `Last-Event-ID`.
+//! The live job streams: `GET /v1/jobs/{id}/stream` (one job, resumable with
+//! `Last-Event-ID`) and `GET /v1/stream?job=…` (up to `MAX_STREAM_JOBS` jobs on one
+//! connection, each resumable from the position its `job` parameter gives), pushing
+//! each job's document as Server-Sent Events at every change.
 //!
-//! The SSE ends here, in the Worker; the job's hub (`live.rs`) relays each change over
-//! a hibernatable WebSocket. The stream:
-//! 1. reads the job from the store, as `GET /v1/jobs/{id}` does (the same callers get
-//!    the same 404): the first `event: job`, unless the client's `Last-Event-ID` is
-//!    that very change, in which case a comment says at once that the stream is live;
-//! 2. ends at once when the job is settled (`protocol::live::settled`); a reconnect
-//!    that already has its last change is answered `204 No Content`, which stops an
-//!    EventSource;
-//! 3. otherwise subscribes to the hub (changes after the one it read), and sends each
-//!    newer change as it comes, with its position as the event's `id`, dropping any
-//!    change not newer than the last it sent;
-//! 4. sends a comment every `KEEP_ALIVE_MS`, ends after the job's settling change, after
-//!    `LIVE_MAX_STREAM_MS` (the client resumes with `Last-Event-ID`), when the hub goes
-//!    away, or when the client reads so slowly that `MAX_BUFFERED` changes wait.
+//! The SSE ends here, in the Worker; each job's hub (`live.rs`) relays its changes over
+//! a hibernatable WebSocket. A stream:
+//! 1. reads each job from the store, as `GET /v1/jobs/{id}` does (the same callers get
+//!    the same 404): an `event: job` for each job that changed since the client's
+//!    position (all of them, without one); when none did, a comment says at once that
+//!    the stream is live;
+//! 2. ends at once when every job is settled (`protocol::live::settled`); a reconnect
+//!    that already has each one's last change is answered `204 No Content`, which stops
+//!    an EventSource;
+//! 3. otherwise subscribes to the hub of each job not settled (changes after the one it
+//!    read), and sends each newer change as it comes, with its position as the event's
+//!    `id` (the document's own `id` names its job), dropping any change not newer than
+//!    the last it sent for that job;
+//! 4. sends a comment when it has written nothing for `KEEP_ALIVE_MS`; ends when every
+//!    job has sent its settling change, after `LIVE_MAX_STREAM_MS` (the client resumes
+//!    from its positions), when a hub goes away, or when the client reads so slowly
+//!    that `MAX_BUFFERED` changes wait.
+//!
+//! DO stubs are not among the subrequests that count against a Worker's six
+//! simultaneous connections, so a stream of 20 jobs holds 20 hub sockets.
 
 use crate::auth::Caller;
 use crate::error::{ApiResult, AppError};
 use crate::http::Ctx;
 use crate::live::{self, Hubs};
-use futures_channel::mpsc::{unbounded, UnboundedReceiver};
-use futures_util::future::{select, Either};
+use futures_channel::mpsc::{unbounded, UnboundedReceiver, UnboundedSender};
+use futures_util::future::{join_all, select, Either};
 use futures_util::StreamExt;
-use onceclick_protocol::live::Position;
+use onceclick_protocol::live::{parse_followed, Position, MAX_STREAM_JOBS};
 use onceclick_protocol::ErrorCode;
 use std::cell::Cell;
 use std::rc::Rc;
@@ -36,7 +44,7 @@ use worker::{Headers, Request, Response, WebSocket};
 const KEEP_ALIVE_MS: u64 = 15_000;
 
 /// How long one stream stays open when `LIVE_MAX_STREAM_MS` is unset: the client then
-/// reconnects with `Last-Event-ID` (and a fresh token).
+/// reconnects from its positions (and with a fresh token).
 const DEFAULT_MAX_STREAM_MS: u64 = 300_000;
 
 /// Changes that may wait for a slow reader before its stream is cut off.
@@ -44,6 +52,8 @@ const MAX_BUFFERED: usize = 32;
 
 /// The comment a stream sends first when the client is already up to date.
 const LIVE: &str = ": live\n\n";
+
+const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
 
 /// One event, its data split into `data:` lines (a document has none, but a frame
 /// must never end early).
@@ -76,6 +86,37 @@ fn last_event_id(req: &Request) -> ApiResult<Option<Position>> {
     })
 }
 
+/// The jobs of `GET /v1/stream`, from its `job` parameters, each once, with the
+/// position the client has.
+fn followed(req: &Request) -> ApiResult<Vec<(String, Option<Position>)>> {
+    let query = crate::http::query_repeating(req, &["job"], &["job"])?;
+    let mut jobs: Vec<(String, Option<Position>)> = Vec::new();
+    for (_, value) in &query {
+        let (id, after) = parse_followed(value).ok_or_else(|| {
+            crate::http::invalid_query(format!(
+                "job {value:?} is neither a job's id nor an id, a colon and a position the stream sent (job_…:7)"
+            ))
+        })?;
+        if jobs.iter().any(|(seen, _)| seen == id) {
+            return Err(crate::http::invalid_query(format!(
+                "job {id} is given twice; give each job once, with the position the client has"
+            )));
+        }
+        jobs.push((id.to_owned(), after));
+    }
+    if jobs.is_empty() {
+        return Err(crate::http::invalid_query(
+            "give at least one job: ?job=ID, or ?job=ID:POSITION to resume after that change",
+        ));
+    }
+    if jobs.len() > MAX_STREAM_JOBS {
+        return Err(crate::http::invalid_query(format!(
+            "one stream follows at most {MAX_STREAM_JOBS} jobs; open another for the rest"
+        )));
+    }
+    Ok(jobs)
+}
+
 fn sse_headers() -> Headers {
     let headers = Headers::new();
     let _ = headers.set("Content-Type", "text/event-stream");
@@ -92,29 +133,53 @@ pub(crate) async fn job(
     id: &str,
 ) -> ApiResult<Response> {
     let after = last_event_id(req)?;
-    let stored = ctx
-        .store
-        .job(Some(&caller.owner), id)
-        .await?
-        .ok_or_else(|| AppError::not_found(&format!("job {id}")))?;
-    let at = Position::of_etag(&stored.etag).ok_or_else(|| {
-        AppError::internal(format!("job {id}: ETag {} is no position", stored.etag))
-    })?;
-    let settled = stored.job.is_settled();
-    // A position at or ahead of the job's (a client that cannot be ahead, but says so)
-    // gets nothing older than it claims to have.
-    let fresh = after.is_none_or(|a| a < at);
-    if settled && !fresh {
+    serve(ctx, caller, vec![(id.to_owned(), after)]).await
+}
+
+/// `GET /v1/stream?job=…`. `Last-Event-ID` is not read: one id cannot hold the
+/// positions of several jobs, so each `job` parameter carries its own.
+pub(crate) async fn jobs(req: &Request, ctx: &Ctx<'_>, caller: &Caller) -> ApiResult<Response> {
+    let jobs = followed(req)?;
+    serve(ctx, caller, jobs).await
+}
+
+/// The stream of `jobs`, each with the position its client has.
+async fn serve(
+    ctx: &Ctx<'_>,
+    caller: &Caller,
+    jobs: Vec<(String, Option<Position>)>,
+) -> ApiResult<Response> {
+    let reads = join_all(
+        jobs.iter()
+            .map(|(id, _)| ctx.store.job(Some(&caller.owner), id)),
+    )
+    .await;
+    let mut first = String::new();
+    // The jobs whose changes are still to come, with the change each was read at.
+    let mut open: Vec<(&str, u64)> = Vec::new();
+    for ((id, after), read) in jobs.iter().zip(reads) {
+        let stored = read?.ok_or_else(|| AppError::not_found(&format!("job {id}")))?;
+        let at = Position::of_etag(&stored.etag).ok_or_else(|| {
+            AppError::internal(format!("job {id}: ETag {} is no position", stored.etag))
+        })?;
+        // A position at or ahead of the job's (a client that cannot be ahead, but says
+        // so) gets nothing older than it claims to have.
+        if after.is_none_or(|a| a < at) {
+            first.push_str(&event(at.0, "job", &stored.doc));
+        }
+        if !stored.job.is_settled() {
+            open.push((id, at.0));
+        }
+    }
+    if open.is_empty() && first.is_empty() {
         return Ok(Response::empty()?
             .with_status(204)
             .with_headers(sse_headers()));
     }
-    let first = if fresh {
-        event(at.0, "job", &stored.doc)
-    } else {
-        LIVE.to_owned()
-    };
-    if settled {
+    if first.is_empty() {
+        first.push_str(LIVE);
+    }
+    if open.is_empty() {
         return Ok(
             Response::from_stream(futures_util::stream::iter([Ok::<_, worker::Error>(
                 first.into_bytes(),
@@ -124,42 +189,98 @@ pub(crate) async fn job(
     }
     let hubs = Hubs::from_env(ctx.env)
         .ok_or_else(|| AppError::internal("the LIVE binding is not configured"))?;
-    let socket = hubs.subscribe(id, at.0).await?;
+    let subscribed = join_all(open.iter().map(|(id, at)| hubs.subscribe(id, *at))).await;
     let max_ms = live::number_var(ctx.env, "LIVE_MAX_STREAM_MS", DEFAULT_MAX_STREAM_MS);
-    let relay = Relay::new(socket, at.0, crate::clock::now_ms() + max_ms as f64)?;
+    let mut relay = Relay::new(crate::clock::now_ms() + max_ms as f64);
+    let mut refused = None;
+    for ((_, at), socket) in open.iter().zip(subscribed) {
+        match socket {
+            Ok(socket) if refused.is_none() => {
+                if let Err(e) = relay.follow(socket, *at) {
+                    refused = Some(e);
+                }
+            }
+            // The others' sockets close with the relay.
+            Ok(socket) => close_unused(&socket),
+            Err(e) => {
+                refused.get_or_insert(e);
+            }
+        }
+    }
+    if let Some(e) = refused {
+        return Err(e); // `relay` drops here, closing what it holds
+    }
     let body =
         futures_util::stream::once(async move { Ok::<_, worker::Error>(first.into_bytes()) })
             .chain(futures_util::stream::unfold(relay, Relay::next));
     Ok(Response::from_stream(body)?.with_headers(sse_headers()))
 }
 
-/// What the hub's socket delivered.
-enum Heard {
-    Frame(String),
-    /// The hub closed the socket, or the reader fell `MAX_BUFFERED` behind.
-    End,
+/// A hub socket that a refused stream will not read.
+fn close_unused(socket: &WebSocket) {
+    let _ = socket.accept();
+    let _ = socket.close(Some(1000), Some("stream refused"));
 }
 
-/// One stream's side of its hub socket.
-struct Relay {
+/// What a hub socket delivered, tagged by the index of its job in the relay.
+enum Heard {
+    Frame(String),
+    /// The hub closed the socket.
+    End,
+    /// The reader fell `MAX_BUFFERED` behind.
+    Behind,
+}
+
+/// One job's hub socket, with the last change sent for it.
+struct Watch {
     socket: WebSocket,
-    heard: UnboundedReceiver<Heard>,
-    /// Frames delivered and not yet read by the stream.
-    waiting: Rc<Cell<usize>>,
     /// The listeners, kept alive as long as the socket is.
     _listeners: [Closure<dyn FnMut(worker::web_sys::MessageEvent)>; 2],
-    /// The last change sent.
     sent: u64,
-    deadline_ms: f64,
+    /// Its settling change is sent, and its socket closed.
     done: bool,
 }
 
+impl Watch {
+    fn close(&mut self, why: &str) {
+        let raw: &worker::web_sys::WebSocket = self.socket.as_ref();
+        raw.set_onmessage(None);
+        raw.set_onclose(None);
+        raw.set_onerror(None);
+        let _ = self.socket.close(Some(1000), Some(why));
+    }
+}
+
+/// One stream's side of its hub sockets.
+struct Relay {
+    watches: Vec<Watch>,
+    tx: UnboundedSender<(usize, Heard)>,
+    heard: UnboundedReceiver<(usize, Heard)>,
+    /// Frames delivered and not yet read by the stream, over all its jobs.
+    waiting: Rc<Cell<usize>>,
+    deadline_ms: f64,
+    /// When the stream last wrote something: the keep-alive counts from there.
+    wrote_ms: f64,
+}
+
 impl Relay {
-    fn new(socket: WebSocket, sent: u64, deadline_ms: f64) -> ApiResult<Self> {
+    fn new(deadline_ms: f64) -> Self {
         let (tx, heard) = unbounded();
-        let waiting = Rc::new(Cell::new(0usize));
+        Self {
+            watches: Vec::new(),
+            tx,
+            heard,
+            waiting: Rc::new(Cell::new(0)),
+            deadline_ms,
+            wrote_ms: crate::clock::now_ms(),
+        }
+    }
+
+    /// Listens on `socket`, the hub of a job last sent at change `sent`.
+    fn follow(&mut self, socket: WebSocket, sent: u64) -> ApiResult<()> {
+        let index = self.watches.len();
         let on_message = {
-            let (tx, waiting) = (tx.clone(), waiting.clone());
+            let (tx, waiting) = (self.tx.clone(), self.waiting.clone());
             Closure::<dyn FnMut(worker::web_sys::MessageEvent)>::new(
                 move |e: worker::web_sys::MessageEvent| {
                     let Some(text) = e.data().as_string() else {
@@ -167,83 +288,94 @@ impl Relay {
                     };
                     waiting.set(waiting.get() + 1);
                     let heard = if waiting.get() > MAX_BUFFERED {
-                        Heard::End
+                        Heard::Behind
                     } else {
                         Heard::Frame(text)
                     };
-                    let _ = tx.unbounded_send(heard);
+                    let _ = tx.unbounded_send((index, heard));
                 },
             )
         };
-        let on_close = Closure::<dyn FnMut(worker::web_sys::MessageEvent)>::new(
-            move |_e: worker::web_sys::MessageEvent| {
-                let _ = tx.unbounded_send(Heard::End);
-            },
-        );
+        let on_close = {
+            let tx = self.tx.clone();
+            Closure::<dyn FnMut(worker::web_sys::MessageEvent)>::new(
+                move |_e: worker::web_sys::MessageEvent| {
+                    let _ = tx.unbounded_send((index, Heard::End));
+                },
+            )
+        };
         let raw: &worker::web_sys::WebSocket = socket.as_ref();
         raw.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
         raw.set_onclose(Some(on_close.as_ref().unchecked_ref()));
         raw.set_onerror(Some(on_close.as_ref().unchecked_ref()));
-        socket
-            .accept()
-            .map_err(|e| AppError::unavailable(format!("live hub: {e}")))?;
-        Ok(Self {
+        let accepted = socket.accept();
+        self.watches.push(Watch {
             socket,
-            heard,
-            waiting,
             _listeners: [on_message, on_close],
             sent,
-            deadline_ms,
             done: false,
-        })
+        });
+        accepted.map_err(|e| AppError::unavailable(format!("live hub: {e}")))
     }
 
     /// The stream's next chunk: a newer change, a keep-alive comment, or the end.
     async fn next(mut self) -> Option<(Result<Vec<u8>, worker::Error>, Self)> {
         loop {
-            if self.done {
+            if self.watches.iter().all(|w| w.done) {
                 return None;
             }
-            let left = self.deadline_ms - crate::clock::now_ms();
+            let now = crate::clock::now_ms();
+            let left = self.deadline_ms - now;
             if left <= 0.0 {
                 return None;
             }
-            let wait = (left as u64).min(KEEP_ALIVE_MS);
-            let tick = worker::Delay::from(std::time::Duration::from_millis(wait));
-            let heard = match select(self.heard.next(), tick).await {
-                Either::Left((heard, _)) => heard,
+            let keep_alive_in = (self.wrote_ms + KEEP_ALIVE_MS as f64 - now).max(0.0);
+            let ends = left <= keep_alive_in;
+            let tick = worker::Delay::from(std::time::Duration::from_millis(
+                left.min(keep_alive_in) as u64,
+            ));
+            let (index, heard) = match select(self.heard.next(), tick).await {
+                Either::Left((Some(heard), _)) => heard,
+                Either::Left((None, _)) => return None,
+                Either::Right(_) if ends => return None, // the stream's time is up
                 Either::Right(_) => {
-                    if wait < KEEP_ALIVE_MS {
-                        return None; // the stream's time is up
-                    }
-                    return Some((Ok(b": keep-alive\n\n".to_vec()), self));
+                    self.wrote_ms = crate::clock::now_ms();
+                    return Some((Ok(KEEP_ALIVE.to_vec()), self));
                 }
             };
-            let Some(Heard::Frame(text)) = heard else {
-                return None;
+            let text = match heard {
+                Heard::Frame(text) => text,
+                Heard::Behind => return None,
+                // A hub gone while its job is still moving: the client resumes.
+                Heard::End if !self.watches.get(index).is_some_and(|w| w.done) => return None,
+                Heard::End => continue,
             };
             self.waiting.set(self.waiting.get().saturating_sub(1));
             let Some((seq, doc)) = live::unframe(&text) else {
                 continue;
             };
-            if seq <= self.sent {
+            let Some(watch) = self.watches.get_mut(index) else {
+                continue;
+            };
+            if watch.done || seq <= watch.sent {
                 continue;
             }
-            self.sent = seq;
-            self.done = live::ends_stream(doc);
-            let chunk = event(seq, "job", doc).into_bytes();
-            return Some((Ok(chunk), self));
+            watch.sent = seq;
+            if live::ends_stream(doc) {
+                watch.done = true;
+                watch.close("job settled");
+            }
+            self.wrote_ms = crate::clock::now_ms();
+            return Some((Ok(event(seq, "job", doc).into_bytes()), self));
         }
     }
 }
 
 impl Drop for Relay {
     fn drop(&mut self) {
-        let raw: &worker::web_sys::WebSocket = self.socket.as_ref();
-        raw.set_onmessage(None);
-        raw.set_onclose(None);
-        raw.set_onerror(None);
-        let _ = self.socket.close(Some(1000), Some("stream ended"));
+        for watch in self.watches.iter_mut().filter(|w| !w.done) {
+            watch.close("stream ended");
+        }
     }
 }
 

@@ -42,6 +42,20 @@ impl std::fmt::Display for Position {
     }
 }
 
+/// The most jobs one stream (`GET /v1/stream?job=…`) may follow.
+pub const MAX_STREAM_JOBS: usize = 20;
+
+/// One `job` parameter of `GET /v1/stream`: a job's id, alone or followed by `:` and
+/// the position the client has (`job_…:7`), since one `Last-Event-ID` cannot hold the
+/// positions of several jobs. `None` when the id is empty or the position is not one.
+pub fn parse_followed(text: &str) -> Option<(&str, Option<Position>)> {
+    let (id, position) = match text.split_once(':') {
+        Some((id, position)) => (id, Some(Position::parse(position)?)),
+        None => (text, None),
+    };
+    (!id.is_empty()).then_some((id, position))
+}
+
 /// Whether a job's stream has ended at this document: the job is final for now
 /// (`succeeded`, `cancelled`, or `failed`) and no attempt is `starting` or `running`,
 /// so nothing the service does on its own will change it. A hedge's loser still
@@ -91,6 +105,22 @@ mod tests {
         assert_eq!(Position::of_etag("\"12\""), Some(Position(12)));
         assert_eq!(Position::of_etag("12"), None);
         assert_eq!(Position::of_etag("W/\"12\""), None);
+    }
+
+    #[test]
+    fn a_followed_job_is_its_id_and_maybe_its_position() {
+        assert_eq!(parse_followed("job_1"), Some(("job_1", None)));
+        assert_eq!(
+            parse_followed("job_1:17"),
+            Some(("job_1", Some(Position(17))))
+        );
+        assert_eq!(
+            parse_followed("job_1:0"),
+            Some(("job_1", Some(Position(0))))
+        );
+        for bad in ["", ":7", "job_1:", "job_1:07", "job_1:x", "job_1:7:8"] {
+            assert_eq!(parse_followed(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

@@ -13,6 +13,7 @@ use crate::types::{
     option_function, option_signal, option_string, policy, ClientOptions, ForgetOptions,
     RetryOptions, SubmitOptions, WaitOptions,
 };
+use crate::watch::{self, Update, Watching};
 use js_sys::Promise;
 use onceclick_protocol::JobStatus;
 use std::cell::RefCell;
@@ -54,6 +55,8 @@ struct Inner {
     providers: RefCell<Option<Promise>>,
     /// Why the last `GET /v1/providers` failed.
     lookup_error: RefCell<Option<OnceclickError>>,
+    /// The jobs followed live, on one connection (`watch.rs`).
+    watching: RefCell<Watching>,
 }
 
 /// How often a submit that names a provider asks `GET /v1/providers` (each ask already
@@ -100,6 +103,7 @@ impl Client {
                 keys: Keys::new(js::get(&options, "storage"), None),
                 providers: RefCell::new(None),
                 lookup_error: RefCell::new(None),
+                watching: RefCell::default(),
             }),
         })
     }
@@ -198,15 +202,10 @@ impl Client {
                 .unwrap_or(FIRST_EVENT_MS);
             let work = async {
                 let from = match live {
-                    true => {
-                        match client
-                            .follow(&job_id, &policy, on_update.as_ref(), first_ms)
-                            .await?
-                        {
-                            Followed::Settled(job) => return Ok(job),
-                            Followed::Poll(from) => from,
-                        }
-                    }
+                    true => match client.follow(&job_id, on_update.as_ref(), first_ms).await {
+                        Followed::Settled(job) => return Ok(job),
+                        Followed::Poll(from) => from,
+                    },
                     false => None,
                 };
                 client
@@ -504,90 +503,138 @@ impl Client {
     /// over. So does a 404 or 405 (a server without the stream: the poll then answers
     /// for the job), a `too_many_subscribers`, and a connection that says nothing, not
     /// even its first comment, within `first_ms` (a proxy that buffers the stream).
+    /// Follows `job_id` on the client's one live connection, which this starts if none
+    /// runs (`first_ms` then applies to it), until the job ends its wait or the stream
+    /// cannot be had. Dropping this (an abort, a timeout) leaves the connection; the
+    /// connection closes when no job is left.
     async fn follow(
         &self,
         job_id: &str,
-        policy: &Policy,
         on_update: Option<&js_sys::Function>,
         first_ms: f64,
-    ) -> Result<Followed, OnceclickError> {
-        // No abort to watch for here: `wait` drops this future when its signal aborts
-        // (and the fetch, given the signal, closes the connection).
-        let path = format!("/v1/jobs/{job_id}/stream");
-        let mut last: Option<(String, JsValue)> = None;
-        let mut failures = 0;
-        let polling = |last: Option<(String, JsValue)>, why: &str| {
-            live::note_polling(why);
-            Ok(Followed::Poll(last.map(|(p, _)| p)))
+    ) -> Followed {
+        let (number, mailbox, start) = self.inner.watching.borrow_mut().watch(job_id);
+        let _leave = Leave {
+            watching: &self.inner.watching,
+            job_id,
+            number,
         };
+        if start {
+            wasm_bindgen_futures::spawn_local(self.clone().run_stream(first_ms));
+        }
+        loop {
+            match watch::take(&mailbox).await {
+                Update::Job(job) => {
+                    self.seen_job(&job);
+                    if let Some(callback) = on_update {
+                        let _ = callback.call1(&JsValue::NULL, &job);
+                    }
+                    if waits_end(&job) {
+                        return Followed::Settled(job);
+                    }
+                }
+                Update::Poll(from) => return Followed::Poll(from),
+            }
+        }
+    }
+
+    /// The live connection (`GET /v1/stream?job=…`) for every job followed: reopened
+    /// with each job's position after a drop (with backoff) or when a job joins, asking
+    /// `getToken` each time. When the stream cannot be had (refused, failing
+    /// `MAX_TRIES` times in a row, or silent for `first_ms` after it opens), every wait
+    /// polls instead, from its position.
+    async fn run_stream(self, first_ms: f64) {
+        let watching = &self.inner.watching;
+        let fall_back = |why: &str| {
+            live::note_polling(why);
+            watching.borrow_mut().fall_back();
+        };
+        let mut failures = 0;
         loop {
             if failures >= crate::http::MAX_TRIES {
-                return polling(last, "the live stream keeps failing");
+                return fall_back("the live stream keeps failing");
             }
             if failures > 0 {
                 let pause = crate::http::delay_ms(failures, None, js_sys::Math::random());
                 js::sleep(pause).await;
             }
-            failures += 1;
-            let token = self.token().await?;
-            let mut call = Call::get(&path).policy(policy);
-            if let Some((at, _)) = &last {
-                call = call.header("Last-Event-ID", at);
-            }
-            let request = call
-                .request(&self.inner.base_url, &token)
-                .map_err(|e| OnceclickError::invalid(js::describe(e)))?;
+            let Some((query, interrupt)) = watching.borrow_mut().connect() else {
+                return; // no job left
+            };
+            // A token that cannot be had: the polls say why, as every call would.
+            let Ok(token) = self.token().await else {
+                return fall_back("no token for the live stream");
+            };
+            let path = format!("/v1/stream?{query}");
+            let Ok(request) = Call::get(&path).request(&self.inner.base_url, &token) else {
+                return fall_back("the live stream's request could not be made");
+            };
             let Ok(response) = js::fetch(&request).await else {
+                failures += 1;
                 continue;
             };
             match response.status() {
                 200 => {}
-                // Settled, and `last` is its last change.
-                204 => match last {
-                    Some((_, job)) => return Ok(Followed::Settled(job)),
-                    None => return polling(last, "the stream ended before it began"),
-                },
-                502..=504 => continue,
+                // Every job settled, and their waits have their last change: wait
+                // until a job joins or the last one leaves.
+                204 => {
+                    let _ = wasm_bindgen_futures::JsFuture::from(interrupt).await;
+                    continue;
+                }
+                502..=504 => {
+                    failures += 1;
+                    continue;
+                }
                 // A server without the stream (404, 405), a refusal (a 401, say, which
                 // the poll then reports as it is), or a 429: `too_many_subscribers`, or
                 // the owner's rate limit, which the poll's backoff honours.
-                _ => return polling(last, "the live stream was refused"),
+                _ => return fall_back("the live stream was refused"),
             }
             let Some(mut stream) = live::Stream::of(&response) else {
-                return polling(last, "this browser cannot read a response as it comes");
+                return fall_back("this browser cannot read a response as it comes");
             };
             let mut heard = false;
             loop {
                 let quiet = if heard { SILENCE_MS } else { first_ms };
-                let item = match stream.next(Some(quiet)).await {
+                let item = match stream.next(quiet, &interrupt).await {
                     live::Next::Item(item) => item,
-                    live::Next::End => break,
-                    // No keep-alive for that long: a dead connection (a laptop that
-                    // slept, a network that changed). Reopen from the position.
-                    live::Next::Quiet if heard => break,
-                    live::Next::Quiet => return polling(last, "the stream said nothing in time"),
+                    // The jobs changed: reopen at once with the new set.
+                    live::Next::Woken => break,
+                    // A dropped connection, or one silent for three keep-alives (a
+                    // laptop that slept, a network that changed): reopen from the
+                    // positions.
+                    live::Next::End => {
+                        failures += 1;
+                        break;
+                    }
+                    live::Next::Quiet if heard => {
+                        failures += 1;
+                        break;
+                    }
+                    live::Next::Quiet => return fall_back("the stream said nothing in time"),
                 };
+                // A connection that lives past its first item, or brings a change, is
+                // healthy: only connections cut before either count as failures.
+                if heard {
+                    failures = 0;
+                }
                 heard = true;
-                failures = 0;
+                // Clients ignore the events they do not know.
                 let live::Item::Event { event, id, data } = item else {
                     continue;
                 };
-                // Clients ignore the events they do not know.
-                let fresh = last.as_ref().is_none_or(|(seen, _)| live::after(&id, seen));
-                if event != "job" || !live::is_position(&id) || !fresh {
+                if event != "job" || !live::is_position(&id) {
                     continue;
                 }
                 let Ok(job) = js_sys::JSON::parse(&data) else {
                     continue;
                 };
-                self.seen_job(&job);
-                if let Some(callback) = on_update {
-                    let _ = callback.call1(&JsValue::NULL, &job);
+                let Some(job_id) = js::get_string(&job, "id") else {
+                    continue;
+                };
+                if watching.borrow_mut().deliver(&id, &job_id, &job) {
+                    failures = 0;
                 }
-                if waits_end(&job) {
-                    return Ok(Followed::Settled(job));
-                }
-                last = Some((id, job));
             }
         }
     }
@@ -672,6 +719,19 @@ const FIRST_EVENT_MS: f64 = 3_000.0;
 /// How long a live connection may stay silent before `wait` takes it for dead and
 /// reconnects: three of the server's 15 s keep-alives.
 const SILENCE_MS: f64 = 45_000.0;
+
+/// Takes a wait off the live connection when it ends, however it ends.
+struct Leave<'a> {
+    watching: &'a RefCell<Watching>,
+    job_id: &'a str,
+    number: u32,
+}
+
+impl Drop for Leave<'_> {
+    fn drop(&mut self) {
+        self.watching.borrow_mut().unwatch(self.job_id, self.number);
+    }
+}
 
 /// Where `follow` left a wait.
 enum Followed {

@@ -32,6 +32,7 @@ mod json;
 mod keys;
 mod live;
 mod types;
+mod watch;
 
 pub use client::Client;
 pub use error::OnceclickError;

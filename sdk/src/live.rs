@@ -1,5 +1,5 @@
-//! The job's live stream (`GET /v1/jobs/{id}/stream`), read with `fetch` and a body
-//! reader so that `Authorization` is sent: `Events` turns the bytes into server-sent
+//! The live job stream (`GET /v1/stream?job=…`), read with `fetch` and a body reader
+//! so that `Authorization` is sent: `Events` turns the bytes into server-sent
 //! events as the HTML standard parses them, `Stream` reads a response's body through it.
 
 use crate::js;
@@ -96,6 +96,8 @@ pub(crate) enum Next {
     End,
     /// Nothing came within the time given.
     Quiet,
+    /// The interrupt resolved: the jobs to follow changed.
+    Woken,
 }
 
 impl Stream {
@@ -112,9 +114,10 @@ impl Stream {
         })
     }
 
-    /// The next item, waiting at most `quiet_ms` for it when given. The wait is a
-    /// `Promise.race` of the read and a timer, so one future type serves both.
-    pub(crate) async fn next(&mut self, quiet_ms: Option<f64>) -> Next {
+    /// The next item, waiting at most `quiet_ms` for it, or until `interrupt` resolves
+    /// (to `true`). The wait is a `Promise.race` of the read, a timer and the
+    /// interrupt, so one future type serves all three.
+    pub(crate) async fn next(&mut self, quiet_ms: f64, interrupt: &js_sys::Promise) -> Next {
         loop {
             if let Some(item) = self.ready.pop() {
                 return Next::Item(item);
@@ -122,15 +125,16 @@ impl Stream {
             let Ok(read) = js::call(&self.reader, "read", &[]) else {
                 return Next::End;
             };
-            let read = match quiet_ms {
-                Some(ms) => js_sys::Promise::race(&js_sys::Array::of2(&read, &js::timer(ms))),
-                None => js_sys::Promise::resolve(&read),
-            };
+            let read =
+                js_sys::Promise::race(&js_sys::Array::of3(&read, &js::timer(quiet_ms), interrupt));
             let Ok(chunk) = JsFuture::from(read).await else {
                 return Next::End;
             };
             if chunk.is_undefined() {
                 return Next::Quiet;
+            }
+            if chunk == JsValue::TRUE {
+                return Next::Woken;
             }
             if js::get(&chunk, "done").is_truthy() {
                 return Next::End;

@@ -72,13 +72,17 @@ export interface WaitOptions {
   /** Reject with code "timeout" after this long. */
   timeoutMs?: number;
   /**
-   * Follow the job's live stream (the default), or poll `GET /v1/jobs/{id}` with `ETag`
-   * (`false`). The stream falls back to polling by itself, once said in the console:
+   * Follow the job live (the default), on the client's one connection for every job it
+   * waits on, or poll `GET /v1/jobs/{id}` with `ETag` (`false`). The stream falls back
+   * to polling by itself, once said in the console:
    * on a 404 or 405 (a server without it), on `too_many_subscribers`, after failures in
    * a row, and when a connection says nothing within `firstEventMs`.
    */
   live?: boolean;
-  /** How long a new stream connection may stay silent before polling takes over (3000). */
+  /**
+   * How long a new stream connection may stay silent before polling takes over (3000);
+   * the wait that opens the client's connection sets it for that connection.
+   */
   firstEventMs?: number;
 }
 /** A retry() sends its own Idempotency-Key: a resend after a lost answer gets the same attempt. */

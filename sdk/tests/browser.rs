@@ -832,9 +832,38 @@ async fn follow_live(mode: &str) -> Vec<JsValue> {
         })
         .count();
     assert_eq!(polls, 0, "no poll while the stream is healthy");
-    let streams = to_path(&log, "/stream");
+    let streams = live_streams(&log);
     assert!(!streams.is_empty());
     streams
+}
+
+/// The live connections in a proxy log (`GET /v1/stream?job=…`).
+fn live_streams(log: &[JsValue]) -> Vec<JsValue> {
+    log.iter()
+        .filter(|e| {
+            get(e, "path")
+                .as_string()
+                .is_some_and(|p| p.starts_with("/v1/stream?"))
+        })
+        .cloned()
+        .collect()
+}
+
+/// The `job` parameters of a live connection's path: each job's id and the position
+/// the SDK resumed it from.
+fn followed(stream: &JsValue) -> Vec<(String, Option<String>)> {
+    let path = get(stream, "path").as_string().unwrap();
+    let query = path.split_once('?').unwrap().1;
+    query
+        .split('&')
+        .map(|pair| {
+            let value = pair.strip_prefix("job=").expect("only job parameters");
+            match value.split_once(':') {
+                Some((id, at)) => (id.to_owned(), Some(at.to_owned())),
+                None => (value.to_owned(), None),
+            }
+        })
+        .collect()
 }
 
 // Issue 24: `wait` follows the job's live stream: one connection, no poll.
@@ -842,7 +871,12 @@ async fn follow_live(mode: &str) -> Vec<JsValue> {
 async fn wait_follows_the_live_stream_and_sends_no_poll() {
     let streams = follow_live("pass").await;
     assert_eq!(streams.len(), 1, "one connection for the whole job");
-    assert!(get(&streams[0], "last_event_id").is_null());
+    assert_eq!(followed(&streams[0]).len(), 1);
+    assert_eq!(
+        followed(&streams[0])[0].1,
+        None,
+        "no position on the first connection"
+    );
 }
 
 // Issue 24: a connection dropped in mid-job is reopened from its position, and nothing
@@ -854,11 +888,125 @@ async fn a_stream_cut_in_mid_job_resumes_from_its_position_with_nothing_lost() {
         streams.len() >= 2,
         "the cut stream was reopened: {streams:?}"
     );
-    let resumed = get(&streams[1], "last_event_id");
+    let resumed = followed(&streams[1]);
     assert!(
-        resumed
-            .as_string()
-            .is_some_and(|p| p.parse::<u64>().is_ok()),
+        resumed.len() == 1
+            && resumed[0]
+                .1
+                .as_ref()
+                .is_some_and(|p| p.parse::<u64>().is_ok()),
         "the reconnect names its position: {resumed:?}"
     );
+}
+
+// Issue 24: every job a page waits on is followed on one connection (Chrome opens at
+// most 6 per host over HTTP/1.1), and a job that joins reopens it with each job's
+// position.
+#[wasm_bindgen_test]
+async fn waits_on_many_jobs_share_one_live_connection() {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    const JOBS: usize = 8;
+    let id = scenario("pass");
+    let gate = format!("{id}-gate");
+    let c = client(&format!("{}/pass/{id}", proxy()), Some(mapStorage()));
+    let mut jobs = Vec::new();
+    // The first job's call waits at the gate (within the provider's timeout); the rest
+    // answer at once, or queue behind it.
+    for n in 0..=JOBS {
+        let marker = format!("{id}-job{n}x");
+        if n == 0 {
+            script("primary", &marker, &format!(r#"[{{"gate":"{gate}"}}]"#)).await;
+        }
+        let job = ok(c.submit(
+            "summarize".into(),
+            input(&format!("{marker}: one of many.")),
+            None,
+        ))
+        .await;
+        jobs.push(id_of(&job));
+    }
+    let running: Rc<RefCell<std::collections::BTreeSet<String>>> = Rc::default();
+    let on_update = {
+        let running = running.clone();
+        Closure::<dyn Fn(JsValue)>::new(move |job: JsValue| {
+            if get(&job, "status") == "running" {
+                running.borrow_mut().insert(id_of(&job));
+            }
+        })
+    };
+    let held = jobs[0].clone();
+    let wait_on = |job: &str| {
+        JsFuture::from(c.wait(
+            job.to_owned(),
+            Some(options(&[("onUpdate", on_update.as_ref().clone())]).unchecked_into()),
+        ))
+    };
+    // The first eight, started together.
+    let first: Vec<JsFuture> = jobs[..JOBS].iter().map(|j| wait_on(j)).collect();
+    let first = futures_util::future::join_all(first);
+    let until_running = async {
+        while !running.borrow().contains(&held) {
+            JsFuture::from(Promise::new(&mut |resolve, _| {
+                web_sys::window()
+                    .unwrap()
+                    .set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, 50)
+                    .unwrap();
+            }))
+            .await
+            .unwrap();
+        }
+    };
+    futures_util::pin_mut!(first);
+    // Until the held job shows `running` on the stream.
+    let first = match futures_util::future::select(first, Box::pin(until_running)).await {
+        futures_util::future::Either::Right(((), first)) => first,
+        futures_util::future::Either::Left(_) => panic!("every wait ended before the held job ran"),
+    };
+    // A ninth job joins: the connection reopens with it, and with each job's position.
+    let ninth = wait_on(&jobs[JOBS]);
+    release(&gate).await;
+    let mut done = first.await;
+    done.push(ninth.await);
+    for (job, done) in jobs.iter().zip(&done) {
+        let done = done.as_ref().unwrap_or_else(|e| panic!("{job}: {e:?}"));
+        assert_eq!(get(done, "status"), "succeeded", "{job}");
+    }
+    let log = seen(&id).await;
+    let polls = log
+        .iter()
+        .filter(|e| {
+            get(e, "method") == "GET"
+                && get(e, "path")
+                    .as_string()
+                    .is_some_and(|p| p.starts_with("/v1/jobs/"))
+        })
+        .count();
+    assert_eq!(polls, 0, "no poll while the stream is healthy");
+    let streams = live_streams(&log);
+    assert!(
+        streams.len() >= 2,
+        "the ninth job reopened the connection: {streams:?}"
+    );
+    let opened = followed(&streams[0]);
+    assert_eq!(
+        opened.iter().map(|(j, _)| j.clone()).collect::<Vec<_>>(),
+        jobs[..JOBS].to_vec(),
+        "the eight waits started together opened one connection"
+    );
+    // The reopened connection: the jobs still waited on (the held one at least), each
+    // from its position, and the ninth from its start.
+    let joined = followed(&streams[1]);
+    assert_eq!(
+        joined.last(),
+        Some(&(jobs[JOBS].clone(), None)),
+        "{joined:?}"
+    );
+    assert!(joined.iter().any(|(j, _)| *j == held), "{joined:?}");
+    for (job, at) in &joined[..joined.len() - 1] {
+        assert!(
+            at.as_ref().is_some_and(|p| p.parse::<u64>().is_ok()),
+            "{job} resumed from its position: {joined:?}"
+        );
+    }
 }

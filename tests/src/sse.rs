@@ -37,11 +37,25 @@ pub struct Opened {
 
 /// Opens the stream of job `id`, with `Last-Event-ID` if given.
 pub async fn open(api: &Api, token: Option<&str>, id: &str, last: Option<&str>) -> Opened {
-    let mut rb = api.request(
-        reqwest::Method::GET,
-        &format!("/v1/jobs/{id}/stream"),
-        token,
-    );
+    open_path(api, token, &format!("/v1/jobs/{id}/stream"), last).await
+}
+
+/// Opens `GET /v1/stream` for `jobs`, each with the position the client has, if any
+/// (`job=ID:POSITION`).
+pub async fn open_many(api: &Api, token: Option<&str>, jobs: &[(&str, Option<&str>)]) -> Opened {
+    let query: Vec<String> = jobs
+        .iter()
+        .map(|(id, at)| match at {
+            Some(at) => format!("job={id}:{at}"),
+            None => format!("job={id}"),
+        })
+        .collect();
+    open_path(api, token, &format!("/v1/stream?{}", query.join("&")), None).await
+}
+
+/// Opens the stream at `path`, with `Last-Event-ID` if given.
+pub async fn open_path(api: &Api, token: Option<&str>, path: &str, last: Option<&str>) -> Opened {
+    let mut rb = api.request(reqwest::Method::GET, path, token);
     if let Some(last) = last {
         rb = rb.header("Last-Event-ID", last);
     }

@@ -261,3 +261,194 @@ async fn a_stream_refuses_what_get_refuses_and_bad_positions_and_too_many_stream
         assert_eq!(last["status"], "succeeded");
     }
 }
+
+/// Reads events from a multi-job stream until `done` says every job is where the test
+/// wants it, recording each job's events in order.
+async fn read_until(stream: &mut sse::Stream, seen: &mut Seen, done: impl Fn(&Seen) -> bool) {
+    while !done(seen) {
+        let (position, doc) = stream
+            .next_event()
+            .await
+            .expect("the stream ended before its jobs got there");
+        seen.entry(id(&doc)).or_default().push((position, doc));
+    }
+}
+
+fn last_status<'a>(seen: &'a Seen, job: &str) -> Option<&'a str> {
+    seen.get(job)?.last()?.1["status"].as_str()
+}
+
+/// A `summarize` job that the mock answers at once, created with `drop-enqueue` so that
+/// it stays `queued` until the test dispatches it.
+async fn queued_job(api: &Api, token: &str) -> Value {
+    let body = json!({"kind": "summarize", "input": {"text": marked_text(&unique("live"))}});
+    let reply = send(
+        api.create(token, Some(&unique("key")), &body.to_string())
+            .header(FAULT, "drop-enqueue"),
+    )
+    .await;
+    assert_eq!(reply.status, 201, "{}", reply.text);
+    reply.json()
+}
+
+type Seen = std::collections::HashMap<String, Vec<(String, Value)>>;
+
+#[tokio::test]
+async fn one_stream_follows_several_jobs_each_from_its_own_position() {
+    let api = Api::from_env();
+    let token = api.token("live-many");
+    let mut jobs = Vec::new();
+    for _ in 0..3 {
+        jobs.push(queued_job(&api, &token).await);
+    }
+    let ids: Vec<String> = jobs.iter().map(id).collect();
+    // A fourth job, already settled: its document comes once, and the stream stays open
+    // for the others.
+    let gone_id = id(&queued_job(&api, &token).await);
+    let cancelled =
+        send(api.post_json(&token, &format!("/v1/jobs/{gone_id}/cancel"), &json!({}))).await;
+    assert_eq!(cancelled.status, 200);
+
+    let mut asked: Vec<(&str, Option<&str>)> = ids.iter().map(|j| (j.as_str(), None)).collect();
+    asked.push((&gone_id, None));
+    let opened = sse::open_many(&api, Some(&token), &asked).await;
+    assert_eq!(opened.status, 200, "{:?}", opened.body);
+    assert_eq!(opened.content_type.as_deref(), Some("text/event-stream"));
+    assert_eq!(opened.cache_control.as_deref(), Some("no-store"));
+    let mut stream = opened.stream.unwrap();
+    let mut seen = Seen::new();
+    read_until(&mut stream, &mut seen, |s| s.len() == 4).await;
+    for job in &ids {
+        assert_eq!(last_status(&seen, job), Some("queued"));
+    }
+    assert_eq!(last_status(&seen, &gone_id), Some("cancelled"));
+
+    // The first job runs to the end; the stream stays open for the others.
+    dispatch(&api, &jobs[0], None).await;
+    read_until(&mut stream, &mut seen, |s| {
+        last_status(s, &ids[0]) == Some("succeeded")
+    })
+    .await;
+    // A reconnect names each job's position: the first settled and current, the second
+    // current, the third behind (position 0: it gets its document again), the
+    // cancelled one settled and current.
+    let last = |s: &Seen, job: &str| s[job].last().unwrap().0.clone();
+    let at = [
+        last(&seen, &ids[0]),
+        last(&seen, &ids[1]),
+        "0".to_owned(),
+        last(&seen, &gone_id),
+    ];
+    let resumed_ask: Vec<(&str, Option<&str>)> = vec![
+        (&ids[0], Some(&at[0])),
+        (&ids[1], Some(&at[1])),
+        (&ids[2], Some(&at[2])),
+        (&gone_id, Some(&at[3])),
+    ];
+    let mut resumed = sse::open_many(&api, Some(&token), &resumed_ask)
+        .await
+        .stream
+        .unwrap();
+    let (_, first) = resumed.next_event().await.unwrap();
+    assert_eq!(
+        id(&first),
+        ids[2],
+        "only the job behind comes first: {first}"
+    );
+    assert_eq!(first["status"], "queued");
+
+    dispatch(&api, &jobs[1], None).await;
+    dispatch(&api, &jobs[2], None).await;
+    read_until(&mut stream, &mut seen, |s| {
+        ids.iter().all(|j| last_status(s, j) == Some("succeeded"))
+    })
+    .await;
+    assert_eq!(
+        stream.next_event().await,
+        None,
+        "the stream ends when every job has"
+    );
+    for job in ids.iter().chain([&gone_id]) {
+        let positions: Vec<u64> = seen[job].iter().map(|(p, _)| p.parse().unwrap()).collect();
+        assert!(
+            positions.windows(2).all(|w| w[0] < w[1]),
+            "{job}: {positions:?}"
+        );
+        assert_eq!(seen[job].last().unwrap().1, get(&api, &token, job).await);
+    }
+    assert_eq!(seen[&gone_id].len(), 1, "the settled job came once");
+
+    // The resumed stream: nothing it already had, the others' last changes.
+    let mut again = Seen::new();
+    again
+        .entry(id(&first))
+        .or_default()
+        .push((String::new(), first));
+    while let Some((position, doc)) = resumed.next_event().await {
+        again.entry(id(&doc)).or_default().push((position, doc));
+    }
+    assert!(!again.contains_key(&gone_id));
+    assert!(
+        !again.contains_key(&ids[0]),
+        "the settled, current job sent nothing"
+    );
+    for job in &ids[1..] {
+        assert_eq!(last_status(&again, job), Some("succeeded"), "{job}");
+        let docs: Vec<&Value> = again[job].iter().map(|(_, d)| d).collect();
+        assert!(
+            docs.windows(2).all(|w| w[0] != w[1]),
+            "a change came twice: {docs:?}"
+        );
+    }
+    // Every job's last change in hand: 204.
+    let lasts: Vec<String> = ids
+        .iter()
+        .chain([&gone_id])
+        .map(|j| last(&seen, j))
+        .collect();
+    let ended_ask: Vec<(&str, Option<&str>)> = ids
+        .iter()
+        .chain([&gone_id])
+        .zip(&lasts)
+        .map(|(j, p)| (j.as_str(), Some(p.as_str())))
+        .collect();
+    let ended = sse::open_many(&api, Some(&token), &ended_ask).await;
+    assert_eq!(ended.status, 204, "{:?}", ended.body);
+}
+
+#[tokio::test]
+async fn a_stream_of_several_jobs_refuses_a_bad_query_and_a_job_it_may_not_see() {
+    let api = Api::from_env();
+    let token = api.token("live-many-errors");
+    let mine = id(&queued_job(&api, &token).await);
+    let theirs = id(&queued_job(&api, &api.token("live-many-other")).await);
+
+    let anonymous = sse::open_many(&api, None, &[(&mine, None)]).await;
+    assert_eq!(anonymous.status, 401);
+    let other = sse::open_many(&api, Some(&token), &[(&mine, None), (&theirs, None)]).await;
+    assert_eq!(other.status, 404, "another owner's job among them");
+    assert!(other.body.unwrap().contains("\"code\":\"not_found\""));
+
+    let many: Vec<String> = (0..21).map(|i| format!("{mine}{i}")).collect();
+    let bad_queries = [
+        String::new(),
+        format!("job={mine}&job={mine}"),
+        format!("job={mine}:07"),
+        format!("job={mine}:x"),
+        "job=:7".to_owned(),
+        format!("job={mine}&after=7"),
+        many.iter()
+            .map(|j| format!("job={j}"))
+            .collect::<Vec<_>>()
+            .join("&"),
+    ];
+    for query in &bad_queries {
+        let refused =
+            sse::open_path(&api, Some(&token), &format!("/v1/stream?{query}"), None).await;
+        assert_eq!(refused.status, 400, "{query:?}: {:?}", refused.body);
+        assert!(
+            refused.body.unwrap().contains("\"code\":\"invalid_query\""),
+            "{query:?}"
+        );
+    }
+}
