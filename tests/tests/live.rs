@@ -452,3 +452,57 @@ async fn a_stream_of_several_jobs_refuses_a_bad_query_and_a_job_it_may_not_see()
         );
     }
 }
+
+#[tokio::test]
+async fn a_hedged_jobs_stream_stays_open_until_the_loser_settles() {
+    let (api, mock) = (Api::from_env(), Mock::from_env());
+    api.ensure_certified("fallback").await;
+    let token = api.token("live-hedge");
+    let marker = unique("live-hedge");
+    let (gate_primary, gate_hedge) = (format!("{marker}-p"), format!("{marker}-f"));
+    mock.script("primary", &marker, json!([{"gate": gate_primary}]))
+        .await;
+    mock.script(
+        "fallback",
+        &marker,
+        json!([{"gate": gate_hedge, "summary": "hedge"}]),
+    )
+    .await;
+    let body = json!({"kind": "summarize_hedged", "input": {"text": marked_text(&marker)}});
+    let reply = send(api.create(&token, Some(&unique("key")), &body.to_string())).await;
+    assert_eq!(reply.status, 201, "{}", reply.text);
+    let job_id = id(&reply.json());
+    let mut stream = sse::open(&api, Some(&token), &job_id, None)
+        .await
+        .stream
+        .unwrap();
+    mock.wait_calls(&marker, 2).await;
+    // The hedge wins while the primary still runs: the job is succeeded, and its stream
+    // stays open for the loser.
+    mock.release(&gate_hedge).await;
+    let won = loop {
+        let (_, doc) = stream
+            .next_event()
+            .await
+            .expect("the stream ended before the hedge won");
+        if doc["status"] == "succeeded" {
+            break doc;
+        }
+    };
+    assert!(
+        won["attempts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["state"] == "running" || a["state"] == "starting"),
+        "the loser is still in flight when the winner is shown: {won}"
+    );
+    mock.release(&gate_primary).await;
+    let mut last = won.clone();
+    while let Some((_, doc)) = stream.next_event().await {
+        last = doc;
+    }
+    assert_eq!(last["attempts"][0]["state"], "superseded", "{last}");
+    assert_eq!(last["result"], won["result"], "the result never changes");
+    assert_eq!(last, get(&api, &token, &job_id).await);
+}
