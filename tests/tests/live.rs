@@ -506,3 +506,49 @@ async fn a_hedged_jobs_stream_stays_open_until_the_loser_settles() {
     assert_eq!(last["result"], won["result"], "the result never changes");
     assert_eq!(last, get(&api, &token, &job_id).await);
 }
+
+#[tokio::test]
+async fn an_unknown_shows_on_the_stream_and_its_resolve_ends_it() {
+    let (api, mock) = (Api::from_env(), Mock::from_env());
+    let token = api.token("live-unknown");
+    let marker = unique("live-unknown");
+    // Longer than the test Worker's provider timeout: the attempt becomes `unknown`.
+    mock.script("primary", &marker, json!([{"delay_ms": 30000}]))
+        .await;
+    let body = json!({"kind": "summarize", "input": {"text": marked_text(&marker)}});
+    let reply = send(api.create(&token, Some(&unique("key")), &body.to_string())).await;
+    assert_eq!(reply.status, 201, "{}", reply.text);
+    let job_id = id(&reply.json());
+    let mut stream = sse::open(&api, Some(&token), &job_id, None)
+        .await
+        .stream
+        .unwrap();
+    let unknown = loop {
+        let (_, doc) = stream
+            .next_event()
+            .await
+            .expect("an unknown job's stream stays open");
+        if doc["status"] == "unknown" {
+            break doc;
+        }
+    };
+    let att = unknown["attempts"][0]["id"].as_str().unwrap().to_owned();
+    let resolved = send(api.post_json(
+        &api.admin_token("ops"),
+        &format!("/v1/attempts/{att}/resolve"),
+        &json!({"outcome": "failed"}),
+    ))
+    .await;
+    assert_eq!(resolved.status, 200, "{}", resolved.text);
+    let (_, last) = stream
+        .next_event()
+        .await
+        .expect("the resolve reaches the stream");
+    assert_eq!(last["status"], "failed", "{last}");
+    assert_eq!(
+        stream.next_event().await,
+        None,
+        "failed, nothing in flight: the end"
+    );
+    assert_eq!(last, get(&api, &token, &job_id).await);
+}
