@@ -90,6 +90,11 @@ fn last_event_id(req: &Request) -> ApiResult<Option<Position>> {
 /// position the client has.
 fn followed(req: &Request) -> ApiResult<Vec<(String, Option<Position>)>> {
     let query = crate::http::query_repeating(req, &["job"], &["job"])?;
+    if query.len() > MAX_STREAM_JOBS {
+        return Err(crate::http::invalid_query(format!(
+            "one stream follows at most {MAX_STREAM_JOBS} jobs; open another for the rest"
+        )));
+    }
     let mut jobs: Vec<(String, Option<Position>)> = Vec::new();
     for (_, value) in &query {
         let (id, after) = parse_followed(value).ok_or_else(|| {
@@ -108,11 +113,6 @@ fn followed(req: &Request) -> ApiResult<Vec<(String, Option<Position>)>> {
         return Err(crate::http::invalid_query(
             "give at least one job: ?job=ID, or ?job=ID:POSITION to resume after that change",
         ));
-    }
-    if jobs.len() > MAX_STREAM_JOBS {
-        return Err(crate::http::invalid_query(format!(
-            "one stream follows at most {MAX_STREAM_JOBS} jobs; open another for the rest"
-        )));
     }
     Ok(jobs)
 }
@@ -168,7 +168,8 @@ async fn serve(
             first.push_str(&event(at.0, "job", &stored.doc));
         }
         if !stored.job.is_settled() {
-            open.push((id, at.0));
+            // Changes from the later of the two on: never one the client has.
+            open.push((id, after.map_or(at.0, |a| a.0.max(at.0))));
         }
     }
     if open.is_empty() && first.is_empty() {

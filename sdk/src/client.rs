@@ -558,7 +558,10 @@ impl Client {
                 let pause = crate::http::delay_ms(failures, None, js_sys::Math::random());
                 js::sleep(pause).await;
             }
-            let Some((query, interrupt)) = watching.borrow_mut().connect() else {
+            let Ok((abort, signal)) = js::abort_controller() else {
+                return fall_back("this browser cannot abort a request");
+            };
+            let Some((query, interrupt)) = watching.borrow_mut().connect(abort) else {
                 return; // no job left
             };
             // A token that cannot be had: the polls say why, as every call would.
@@ -566,11 +569,19 @@ impl Client {
                 return fall_back("no token for the live stream");
             };
             let path = format!("/v1/stream?{query}");
-            let Ok(request) = Call::get(&path).request(&self.inner.base_url, &token) else {
+            let policy = Policy {
+                signal: Some(signal),
+                ..Policy::default()
+            };
+            let call = Call::get(&path).policy(&policy);
+            let Ok(request) = call.request(&self.inner.base_url, &token) else {
                 return fall_back("the live stream's request could not be made");
             };
             let Ok(response) = js::fetch(&request).await else {
-                failures += 1;
+                // Aborted because the jobs changed: reopen at once.
+                if !watching.borrow().interrupted() {
+                    failures += 1;
+                }
                 continue;
             };
             match response.status() {
@@ -582,6 +593,13 @@ impl Client {
                     continue;
                 }
                 502..=504 => {
+                    failures += 1;
+                    continue;
+                }
+                // A refusal that names a job the stream has not shown yet (a 404 for
+                // another owner's job, a 429 for a job with its fill of streams): that
+                // job polls, the others go on.
+                _ if watching.borrow_mut().drop_unseen() => {
                     failures += 1;
                     continue;
                 }

@@ -84,6 +84,9 @@ pub(crate) struct Watching {
     pub(crate) running: bool,
     /// Resolves the open connection's interrupt: the set of jobs changed.
     interrupt: Option<js_sys::Function>,
+    /// Aborts the open connection's fetch, so that an interrupt also ends a request
+    /// whose answer has not come.
+    abort: Option<JsValue>,
 }
 
 impl Watching {
@@ -93,6 +96,7 @@ impl Watching {
         let number = self.next_waiter;
         self.next_waiter = self.next_waiter.wrapping_add(1);
         let mailbox = Shared::default();
+        let full = self.jobs.len() >= MAX_JOBS;
         match self.jobs.iter_mut().find(|j| j.id == job_id) {
             Some(job) => {
                 if let Some((_, doc)) = &job.last {
@@ -100,6 +104,8 @@ impl Watching {
                 }
                 job.waiters.push((number, mailbox.clone()));
             }
+            // A stream is full: this job is polled, and the stream left as it is.
+            None if full => put(&mailbox, Update::Poll(None)),
             None => {
                 self.jobs.push(Watched {
                     id: job_id.to_owned(),
@@ -130,12 +136,21 @@ impl Watching {
             // `true`, which `live::Stream::next` tells from its timer's `undefined`.
             let _ = wake.call1(&JsValue::NULL, &JsValue::TRUE);
         }
+        if let Some(abort) = self.abort.take() {
+            let _ = crate::js::call(&abort, "abort", &[]);
+        }
+    }
+
+    /// Whether the open connection was interrupted (so its failure is no failure).
+    pub(crate) fn interrupted(&self) -> bool {
+        self.interrupt.is_none()
     }
 
     /// The next connection's query (`job=ID:POSITION&…`), and the promise that says the
-    /// set of jobs changed since; `None` when no job is left (the loop ends). Jobs beyond
+    /// set of jobs changed since (which also aborts `abort`, the connection's
+    /// `AbortController`); `None` when no job is left (the loop ends). Jobs beyond
     /// [`MAX_JOBS`] are told to poll.
-    pub(crate) fn connect(&mut self) -> Option<(String, js_sys::Promise)> {
+    pub(crate) fn connect(&mut self, abort: JsValue) -> Option<(String, js_sys::Promise)> {
         if self.jobs.len() > MAX_JOBS {
             for job in self.jobs.drain(MAX_JOBS..) {
                 tell_poll(job);
@@ -159,6 +174,7 @@ impl Watching {
         }
         let (promise, wake) = signal();
         self.interrupt = Some(wake);
+        self.abort = Some(abort);
         Some((query, promise))
     }
 
@@ -180,6 +196,22 @@ impl Watching {
             put(mailbox, Update::Job(doc.clone()));
         }
         true
+    }
+
+    /// The stream was refused (a 400, a 404, a 429…). When some job has not yet been
+    /// seen on it, the refusal is taken for theirs: they poll (where the poll reports
+    /// what is wrong with them, a `not_found` say), and `true` says the others go on
+    /// live. Otherwise `false`: the stream itself is refused.
+    pub(crate) fn drop_unseen(&mut self) -> bool {
+        if self.jobs.iter().all(|j| j.last.is_none()) {
+            return false;
+        }
+        let (unseen, seen): (Vec<Watched>, Vec<Watched>) =
+            self.jobs.drain(..).partition(|j| j.last.is_none());
+        self.jobs = seen;
+        let any = !unseen.is_empty();
+        unseen.into_iter().for_each(tell_poll);
+        any
     }
 
     /// The stream cannot be had: every wait polls from its job's position, and the loop

@@ -1010,3 +1010,82 @@ async fn waits_on_many_jobs_share_one_live_connection() {
         );
     }
 }
+
+// Issue 24: a job the shared stream refuses (one that does not exist) is polled and
+// reported on its own wait; the job already on the stream stays live.
+#[wasm_bindgen_test]
+async fn a_wait_on_a_missing_job_leaves_the_others_live() {
+    use std::cell::Cell;
+    use std::rc::Rc;
+    let id = scenario("pass");
+    let gate = format!("{id}-gate");
+    script("primary", &id, &format!(r#"[{{"gate":"{gate}"}}]"#)).await;
+    let c = client(&format!("{}/pass/{id}", proxy()), Some(mapStorage()));
+    let job = ok(c.submit(
+        "summarize".into(),
+        input(&format!("{id}: kept live.")),
+        None,
+    ))
+    .await;
+    let running = Rc::new(Cell::new(false));
+    let on_update = {
+        let running = running.clone();
+        Closure::<dyn Fn(JsValue)>::new(move |job: JsValue| {
+            if get(&job, "status") == "running" {
+                running.set(true);
+            }
+        })
+    };
+    let live = JsFuture::from(c.wait(
+        id_of(&job),
+        Some(options(&[("onUpdate", on_update.as_ref().clone())]).unchecked_into()),
+    ));
+    futures_util::pin_mut!(live);
+    let shown = async {
+        while !running.get() {
+            JsFuture::from(Promise::new(&mut |resolve, _| {
+                web_sys::window()
+                    .unwrap()
+                    .set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, 50)
+                    .unwrap();
+            }))
+            .await
+            .unwrap();
+        }
+    };
+    let live = match futures_util::future::select(live, Box::pin(shown)).await {
+        futures_util::future::Either::Right(((), live)) => live,
+        futures_util::future::Either::Left(_) => panic!("the wait ended before its job ran"),
+    };
+    let missing = "job_00000000-0000-7000-8000-000000000000";
+    let error = JsFuture::from(c.wait(missing.into(), None))
+        .await
+        .unwrap_err();
+    assert_eq!(get(&error, "code"), "not_found");
+    release(&gate).await;
+    let done = live.await.unwrap();
+    assert_eq!(get(&done, "status"), "succeeded");
+    let log = seen(&id).await;
+    let polled = |path: &str| {
+        log.iter()
+            .filter(|e| {
+                get(e, "method") == "GET" && get(e, "path").as_string().as_deref() == Some(path)
+            })
+            .count()
+    };
+    assert_eq!(
+        polled(&format!("/v1/jobs/{}", id_of(&job))),
+        0,
+        "the live job was never polled"
+    );
+    assert!(
+        polled(&format!("/v1/jobs/{missing}")) >= 1,
+        "the missing job was polled"
+    );
+    let last = live_streams(&log).last().cloned().unwrap();
+    assert_eq!(
+        followed(&last),
+        vec![(id_of(&job), followed(&last)[0].1.clone())],
+        "the stream went on with the live job alone"
+    );
+}
