@@ -376,8 +376,13 @@ async function watch(jobId) {
     const job = await app.wait(jobId, { signal, onUpdate: (j) => { if (!signal.aborted) render(j); } });
     if (signal.aborted) return;
     render(job);
+    const attemptLive = () => (shown?.job?.attempts ?? []).some((a) => LIVE.has(a.state));
+    // A hedge's loser still running: the job's own stream shows it settle, and ends.
+    if (attemptLive() && (await readStream(jobId, signal))) return;
     let etag = null;
-    const stillMoving = () => (shown?.job?.attempts ?? []).some((a) => LIVE.has(a.state)) || Date.now() < lingerUntil;
+    // After a release (a late result is logged without changing the job), or where the
+    // stream could not be had: read the job a while.
+    const stillMoving = () => attemptLive() || Date.now() < lingerUntil;
     while (!signal.aborted && stillMoving()) {
       await sleep(500, signal);
       if (signal.aborted) break;
@@ -403,6 +408,41 @@ async function watch(jobId) {
   } finally {
     if (watcher === ctl) watcher = null;
   }
+}
+
+/** Renders every change of `jobId` from `GET /v1/jobs/{id}/stream` until it ends (the
+ * job settled: nothing in flight). False when the stream could not be had, or ended
+ * with the job still moving. */
+async function readStream(jobId, signal) {
+  let r;
+  try {
+    r = await fetch(`/v1/jobs/${jobId}/stream`, { headers: { Authorization: `Bearer ${setting("token")}` }, signal });
+  } catch {
+    return false;
+  }
+  if (r.status !== 200 || !r.body) return false;
+  const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
+  let settled = false;
+  try {
+    for (let buf = ""; ; ) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buf += value.replaceAll("\r\n", "\n");
+      for (let end; (end = buf.indexOf("\n\n")) >= 0; buf = buf.slice(end + 2)) {
+        const lines = buf.slice(0, end).split("\n");
+        if (!lines.includes("event: job")) continue;
+        const data = lines.filter((l) => l.startsWith("data: ")).map((l) => l.slice(6)).join("\n");
+        const doc = JSON.parse(data);
+        if (!signal.aborted) render(doc);
+        settled = !(doc.attempts ?? []).some((a) => LIVE.has(a.state));
+      }
+    }
+  } catch {
+    return false; // aborted, or the connection dropped: the caller reads on
+  } finally {
+    reader.cancel().catch(() => {});
+  }
+  return settled && Date.now() >= lingerUntil;
 }
 
 function rewatch() {
