@@ -552,3 +552,39 @@ async fn an_unknown_shows_on_the_stream_and_its_resolve_ends_it() {
     );
     assert_eq!(last, get(&api, &token, &job_id).await);
 }
+
+#[tokio::test]
+async fn a_stream_ends_at_its_maximum_duration_and_resumes_where_it_was() {
+    let api = Api::from_env();
+    let token = api.token("live-max");
+    // Queued until dispatched: the job does not move, and its stream would stay open.
+    let job_id = id(&queued_job(&api, &token).await);
+    let mut stream = sse::open(&api, Some(&token), &job_id, None)
+        .await
+        .stream
+        .unwrap();
+    let (position, first) = stream.next_event().await.unwrap();
+    assert_eq!(first["status"], "queued");
+    let opened = std::time::Instant::now();
+    // The test Worker's LIVE_MAX_STREAM_MS is 8 s (the reader panics after 20 s of
+    // silence, so an end that never comes fails the test).
+    assert_eq!(
+        stream.next_event().await,
+        None,
+        "the stream ends at its maximum"
+    );
+    assert!(
+        opened.elapsed() >= std::time::Duration::from_secs(6),
+        "it ended at its maximum duration, not before: {:?}",
+        opened.elapsed()
+    );
+    let mut resumed = sse::open(&api, Some(&token), &job_id, Some(&position))
+        .await
+        .stream
+        .unwrap();
+    assert_eq!(
+        resumed.next().await,
+        Some(Item::Comment("live".into())),
+        "resumed where it was: nothing again, live at once"
+    );
+}

@@ -217,6 +217,9 @@ impl TestWorker {
                 ("LIVE_REREAD_MS".into(), "1000".into()),
                 // Few streams per job, so the limit's test opens few.
                 ("LIVE_MAX_SUBSCRIBERS".into(), "8".into()),
+                // Streams end after 8 s, so the maximum duration's test waits 8 s (the
+                // clients reconnect with their positions, as after 5 minutes).
+                ("LIVE_MAX_STREAM_MS".into(), "8000".into()),
             ]);
             // Tokens from a local identity provider, besides the HS256 secret: its claims
             // are named otherwise than the defaults, so the configuration is exercised.
