@@ -245,11 +245,14 @@ fn integration(
 /// plain fields), and the answer's `usage` read and logged (`call_tokens`, about 1
 /// KB), and the live stream (the `Live` hub object with its hibernatable WebSockets,
 /// the SSE relay, the documents read back and notified, the failover in one batch:
-/// about 17 KB, gzip -9 of 379,197 B wasm and 15,238 B JavaScript). Lowered as the Worker shrinks (BENCHMARKS.md), so that it cannot grow back unnoticed:
+/// about 17 KB, gzip -9 of 379,197 B wasm and 15,238 B JavaScript); raised to 396 KiB
+/// for issue 24's stream of several jobs (403,333 B: `GET /v1/stream`, its query and
+/// the relay over several hub sockets, about 9 KB, likely most of it the two new
+/// `join_all` instances, to trim). Lowered as the Worker shrinks (BENCHMARKS.md), so that it cannot grow back unnoticed:
 /// the `url` crate, for one, would add about 75 KB with its IDNA tables (`req.url()`,
 /// `worker::Url`: use `http::query` and `Request::new`), and boon in the wasm
 /// about 475 KB.
-const WORKER_BUDGET: usize = 392 * 1024;
+const WORKER_BUDGET: usize = 396 * 1024;
 
 /// Fails when `bytes` is over `limit`.
 fn budget(what: &str, bytes: usize, limit: usize) -> Result<()> {
