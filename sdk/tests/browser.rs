@@ -137,8 +137,9 @@ async fn ok(p: Promise) -> JsValue {
         .unwrap_or_else(|e| panic!("rejected: {:?}", js_sys::JSON::stringify(&e)))
 }
 
-/// What the proxy saw for `id` (non-preflight requests only).
-async fn seen(id: &str) -> Vec<JsValue> {
+/// What the proxy saw for `id`, CORS preflights (`OPTIONS`) included: the test page's
+/// origin is not the proxy's.
+async fn seen_all(id: &str) -> Vec<JsValue> {
     let url = format!("{}/_log/{id}", proxy());
     let response: web_sys::Response =
         JsFuture::from(web_sys::window().unwrap().fetch_with_str(&url))
@@ -146,10 +147,44 @@ async fn seen(id: &str) -> Vec<JsValue> {
             .unwrap()
             .unchecked_into();
     let body = JsFuture::from(response.json().unwrap()).await.unwrap();
-    js_sys::Array::from(&body)
-        .iter()
+    js_sys::Array::from(&body).iter().collect()
+}
+
+/// What the proxy saw for `id` (non-preflight requests only).
+async fn seen(id: &str) -> Vec<JsValue> {
+    seen_all(id)
+        .await
+        .into_iter()
         .filter(|e| get(e, "method").as_string().as_deref() != Some("OPTIONS"))
         .collect()
+}
+
+/// A pause in the page's event loop.
+async fn pause(ms: i32) {
+    JsFuture::from(Promise::new(&mut |r, _| {
+        web_sys::window()
+            .unwrap()
+            .set_timeout_with_callback_and_timeout_and_arguments_0(&r, ms)
+            .unwrap();
+    }))
+    .await
+    .unwrap();
+}
+
+/// What the proxy saw for `id` once `done` holds of it: the proxy's log is read every
+/// 10 ms, for at most 10 s.
+async fn seen_until(id: &str, done: impl Fn(&[JsValue]) -> bool) -> Vec<JsValue> {
+    for _ in 0..1_000 {
+        let log = seen(id).await;
+        if done(&log) {
+            return log;
+        }
+        pause(10).await;
+    }
+    panic!(
+        "the proxy never saw what {id} waited for: {:?}",
+        seen(id).await
+    )
 }
 
 fn posts(log: &[JsValue]) -> Vec<JsValue> {
@@ -181,6 +216,14 @@ fn options(members: &[(&str, JsValue)]) -> JsValue {
         set(&o, k, v.clone());
     }
     o.into()
+}
+
+/// An event a test can await: a promise, and the function that resolves it (a second
+/// call does nothing).
+fn latch() -> (Promise, js_sys::Function) {
+    let mut resolve = None;
+    let promise = Promise::new(&mut |r, _| resolve = Some(r));
+    (promise, resolve.unwrap())
 }
 
 type Calls = std::rc::Rc<std::cell::Cell<u32>>;
@@ -290,16 +333,7 @@ async fn an_abort_rejects_with_aborted_within_50_ms() {
     );
     let outcome = rejectsAt(&pending);
     // Wait until the request is really on the wire and held.
-    while posts(&seen(&id).await).is_empty() {
-        JsFuture::from(Promise::new(&mut |r, _| {
-            web_sys::window()
-                .unwrap()
-                .set_timeout_with_callback_and_timeout_and_arguments_0(&r, 10)
-                .unwrap();
-        }))
-        .await
-        .unwrap();
-    }
+    seen_until(&id, |log| !posts(log).is_empty()).await;
     let aborted_at = nowMs();
     controller.abort();
     let outcome = JsFuture::from(outcome).await.unwrap();
@@ -772,8 +806,9 @@ fn statuses_of(sent: &[(JsValue, JsValue)]) -> Vec<u32> {
 /// Submits a job whose provider call waits at a gate, opened once `wait` reports the job
 /// `running`, and follows it with `wait` through the proxy's `mode`. Checks what every
 /// live wait must: it ends `succeeded`, `onUpdate` saw each version once and in order,
-/// and no `GET /v1/jobs/{id}` (a poll) was sent. Returns the streams the proxy saw.
-async fn follow_live(mode: &str) -> Vec<JsValue> {
+/// and no `GET /v1/jobs/{id}` (a poll) was sent. Returns the scenario's id and the
+/// streams the proxy saw.
+async fn follow_live(mode: &str) -> (String, Vec<JsValue>) {
     use std::cell::{Cell, RefCell};
     use std::rc::Rc;
     let id = scenario(mode);
@@ -834,7 +869,7 @@ async fn follow_live(mode: &str) -> Vec<JsValue> {
     assert_eq!(polls, 0, "no poll while the stream is healthy");
     let streams = live_streams(&log);
     assert!(!streams.is_empty());
-    streams
+    (id, streams)
 }
 
 /// The live connections in a proxy log (`GET /v1/stream?job=…`).
@@ -866,10 +901,12 @@ fn followed(stream: &JsValue) -> Vec<(String, Option<String>)> {
         .collect()
 }
 
-// Issue 24: `wait` follows the job's live stream: one connection, no poll.
+// Issue 24: `wait` follows the job's live stream: one connection, no poll. The test
+// page is on another origin than the proxy, so this is also the cross-origin case: the
+// stream's `Authorization` header makes Chromium send a CORS preflight first.
 #[wasm_bindgen_test]
 async fn wait_follows_the_live_stream_and_sends_no_poll() {
-    let streams = follow_live("pass").await;
+    let (id, streams) = follow_live("pass").await;
     assert_eq!(streams.len(), 1, "one connection for the whole job");
     assert_eq!(followed(&streams[0]).len(), 1);
     assert_eq!(
@@ -877,13 +914,28 @@ async fn wait_follows_the_live_stream_and_sends_no_poll() {
         None,
         "no position on the first connection"
     );
+    let all = seen_all(&id).await;
+    let preflights: Vec<&JsValue> = all
+        .iter()
+        .filter(|e| get(e, "method") == "OPTIONS")
+        .collect();
+    assert!(
+        preflights.iter().any(|e| get(e, "path")
+            .as_string()
+            .is_some_and(|p| p.starts_with("/v1/stream?"))),
+        "the stream was preflighted, as a cross-origin fetch with Authorization is: {preflights:?}"
+    );
+    assert!(
+        preflights.iter().all(|e| get(e, "status") == 204),
+        "every preflight was allowed"
+    );
 }
 
 // Issue 24: a connection dropped in mid-job is reopened from its position, and nothing
 // is shown twice or lost.
 #[wasm_bindgen_test]
 async fn a_stream_cut_in_mid_job_resumes_from_its_position_with_nothing_lost() {
-    let streams = follow_live("cut-stream-once").await;
+    let (_, streams) = follow_live("cut-stream-once").await;
     assert!(
         streams.len() >= 2,
         "the cut stream was reopened: {streams:?}"
@@ -904,8 +956,6 @@ async fn a_stream_cut_in_mid_job_resumes_from_its_position_with_nothing_lost() {
 // position.
 #[wasm_bindgen_test]
 async fn waits_on_many_jobs_share_one_live_connection() {
-    use std::cell::RefCell;
-    use std::rc::Rc;
     const JOBS: usize = 8;
     let id = scenario("pass");
     let gate = format!("{id}-gate");
@@ -926,16 +976,16 @@ async fn waits_on_many_jobs_share_one_live_connection() {
         .await;
         jobs.push(id_of(&job));
     }
-    let running: Rc<RefCell<std::collections::BTreeSet<String>>> = Rc::default();
+    let held = jobs[0].clone();
+    let (held_running, shown_running) = latch();
     let on_update = {
-        let running = running.clone();
+        let held = held.clone();
         Closure::<dyn Fn(JsValue)>::new(move |job: JsValue| {
-            if get(&job, "status") == "running" {
-                running.borrow_mut().insert(id_of(&job));
+            if get(&job, "status") == "running" && id_of(&job) == held {
+                let _ = shown_running.call0(&JsValue::NULL);
             }
         })
     };
-    let held = jobs[0].clone();
     let wait_on = |job: &str| {
         JsFuture::from(c.wait(
             job.to_owned(),
@@ -945,22 +995,10 @@ async fn waits_on_many_jobs_share_one_live_connection() {
     // The first eight, started together.
     let first: Vec<JsFuture> = jobs[..JOBS].iter().map(|j| wait_on(j)).collect();
     let first = futures_util::future::join_all(first);
-    let until_running = async {
-        while !running.borrow().contains(&held) {
-            JsFuture::from(Promise::new(&mut |resolve, _| {
-                web_sys::window()
-                    .unwrap()
-                    .set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, 50)
-                    .unwrap();
-            }))
-            .await
-            .unwrap();
-        }
-    };
     futures_util::pin_mut!(first);
     // Until the held job shows `running` on the stream.
-    let first = match futures_util::future::select(first, Box::pin(until_running)).await {
-        futures_util::future::Either::Right(((), first)) => first,
+    let first = match futures_util::future::select(first, JsFuture::from(held_running)).await {
+        futures_util::future::Either::Right((_, first)) => first,
         futures_util::future::Either::Left(_) => panic!("every wait ended before the held job ran"),
     };
     // A ninth job joins: the connection reopens with it, and with each job's position.
@@ -1015,8 +1053,6 @@ async fn waits_on_many_jobs_share_one_live_connection() {
 // reported on its own wait; the job already on the stream stays live.
 #[wasm_bindgen_test]
 async fn a_wait_on_a_missing_job_leaves_the_others_live() {
-    use std::cell::Cell;
-    use std::rc::Rc;
     let id = scenario("pass");
     let gate = format!("{id}-gate");
     script("primary", &id, &format!(r#"[{{"gate":"{gate}"}}]"#)).await;
@@ -1027,34 +1063,19 @@ async fn a_wait_on_a_missing_job_leaves_the_others_live() {
         None,
     ))
     .await;
-    let running = Rc::new(Cell::new(false));
-    let on_update = {
-        let running = running.clone();
-        Closure::<dyn Fn(JsValue)>::new(move |job: JsValue| {
-            if get(&job, "status") == "running" {
-                running.set(true);
-            }
-        })
-    };
+    let (running, shown_running) = latch();
+    let on_update = Closure::<dyn Fn(JsValue)>::new(move |job: JsValue| {
+        if get(&job, "status") == "running" {
+            let _ = shown_running.call0(&JsValue::NULL);
+        }
+    });
     let live = JsFuture::from(c.wait(
         id_of(&job),
         Some(options(&[("onUpdate", on_update.as_ref().clone())]).unchecked_into()),
     ));
     futures_util::pin_mut!(live);
-    let shown = async {
-        while !running.get() {
-            JsFuture::from(Promise::new(&mut |resolve, _| {
-                web_sys::window()
-                    .unwrap()
-                    .set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, 50)
-                    .unwrap();
-            }))
-            .await
-            .unwrap();
-        }
-    };
-    let live = match futures_util::future::select(live, Box::pin(shown)).await {
-        futures_util::future::Either::Right(((), live)) => live,
+    let live = match futures_util::future::select(live, JsFuture::from(running)).await {
+        futures_util::future::Either::Right((_, live)) => live,
         futures_util::future::Either::Left(_) => panic!("the wait ended before its job ran"),
     };
     let missing = "job_00000000-0000-7000-8000-000000000000";
@@ -1087,5 +1108,107 @@ async fn a_wait_on_a_missing_job_leaves_the_others_live() {
         followed(&last),
         vec![(id_of(&job), followed(&last)[0].1.clone())],
         "the stream went on with the live job alone"
+    );
+}
+
+// Issue 24: one stream follows at most 20 jobs (`MAX_STREAM_JOBS`); a wait on a job
+// beyond them polls that job at once, and the stream carries the twenty unchanged.
+#[wasm_bindgen_test]
+async fn a_wait_past_the_streams_twenty_jobs_polls_that_job_alone() {
+    const MAX: usize = 20;
+    let id = scenario("pass");
+    let c = client(&format!("{}/pass/{id}", proxy()), Some(mapStorage()));
+    let mut jobs = Vec::new();
+    for n in 0..=MAX {
+        let job = ok(c.submit(
+            "summarize".into(),
+            input(&format!("{id}-job{n}x: one past twenty.")),
+            None,
+        ))
+        .await;
+        jobs.push(id_of(&job));
+    }
+    // All 21 waits begin in one tick, so the first connection has its fill at once.
+    let waits: Vec<JsFuture> = jobs
+        .iter()
+        .map(|job| JsFuture::from(c.wait(job.clone(), None)))
+        .collect();
+    for (job, done) in jobs.iter().zip(futures_util::future::join_all(waits).await) {
+        let done = done.unwrap_or_else(|e| panic!("{job}: {e:?}"));
+        assert_eq!(get(&done, "status"), "succeeded", "{job}");
+    }
+    let log = seen(&id).await;
+    let polled = |job: &str| {
+        let path = format!("/v1/jobs/{job}");
+        log.iter()
+            .filter(|e| {
+                get(e, "method") == "GET" && get(e, "path").as_string() == Some(path.clone())
+            })
+            .count()
+    };
+    let streams = live_streams(&log);
+    assert!(!streams.is_empty(), "the waits opened a stream");
+    let first: Vec<String> = followed(&streams[0]).into_iter().map(|(j, _)| j).collect();
+    assert_eq!(
+        first,
+        jobs[..MAX].to_vec(),
+        "the stream carried the first twenty"
+    );
+    assert!(
+        streams
+            .iter()
+            .all(|s| followed(s).iter().all(|(j, _)| *j != jobs[MAX])),
+        "no stream carried the twenty-first: {streams:?}"
+    );
+    assert!(polled(&jobs[MAX]) >= 1, "the twenty-first was polled");
+    for job in &jobs[..MAX] {
+        assert_eq!(polled(job), 0, "{job} stayed live");
+    }
+}
+
+// Issue 24: the last wait leaving takes the connection with it, also while its answer
+// has not come: the interrupt aborts the fetch, so no request outlives its waits (the
+// proxy holds the stream unanswered for 30 s unless the browser closes it).
+#[wasm_bindgen_test]
+async fn an_aborted_wait_closes_a_stream_whose_answer_has_not_come() {
+    let id = scenario("hang-streams");
+    let c = client(
+        &format!("{}/hang-streams/{id}", proxy()),
+        Some(mapStorage()),
+    );
+    let job = ok(c.submit(
+        "summarize".into(),
+        input(&format!("{id}: its stream never answers.")),
+        None,
+    ))
+    .await;
+    let controller = web_sys::AbortController::new().unwrap();
+    let wait = JsFuture::from(
+        c.wait(
+            id_of(&job),
+            Some(
+                options(&[
+                    ("signal", controller.signal().into()),
+                    // Longer than the test: the fall-back to polling must not end the fetch.
+                    ("firstEventMs", 60_000.into()),
+                ])
+                .unchecked_into(),
+            ),
+        ),
+    );
+    seen_until(&id, |log| !live_streams(log).is_empty()).await;
+    controller.abort();
+    let error = wait.await.unwrap_err();
+    assert_eq!(get(&error, "code"), "aborted");
+    let log = seen_until(&id, |log| {
+        live_streams(log)
+            .iter()
+            .all(|s| get(s, "client_closed") == true)
+    })
+    .await;
+    assert_eq!(
+        live_streams(&log).len(),
+        1,
+        "one connection, closed: {log:?}"
     );
 }

@@ -76,15 +76,32 @@ test("a reload in mid-flight shows the same ticket", { timeout: TEST_MS }, async
     await h.waitRows(page, [{ n: 1, provider: "primary", state: "running" }]);
     const before = await h.ticket(page);
 
+    // From the reload on, what the page asks of the API about this job.
+    const asked = [];
+    page.on("request", (r) => {
+      const url = new URL(r.url());
+      if (url.pathname.startsWith("/v1/")) asked.push({ method: r.method(), path: url.pathname, query: url.searchParams });
+    });
+    // The reloaded page re-attaches to the job's live stream (one connection for the
+    // jobs the page waits on, each named by a `job` parameter).
+    const reattached = page.waitForRequest((r) => {
+      const url = new URL(r.url());
+      return url.pathname === "/v1/stream" && url.searchParams.getAll("job").some((j) => j.split(":")[0] === before);
+    }, { timeout: h.WAIT_MS });
     await page.reload();
     await h.ready(page);
     assert.equal(await h.waitTicket(page, before), before, "the same ticket after the reload");
+    await reattached;
+    const polls = () => asked.filter((a) => a.method === "GET" && a.path === `/v1/jobs/${before}`).length;
     await page.locator("#notes li", { hasText: "After the reload" }).waitFor({ timeout: h.WAIT_MS });
     assert.equal(await page.locator("#text").inputValue(), text, "the form kept its text");
     assert.equal(await h.jobsWithText(text, await h.ticket(page)), 1, "still one job in D1");
 
     await page.locator("#release-primary").click();
     await h.waitStatus(page, "succeeded");
+    // The result came on the stream: the page polls only after `wait` has resolved (a
+    // release's late result is only logged), never before the result is shown.
+    assert.equal(polls(), 0, "no GET of the job before its result was on the page");
     assert.equal(await h.jobsWithText(text, await h.ticket(page)), 1);
     assert.equal((await h.providerCalls(text)).length, 1, "one provider call");
   });

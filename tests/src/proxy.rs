@@ -11,6 +11,9 @@
 //!   first non-preflight `POST` it forwards: the Worker's D1 batch commits, its reply is
 //!   lost, and the Worker answers 503 (the Worker must run with fault injection allowed);
 //! - `/hang/{id}/…` holds every non-preflight request unanswered (at most 30 s);
+//! - `/hang-streams/{id}/…` forwards everything but a live stream (`GET /v1/stream…`,
+//!   `…/stream`), which it holds unanswered, headers and all, until the browser closes
+//!   the connection (at most 30 s), and then marks `client_closed` in its log entry;
 //! - `/providers-fail-once/{id}/…` answers the first `GET /v1/providers` with a 500 of
 //!   its own, and forwards everything else;
 //! - `/providers-fail/{id}/…` answers every `GET /v1/providers` with a 500;
@@ -45,6 +48,8 @@ struct Seen {
     last_event_id: Option<String>,
     status: Option<u16>,
     dropped: bool,
+    /// For a held request: the browser closed the connection before the bound.
+    client_closed: bool,
 }
 
 type Log = Arc<Mutex<HashMap<String, Vec<Seen>>>>;
@@ -192,6 +197,7 @@ async fn handle(
                 last_event_id: last_event_id.clone(),
                 status,
                 dropped,
+                client_closed: false,
             });
         }
     };
@@ -206,11 +212,32 @@ async fn handle(
         write_response(&mut stream, 500, &headers, problem).await;
         return;
     }
-    if mode == "hang" && !preflight {
+    let live_stream = req.method == "GET"
+        && (rest.starts_with("/v1/stream?")
+            || rest
+                .split('?')
+                .next()
+                .is_some_and(|p| p.ends_with("/stream")));
+    if (mode == "hang" && !preflight) || (mode == "hang-streams" && live_stream) {
         record(None, true);
         let mut sink = [0u8; 1];
         // Until the browser gives up (aborts) or the bound passes.
-        let _ = tokio::time::timeout(MAX_HOLD, stream.read(&mut sink)).await;
+        let closed = matches!(
+            tokio::time::timeout(MAX_HOLD, stream.read(&mut sink)).await,
+            Ok(Ok(0) | Err(_))
+        );
+        if closed {
+            if let Ok(mut l) = log.lock() {
+                let held = l.get_mut(id).and_then(|seen| {
+                    seen.iter_mut()
+                        .rev()
+                        .find(|s| s.path == rest && s.method == req.method && !s.client_closed)
+                });
+                if let Some(held) = held {
+                    held.client_closed = true;
+                }
+            }
+        }
         return;
     }
     let method = reqwest::Method::from_bytes(req.method.as_bytes()).unwrap_or(reqwest::Method::GET);

@@ -204,11 +204,10 @@ async fn a_failure_that_fails_over_never_ends_the_stream() {
 }
 
 #[tokio::test]
-async fn a_stream_refuses_what_get_refuses_and_bad_positions_and_too_many_streams() {
-    let (api, mock) = (Api::from_env(), Mock::from_env());
+async fn a_stream_refuses_what_get_refuses_and_bad_positions() {
+    let api = Api::from_env();
     let token = api.token("live-errors");
-    let gate = unique("gate");
-    let job = held_job(&api, &mock, &token, &gate).await;
+    let job = queued_job(&api, &token).await;
     let job_id = id(&job);
 
     let anonymous = sse::open(&api, None, &job_id, None).await;
@@ -235,31 +234,8 @@ async fn a_stream_refuses_what_get_refuses_and_bad_positions_and_too_many_stream
             "{bad:?}"
         );
     }
-    // The test Worker allows 8 streams per job.
-    let mut open = Vec::new();
-    for _ in 0..8 {
-        let opened = sse::open(&api, Some(&token), &job_id, None).await;
-        assert_eq!(opened.status, 200);
-        let mut stream = opened.stream.unwrap();
-        assert_eq!(stream.next_event().await.unwrap().1["status"], "queued");
-        open.push(stream);
-    }
-    let over = sse::open(&api, Some(&token), &job_id, None).await;
-    assert_eq!(over.status, 429, "{:?}", over.body);
-    assert!(over
-        .body
-        .unwrap()
-        .contains("\"code\":\"too_many_subscribers\""));
-    // Every open stream hears the same moves.
+    // Over the subscriber limit: `live_load.rs`, at the test Worker's 200.
     dispatch(&api, &job, None).await;
-    mock.release(&gate).await;
-    for stream in &mut open {
-        let mut last = Value::Null;
-        while let Some((_, doc)) = stream.next_event().await {
-            last = doc;
-        }
-        assert_eq!(last["status"], "succeeded");
-    }
 }
 
 /// Reads events from a multi-job stream until `done` says every job is where the test

@@ -215,8 +215,9 @@ impl TestWorker {
                 ("LOG_STORE_CALLS".into(), "true".into()),
                 // A live stream's lost notification is late by a second, not five.
                 ("LIVE_REREAD_MS".into(), "1000".into()),
-                // Few streams per job, so the limit's test opens few.
-                ("LIVE_MAX_SUBSCRIBERS".into(), "8".into()),
+                // The load test (`tests/live_load.rs`) opens this many on one job, and
+                // one more to be refused.
+                ("LIVE_MAX_SUBSCRIBERS".into(), "200".into()),
                 // Streams end after 8 s, so the maximum duration's test waits 8 s (the
                 // clients reconnect with their positions, as after 5 minutes).
                 ("LIVE_MAX_STREAM_MS".into(), "8000".into()),
