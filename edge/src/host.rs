@@ -80,7 +80,7 @@ pub trait Host {
 
 /// Where a moved job's document goes: the job's live streams (`live.rs`). The store
 /// calls it after each move it commits, with the document its batch read back.
-pub(crate) trait Notify {
+pub trait Notify {
     /// Tells the streams of `job_id` that the job is now at change `seq`, with `doc`
     /// as `GET /v1/jobs/{id}` would answer it. The error's text if it was not sent.
     fn notify<'a>(

@@ -27,7 +27,7 @@
 use crate::error::{ApiResult, AppError};
 use crate::store::Store;
 use futures_util::future::LocalBoxFuture;
-use onceclick_protocol::live::Position;
+use onceclick_protocol::live::{Hub, Position};
 use onceclick_protocol::Job;
 use std::cell::RefCell;
 use std::time::Duration;
@@ -175,8 +175,8 @@ impl crate::host::Notify for Hubs {
 pub struct Live {
     state: State,
     env: Env,
-    /// The newest change heard of since this instance began: its number and document.
-    latest: RefCell<Option<(u64, String)>>,
+    /// The newest change heard of since this instance began (`protocol::live::Hub`).
+    latest: RefCell<Hub>,
 }
 
 /// What a stream's socket carries for the hub's alarm: the job it follows.
@@ -189,12 +189,8 @@ impl Live {
     /// Takes change `seq` if it is newer than any heard of, and sends it to every
     /// stream; drops it otherwise.
     fn offer(&self, seq: u64, doc: &str) {
-        {
-            let mut latest = self.latest.borrow_mut();
-            if latest.as_ref().is_some_and(|(heard, _)| *heard >= seq) {
-                return;
-            }
-            *latest = Some((seq, doc.to_owned()));
+        if !self.latest.borrow_mut().offer(seq, doc) {
+            return;
         }
         let text = frame(seq, doc);
         for socket in self.state.get_websockets() {
@@ -226,10 +222,8 @@ impl Live {
         self.state.accept_web_socket(&pair.server);
         pair.server.serialize_attachment(Attachment { job })?;
         // A change heard of between the stream's own read and now.
-        if let Some((seq, doc)) = self.latest.borrow().as_ref() {
-            if *seq > since {
-                let _ = pair.server.send_with_str(frame(*seq, doc));
-            }
+        if let Some((seq, doc)) = self.latest.borrow().catch_up(since) {
+            let _ = pair.server.send_with_str(frame(seq, doc));
         }
         let storage = self.state.storage();
         if storage.get_alarm().await?.is_none() {
@@ -280,7 +274,7 @@ impl DurableObject for Live {
         Self {
             state,
             env,
-            latest: RefCell::new(None),
+            latest: RefCell::new(Hub::default()),
         }
     }
 

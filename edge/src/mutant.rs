@@ -20,6 +20,9 @@ pub enum Mutant {
     /// `starting` attempt its shard's rows hold: a create committed by an instance that
     /// died before its alarm is never dispatched by the alarm.
     HandOffSkipsSweep,
+    /// The store tells a job's live streams its document under the next position, not
+    /// its own: a stream would show one change under two positions.
+    NotifyUnderTheNextPosition,
 }
 
 #[cfg(target_arch = "wasm32")]

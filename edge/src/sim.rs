@@ -3,7 +3,7 @@
 //! drives, the same functions the Worker's handlers, queue consumer, cron and alarms
 //! call once they have read a request. Natively only, apart from the interface types.
 
-pub use crate::host::{Dispatch, Host, PendingResult, ProviderCall};
+pub use crate::host::{Dispatch, Host, Notify, PendingResult, ProviderCall};
 pub use crate::mutant::Mutant;
 pub use crate::openai::CallOutcome;
 
@@ -85,6 +85,12 @@ mod native {
             Ok(Self(
                 crate::store::Store::native(places, layout).with_faults(faults, scope),
             ))
+        }
+
+        /// The store, telling `live` of every move it commits, as the Worker's request
+        /// and queue stores tell the job's hub.
+        pub fn with_live(self, live: Rc<dyn super::Notify>) -> Self {
+            Self(self.0.with_live(Some(live)))
         }
     }
 

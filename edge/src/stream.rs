@@ -31,7 +31,7 @@ use crate::live::{self, Hubs};
 use futures_channel::mpsc::{unbounded, UnboundedReceiver, UnboundedSender};
 use futures_util::future::{join_all, select, Either};
 use futures_util::StreamExt;
-use onceclick_protocol::live::{parse_followed, Position, MAX_STREAM_JOBS};
+use onceclick_protocol::live::{parse_followed, Follower, Position, MAX_STREAM_JOBS};
 use onceclick_protocol::ErrorCode;
 use std::cell::Cell;
 use std::rc::Rc;
@@ -237,7 +237,7 @@ struct Watch {
     socket: WebSocket,
     /// The listeners, kept alive as long as the socket is.
     _listeners: [Closure<dyn FnMut(worker::web_sys::MessageEvent)>; 2],
-    sent: u64,
+    sent: Follower,
     /// Its settling change is sent, and its socket closed.
     done: bool,
 }
@@ -313,7 +313,7 @@ impl Relay {
         self.watches.push(Watch {
             socket,
             _listeners: [on_message, on_close],
-            sent,
+            sent: Follower { at: Some(sent) },
             done: false,
         });
         accepted.map_err(|e| AppError::unavailable(format!("live hub: {e}")))
@@ -358,10 +358,9 @@ impl Relay {
             let Some(watch) = self.watches.get_mut(index) else {
                 continue;
             };
-            if watch.done || seq <= watch.sent {
+            if watch.done || !watch.sent.take(seq) {
                 continue;
             }
-            watch.sent = seq;
             if live::ends_stream(doc) {
                 watch.done = true;
                 watch.close("job settled");

@@ -76,9 +76,91 @@ impl Job {
     }
 }
 
+/// A job's hub: the newest change heard of, which it alone sends on. Notifications
+/// come from several writers (a request's store, the queue consumer's, the re-read)
+/// and may arrive in any order; an older one after a newer one is dropped, never sent.
+#[derive(Clone, Debug, Default)]
+pub struct Hub {
+    latest: Option<(u64, String)>,
+}
+
+impl Hub {
+    /// Takes change `seq` with its document if it is newer than any heard of: `true`
+    /// means "send it to every stream", `false` that it is dropped.
+    pub fn offer(&mut self, seq: u64, doc: &str) -> bool {
+        if self.latest.as_ref().is_some_and(|(heard, _)| *heard >= seq) {
+            return false;
+        }
+        self.latest = Some((seq, doc.to_owned()));
+        true
+    }
+
+    /// What a stream subscribing after change `since` is sent at once: the newest
+    /// change heard of, if it is newer.
+    pub fn catch_up(&self, since: u64) -> Option<(u64, &str)> {
+        self.latest
+            .as_ref()
+            .filter(|(seq, _)| *seq > since)
+            .map(|(seq, doc)| (*seq, doc.as_str()))
+    }
+}
+
+/// One stream's view of one job: the position it last sent. A change is sent only if
+/// it is newer, so a stream never sends an older document after a newer one, nor one
+/// change twice, whatever order its sources (its own read, the hub) deliver in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Follower {
+    /// The position of the last document sent, or the client's own.
+    pub at: Option<u64>,
+}
+
+impl Follower {
+    /// A stream that resumes after `at` (the client's position), or from the start.
+    pub fn after(at: Option<Position>) -> Self {
+        Self {
+            at: at.map(|p| p.0),
+        }
+    }
+
+    /// Whether change `seq` is to be sent; if so, it becomes the stream's position.
+    pub fn take(&mut self, seq: u64) -> bool {
+        if self.at.is_some_and(|at| seq <= at) {
+            return false;
+        }
+        self.at = Some(seq);
+        true
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_hub_sends_only_what_is_newer_than_all_it_heard() {
+        let mut hub = Hub::default();
+        assert_eq!(hub.catch_up(0), None);
+        assert!(hub.offer(3, "three"));
+        assert!(!hub.offer(2, "two"), "older: dropped");
+        assert!(!hub.offer(3, "three again"), "the same change: dropped");
+        assert_eq!(hub.catch_up(2), Some((3, "three")));
+        assert_eq!(hub.catch_up(3), None);
+        assert!(hub.offer(5, "five"));
+        assert_eq!(hub.catch_up(0), Some((5, "five")));
+    }
+
+    #[test]
+    fn a_follower_takes_each_change_once_in_order() {
+        let mut f = Follower::after(None);
+        assert!(f.take(1));
+        assert!(!f.take(1));
+        assert!(f.take(4));
+        assert!(!f.take(2), "older after newer");
+        let mut resumed = Follower::after(Some(Position(4)));
+        assert!(!resumed.take(4), "the client has it");
+        assert!(resumed.take(5));
+        assert_eq!(resumed.at, Some(5));
+    }
 
     #[test]
     fn a_position_is_plain_decimal() {

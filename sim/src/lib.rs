@@ -13,10 +13,12 @@
 mod db;
 mod exec;
 mod host;
+mod live;
 mod rng;
 mod world;
 
 pub use db::{AnyMutant, SqlMutant};
+pub use live::LiveFigures;
 pub use onceclick_edge::sim::Mutant;
 pub use world::{Figures, Shape, Violation};
 

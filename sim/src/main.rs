@@ -77,7 +77,7 @@ fn run() -> Result<()> {
         seconds * 1e6 / figures.ops.max(1) as f64
     );
     println!(
-        "sim: seed {seed}: {} worlds, {} operations, {} requests, {} deliveries ({} redelivered), {} provider calls ({} stopped), {} shard alarms ({} attempts handed on), {} reconciler passes, {} crashes, {} clock jumps, {} store faults in {} batches, {} checks on {} jobs; no promise broken",
+        "sim: seed {seed}: {} worlds, {} operations, {} requests, {} deliveries ({} redelivered), {} provider calls ({} stopped), {} shard alarms ({} attempts handed on), {} reconciler passes, {} crashes, {} clock jumps, {} store faults in {} batches, {} checks on {} jobs; live: {} streams opened, {} reconnected, {} events, {} of {} notifications lost, {} hub re-reads, {} hub restarts; no promise broken",
         worlds,
         figures.ops,
         figures.requests,
@@ -94,6 +94,13 @@ fn run() -> Result<()> {
         figures.batches,
         figures.checks,
         figures.jobs,
+        figures.live.opens,
+        figures.live.reconnects,
+        figures.live.events,
+        figures.live.lost,
+        figures.live.told,
+        figures.live.rereads,
+        figures.live.restarts,
     );
     if figures.ops < ops {
         bail!("only {} of {ops} operations ran", figures.ops);
@@ -106,6 +113,12 @@ fn run() -> Result<()> {
     // Likewise the shards' hand-off: a run that sharded no create checked nothing of it.
     if ops >= 100_000 && figures.handed_off == 0 {
         bail!("no shard handed a create on in {ops} operations: the hand-off went untested");
+    }
+    // And the live channel: streams that never reconnected, or a world in which no
+    // notification was lost, checked nothing of the re-read.
+    let live = figures.live;
+    if ops >= 100_000 && (live.reconnects == 0 || live.lost == 0 || live.restarts == 0) {
+        bail!("the live channel went untested in {ops} operations: {live:?}");
     }
     Ok(())
 }
@@ -326,6 +339,11 @@ const MUTANTS: &[Planted] = &[
         "hand-off-skips-sweep",
         AnyMutant::Rust(Mutant::HandOffSkipsSweep),
         &["a create whose dispatch was lost"],
+    ),
+    (
+        "notify-under-the-next-position",
+        AnyMutant::Rust(Mutant::NotifyUnderTheNextPosition),
+        &["two documents at position"],
     ),
 ];
 

@@ -5,6 +5,7 @@
 use crate::db::{self, AnyMutant, Db, FaultRates, SimPlaces};
 use crate::exec::{Exec, Role};
 use crate::host::{CallRecord, Script, SimHost};
+use crate::live::{Live, LiveFigures};
 use crate::rng::Rng;
 use onceclick_edge::sim::{self, Answer, Dispatch, Layout};
 use onceclick_protocol::shard::{Shard, ShardCount};
@@ -59,6 +60,8 @@ pub struct Figures {
     /// Shard alarms run, and the attempts they handed to the queue.
     pub alarms: u64,
     pub handed_off: u64,
+    /// The live channel's.
+    pub live: LiveFigures,
 }
 
 impl Figures {
@@ -79,6 +82,7 @@ impl Figures {
         self.stops += o.stops;
         self.alarms += o.alarms;
         self.handed_off += o.handed_off;
+        self.live.add(&o.live);
     }
 }
 
@@ -215,6 +219,8 @@ pub(crate) struct World {
     sent_ids: RefCell<BTreeSet<String>>,
     /// The shard whose alarm runs, by task: one alarm of an object runs at a time.
     alarm_tasks: RefCell<BTreeMap<u64, String>>,
+    /// The jobs' hubs and the streams that follow them.
+    live: Rc<Live>,
 }
 
 fn layout_of(shape: Shape, moved: bool) -> Layout {
@@ -315,6 +321,7 @@ impl World {
             move_at,
             sent_ids: RefCell::new(BTreeSet::new()),
             alarm_tasks: RefCell::new(BTreeMap::new()),
+            live: Live::new(seed),
         })
     }
 
@@ -358,6 +365,7 @@ impl World {
         f.batches = *self.db.batches.borrow();
         f.store_faults = *self.db.faults_fired.borrow();
         f.polls = self.exec.polls.get();
+        f.live = self.live.figures();
         f
     }
 
@@ -381,6 +389,33 @@ impl World {
         match sim::Store::new(places, layout, "", scope) {
             Ok(store) => store,
             Err(e) => panic!("a store with no faults: {e}"),
+        }
+    }
+
+    /// A store that tells the jobs' hubs of every move it commits, as a request's and
+    /// the queue consumer's do in the Worker (the reconciler's and an alarm's do not:
+    /// their moves reach streams through the hubs' re-read).
+    fn telling_store(&self, layout: Layout, scope: &str) -> sim::Store {
+        self.store(layout, scope).with_live(self.live.teller())
+    }
+
+    /// A job as a stream or a hub reads it: its position (the ETag's) and document.
+    fn live_read(&self, job_id: &str) -> Option<(u64, String)> {
+        let place = self.seen.borrow().get(job_id).map(|s| s.place.clone())?;
+        let rows = self.db.query(
+            &place,
+            "SELECT doc, etag FROM job_documents WHERE id = ?1",
+            &[json!(job_id)],
+        );
+        let row = rows.first()?;
+        let at = onceclick_protocol::live::Position::of_etag(&s(row.get("etag"))?)?;
+        Some((at.0, s(row.get("doc"))?))
+    }
+
+    /// The live channel's problems, as violations.
+    fn live_problems(&self) {
+        for what in self.live.take_problems() {
+            self.violate(what);
         }
     }
 
@@ -574,6 +609,7 @@ impl World {
             (1, 11),   // a crash
             (1, 13),   // a store outage of a few seconds (in a world with faults)
             (10, 14),  // a shard's alarm, if one is due
+            (8, 15),   // a live stream opens, drops and reconnects, or a hub restarts
             (30, 12),  // tasks run
         ]);
         match pick {
@@ -594,6 +630,10 @@ impl World {
             }
             11 => self.crash(&mut rng),
             14 => self.alarm(&mut rng),
+            15 => {
+                let job = self.known_job(&mut rng);
+                self.live.act(&mut rng, job, &|id| self.live_read(id));
+            }
             // One pick in three: a few outages a world.
             13 if self.db.faults.borrow().before > 0 && rng.below(3) == 0 => {
                 let until = self.now() + 3_000 + rng.below(9_000);
@@ -605,6 +645,8 @@ impl World {
         for _ in 0..rng.below(6) {
             self.step(&mut rng);
         }
+        self.live.tick(self.now(), &|id| self.live_read(id));
+        self.live_problems();
     }
 
     fn spawn_request(self: &Rc<Self>, rng: &mut Rng, request: Request) {
@@ -617,7 +659,7 @@ impl World {
         self.note(|| format!("request {req:?} on isolate {isolate}"));
         let id = self.exec.spawn(isolate, Role::Request(op), async move {
             let host = world.host(isolate);
-            let store = world.store(layout, "request");
+            let store = world.telling_store(layout, "request");
             let answer = match &req {
                 Request::Create {
                     intent,
@@ -868,7 +910,7 @@ impl World {
             .exec
             .spawn(CONSUMER, Role::Delivery(msg.id), async move {
                 let host = world.host(CONSUMER);
-                let store = world.store(layout, &dispatch.attempt_id);
+                let store = world.telling_store(layout, &dispatch.attempt_id);
                 let outcome = sim::deliver(&host, &store, &dispatch).await;
                 let task = crate::exec::current();
                 let msg = world.delivering.borrow_mut().remove(&task);
@@ -1156,6 +1198,7 @@ impl World {
         for (place, job) in touched {
             self.check_job(&place, &job);
         }
+        self.live_problems();
     }
 
     fn check_answer(&self, task: u64, request: &Request, answer: &Answer) {
@@ -1445,11 +1488,14 @@ impl World {
                 job.get("etag")
             ));
         }
-        (
-            seq,
+        let (doc, etag) = (
             s(job.get("doc")).unwrap_or_default(),
             s(job.get("etag")).unwrap_or_default(),
-        )
+        );
+        if let Some(at) = onceclick_protocol::live::Position::of_etag(&etag) {
+            self.live.record(job_id, at.0, &doc, "read");
+        }
+        (seq, doc, etag)
     }
 
     /// The invariants of one job a step touched.
@@ -1670,6 +1716,7 @@ impl World {
         for _ in 0..20_000 {
             while self.step(&mut rng) {}
             let now = self.now();
+            self.live.tick(now, &|id| self.live_read(id));
             if self.queue.borrow().iter().any(|m| m.due <= now) {
                 self.deliver(&mut rng);
                 continue;
@@ -1737,6 +1784,8 @@ impl World {
         for seen in self.purged_seen.borrow().iter() {
             self.check_paid(seen, true);
         }
+        self.live.settle(&|id| self.live_read(id));
+        self.live_problems();
     }
 
     /// Nothing paid for is lost without a record: every call whose provider did the work

@@ -563,7 +563,12 @@ impl Store {
         if self.fault(NOTIFY_OP, When::Before).is_some() {
             return;
         }
-        if let Err(cause) = live.notify(&row.id, seq.0, &row.doc).await {
+        let seq = if crate::mutant::on(crate::mutant::Mutant::NotifyUnderTheNextPosition) {
+            seq.0 + 1
+        } else {
+            seq.0
+        };
+        if let Err(cause) = live.notify(&row.id, seq, &row.doc).await {
             crate::log::error(
                 serde_json::json!({"event": "live_notify_failed", "job_id": row.id, "cause": cause}),
             );

@@ -1,0 +1,388 @@
+//! The live channel in the model: what the store tells a job's hub (lost, late, out of
+//! order), the hubs themselves (`protocol::live::Hub`, as `edge/src/live.rs` keeps
+//! one), and the streams that follow them (`protocol::live::Follower`, as
+//! `edge/src/stream.rs` sends), which open, drop and reconnect at any position while
+//! the world moves the jobs under them.
+//!
+//! The promises checked, after every step:
+//! - one position, one document: every document told or read at a job's position is
+//!   the same document;
+//! - a stream sends positions in increasing order, never one twice, each with the
+//!   document of that position, and ends only at a settled document;
+//! - nothing is lost for good: once the world settles, every stream still open shows
+//!   the job's current document (through a notification or the re-read), and every
+//!   other one gets it, or `204`, when it reconnects from its last position.
+
+use crate::rng::Rng;
+use futures_util::future::{self, LocalBoxFuture};
+use onceclick_edge::sim::Notify;
+use onceclick_protocol::live::{Follower, Hub, Position};
+use onceclick_protocol::Job;
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+/// How often a hub with streams open re-reads its job (the Worker's `LIVE_REREAD_MS`).
+const REREAD_MS: u64 = 5_000;
+/// The longest a notification is on its way, in virtual ms.
+const LATE_MS: u64 = 400;
+/// One notification in this many is lost (an isolate that died after the commit).
+const LOST_ONE_IN: u64 = 8;
+/// Streams the model opens on one job.
+const STREAMS_PER_JOB: usize = 4;
+
+/// The model's reading of a job from the store: its position and document, as a
+/// stream's first read (or the hub's re-read) gets them; `None` once it is gone.
+pub(crate) type Read<'a> = &'a dyn Fn(&str) -> Option<(u64, String)>;
+
+/// What the live channel did in a world.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LiveFigures {
+    /// Notifications the store sent, and those lost on the way.
+    pub told: u64,
+    pub lost: u64,
+    /// Streams opened, reopened from a position, and events they sent.
+    pub opens: u64,
+    pub reconnects: u64,
+    pub events: u64,
+    /// Re-reads of a hub, and restarts of one (its memory and sockets gone).
+    pub rereads: u64,
+    pub restarts: u64,
+}
+
+impl LiveFigures {
+    pub fn add(&mut self, o: &LiveFigures) {
+        self.told += o.told;
+        self.lost += o.lost;
+        self.opens += o.opens;
+        self.reconnects += o.reconnects;
+        self.events += o.events;
+        self.rereads += o.rereads;
+        self.restarts += o.restarts;
+    }
+}
+
+/// A notification on its way to `job`'s hub, there at `due`.
+struct Note {
+    due: u64,
+    job: String,
+    seq: u64,
+    doc: String,
+}
+
+/// One stream the model opened: where it stands, and whether it is open.
+#[derive(Default)]
+struct Watcher {
+    sent: Follower,
+    /// The last event it sent: position and document.
+    last: Option<(u64, String)>,
+    connected: bool,
+    /// It closed after a settled document (or a reconnect got `204`).
+    ended: bool,
+}
+
+/// One job's hub and its streams.
+#[derive(Default)]
+struct Home {
+    hub: Hub,
+    watchers: Vec<Watcher>,
+    read_at: u64,
+}
+
+pub(crate) struct Live {
+    rng: RefCell<Rng>,
+    /// Every document seen at a position of a job, told or read.
+    truth: RefCell<BTreeMap<(String, u64), String>>,
+    notes: RefCell<Vec<Note>>,
+    homes: RefCell<BTreeMap<String, Home>>,
+    problems: RefCell<Vec<String>>,
+    figures: Cell<LiveFigures>,
+}
+
+/// The store's side: what `Store::with_live` is given in the model.
+struct Teller(Rc<Live>);
+
+impl Notify for Teller {
+    fn notify<'a>(
+        &'a self,
+        job_id: &'a str,
+        seq: u64,
+        doc: &'a str,
+    ) -> LocalBoxFuture<'a, Result<(), String>> {
+        let live = &self.0;
+        live.record(job_id, seq, doc, "told");
+        live.count(|f| f.told += 1);
+        let mut rng = live.rng.borrow_mut();
+        if rng.below(LOST_ONE_IN) == 0 {
+            live.count(|f| f.lost += 1);
+            // Half of them the sender hears of (a failed send, logged); half not.
+            let answer = if rng.below(2) == 0 {
+                Err("the hub did not answer (simulated)".to_owned())
+            } else {
+                Ok(())
+            };
+            return Box::pin(future::ready(answer));
+        }
+        let due = onceclick_edge::sim::now_ms() as u64 + rng.below(LATE_MS);
+        live.notes.borrow_mut().push(Note {
+            due,
+            job: job_id.to_owned(),
+            seq,
+            doc: doc.to_owned(),
+        });
+        Box::pin(future::ready(Ok(())))
+    }
+}
+
+fn settled(doc: &str) -> Option<bool> {
+    serde_json::from_str::<Job>(doc)
+        .ok()
+        .map(|j| j.is_settled())
+}
+
+impl Live {
+    pub(crate) fn new(seed: u64) -> Rc<Self> {
+        Rc::new(Self {
+            rng: RefCell::new(Rng::new(Rng::derive(seed, 0x11FE))),
+            truth: RefCell::new(BTreeMap::new()),
+            notes: RefCell::new(Vec::new()),
+            homes: RefCell::new(BTreeMap::new()),
+            problems: RefCell::new(Vec::new()),
+            figures: Cell::new(LiveFigures::default()),
+        })
+    }
+
+    /// What the store is to tell of every move it commits.
+    pub(crate) fn teller(self: &Rc<Self>) -> Rc<dyn Notify> {
+        Rc::new(Teller(self.clone()))
+    }
+
+    pub(crate) fn figures(&self) -> LiveFigures {
+        self.figures.get()
+    }
+
+    fn count(&self, f: impl FnOnce(&mut LiveFigures)) {
+        let mut figures = self.figures.get();
+        f(&mut figures);
+        self.figures.set(figures);
+    }
+
+    fn problem(&self, what: String) {
+        self.problems.borrow_mut().push(what);
+    }
+
+    /// The promises broken since the last call.
+    pub(crate) fn take_problems(&self) -> Vec<String> {
+        std::mem::take(&mut *self.problems.borrow_mut())
+    }
+
+    /// Document `doc` was seen at position `seq` of `job` (`how`: told, read, sent):
+    /// a position has one document.
+    pub(crate) fn record(&self, job: &str, seq: u64, doc: &str, how: &str) {
+        let mut truth = self.truth.borrow_mut();
+        match truth.get(&(job.to_owned(), seq)) {
+            Some(known) if known != doc => {
+                let what = format!(
+                    "two documents at position {seq} of job {job} ({how}): {known} and {doc}"
+                );
+                drop(truth);
+                self.problem(what);
+            }
+            Some(_) => {}
+            None => {
+                truth.insert((job.to_owned(), seq), doc.to_owned());
+            }
+        }
+    }
+
+    /// Jobs that have a hub with streams.
+    fn watched(&self) -> Vec<String> {
+        self.homes
+            .borrow()
+            .iter()
+            .filter(|(_, h)| !h.watchers.is_empty())
+            .map(|(j, _)| j.clone())
+            .collect()
+    }
+
+    /// One stream sends change `seq` if it is newer than what it sent: checked.
+    fn send(&self, job: &str, w: &mut Watcher, seq: u64, doc: &str) {
+        if !w.sent.take(seq) {
+            return;
+        }
+        if let Some((at, _)) = &w.last {
+            if *at >= seq {
+                self.problem(format!(
+                    "a stream of job {job} sent position {seq} after {at}"
+                ));
+            }
+        }
+        self.record(job, seq, doc, "sent");
+        self.count(|f| f.events += 1);
+        w.last = Some((seq, doc.to_owned()));
+        match settled(doc) {
+            Some(true) => {
+                w.connected = false;
+                w.ended = true;
+            }
+            Some(false) => {}
+            None => self.problem(format!(
+                "a stream of job {job} sent a document that is not one: {doc}"
+            )),
+        }
+    }
+
+    /// The hub hears of change `seq`: sent on to its streams if it is the newest yet.
+    fn offer(&self, job: &str, home: &mut Home, seq: u64, doc: &str) {
+        if !home.hub.offer(seq, doc) {
+            return;
+        }
+        for w in home.watchers.iter_mut().filter(|w| w.connected) {
+            self.send(job, w, seq, doc);
+        }
+    }
+
+    /// A stream of `job` opens (or a watcher reopens) after position `from`, as
+    /// `stream.rs` serves it: the store's read first, then, unless that settled it, the
+    /// hub's catch-up and its live changes.
+    fn open(&self, job: &str, home: &mut Home, w: &mut Watcher, from: Option<u64>, read: Read) {
+        w.connected = false;
+        w.ended = false;
+        w.sent = Follower::after(from.map(Position));
+        let Some((seq, doc)) = read(job) else {
+            w.ended = true; // the purge took it: 404
+            return;
+        };
+        self.record(job, seq, &doc, "read");
+        if w.sent.at == Some(seq) && settled(&doc) == Some(true) {
+            w.ended = true; // 204: it has the last change
+            return;
+        }
+        w.connected = true;
+        self.send(job, w, seq, &doc);
+        if !w.connected {
+            return;
+        }
+        if let Some((seq, doc)) = home.hub.catch_up(w.sent.at.unwrap_or(0)) {
+            let doc = doc.to_owned();
+            self.send(job, w, seq, &doc);
+        }
+    }
+
+    /// What a client does to the live channel: open a stream on `job`, from the start
+    /// or from a position up to `now_at` (the job's), drop one and reconnect it from
+    /// its last position, or a hub restarts with streams open.
+    pub(crate) fn act(&self, rng: &mut Rng, job: Option<String>, read: Read) {
+        let watched = self.watched();
+        match rng.below(8) {
+            0..=3 => {
+                let Some(job) = job else { return };
+                let mut homes = self.homes.borrow_mut();
+                let home = homes.entry(job.clone()).or_default();
+                if home.watchers.len() >= STREAMS_PER_JOB {
+                    return;
+                }
+                let from = match (rng.below(3), read(&job)) {
+                    (0, Some((at, _))) => Some(rng.below(at + 1)),
+                    _ => None,
+                };
+                self.count(|f| f.opens += 1);
+                let mut w = Watcher::default();
+                self.open(&job, home, &mut w, from, read);
+                home.watchers.push(w);
+            }
+            4..=6 if !watched.is_empty() => {
+                let job = &watched[rng.below(watched.len() as u64) as usize];
+                let mut homes = self.homes.borrow_mut();
+                let Some(home) = homes.get_mut(job) else {
+                    return;
+                };
+                let i = rng.below(home.watchers.len() as u64) as usize;
+                let mut w = std::mem::take(&mut home.watchers[i]);
+                self.count(|f| f.reconnects += 1);
+                let from = w.sent.at;
+                self.open(job, home, &mut w, from, read);
+                home.watchers[i] = w;
+            }
+            7 if !watched.is_empty() => {
+                let job = &watched[rng.below(watched.len() as u64) as usize];
+                self.restart(job);
+            }
+            _ => {}
+        }
+    }
+
+    /// `job`'s hub restarts: what it heard, its sockets and what was on its way are gone.
+    fn restart(&self, job: &str) {
+        self.count(|f| f.restarts += 1);
+        self.notes.borrow_mut().retain(|n| n.job != job);
+        if let Some(home) = self.homes.borrow_mut().get_mut(job) {
+            home.hub = Hub::default();
+            home.read_at = 0;
+            for w in &mut home.watchers {
+                w.connected = false;
+            }
+        }
+    }
+
+    /// Time has passed: the notifications due arrive (in the order they come due), and
+    /// each hub with a stream open re-reads its job every `REREAD_MS`.
+    pub(crate) fn tick(&self, now: u64, read: Read) {
+        let due: Vec<Note> = {
+            let mut notes = self.notes.borrow_mut();
+            let (due, later) = std::mem::take(&mut *notes)
+                .into_iter()
+                .partition(|n| n.due <= now);
+            *notes = later;
+            due
+        };
+        let mut due = due;
+        due.sort_by_key(|n| n.due);
+        let mut homes = self.homes.borrow_mut();
+        for note in due {
+            let home = homes.entry(note.job.clone()).or_default();
+            self.offer(&note.job, home, note.seq, &note.doc);
+        }
+        for (job, home) in homes.iter_mut() {
+            if !home.watchers.iter().any(|w| w.connected) || home.read_at + REREAD_MS > now {
+                continue;
+            }
+            home.read_at = now;
+            self.count(|f| f.rereads += 1);
+            if let Some((seq, doc)) = read(job) {
+                self.record(job, seq, &doc, "re-read");
+                self.offer(job, home, seq, &doc);
+            }
+        }
+    }
+
+    /// The world has settled: every stream still open shows the job's current document,
+    /// and every other one, reconnecting from where it stands, gets it or `204`.
+    pub(crate) fn settle(&self, read: Read) {
+        let mut homes = self.homes.borrow_mut();
+        for (job, home) in homes.iter_mut() {
+            let Some((seq, _)) = read(job) else { continue };
+            let mut watchers = std::mem::take(&mut home.watchers);
+            for w in &mut watchers {
+                if w.connected {
+                    self.check_current(job, w, seq, "an open stream");
+                }
+                let from = w.sent.at;
+                self.open(job, home, w, from, read);
+                self.check_current(job, w, seq, "a reconnected stream");
+            }
+            home.watchers = watchers;
+        }
+    }
+
+    /// A stream stands at the store's position `seq` (the document it sent there was
+    /// checked against every other seen at that position when it was sent).
+    fn check_current(&self, job: &str, w: &Watcher, seq: u64, who: &str) {
+        if w.sent.at != Some(seq) {
+            self.problem(format!(
+                "{who} of job {job} stands at position {:?}, the store is at {seq}: a change lost",
+                w.sent.at
+            ));
+        }
+    }
+}
