@@ -74,8 +74,8 @@ struct Note {
 #[derive(Default)]
 struct Watcher {
     sent: Follower,
-    /// The last event it sent: position and document.
-    last: Option<(u64, String)>,
+    /// The position of the last event it sent (its document was checked when sent).
+    last: Option<u64>,
     connected: bool,
     /// It closed after a settled document (or a reconnect got `204`).
     ended: bool,
@@ -210,8 +210,8 @@ impl Live {
         if !w.sent.take(seq) {
             return;
         }
-        if let Some((at, _)) = &w.last {
-            if *at >= seq {
+        if let Some(at) = w.last {
+            if at >= seq {
                 self.problem(format!(
                     "a stream of job {job} sent position {seq} after {at}"
                 ));
@@ -219,7 +219,7 @@ impl Live {
         }
         self.record(job, seq, doc, "sent");
         self.count(|f| f.events += 1);
-        w.last = Some((seq, doc.to_owned()));
+        w.last = Some(seq);
         match settled(doc) {
             Some(true) => {
                 w.connected = false;
@@ -328,7 +328,7 @@ impl Live {
     /// Time has passed: the notifications due arrive (in the order they come due), and
     /// each hub with a stream open re-reads its job every `REREAD_MS`.
     pub(crate) fn tick(&self, now: u64, read: Read) {
-        let due: Vec<Note> = {
+        let mut due: Vec<Note> = {
             let mut notes = self.notes.borrow_mut();
             let (due, later) = std::mem::take(&mut *notes)
                 .into_iter()
@@ -336,7 +336,6 @@ impl Live {
             *notes = later;
             due
         };
-        let mut due = due;
         due.sort_by_key(|n| n.due);
         let mut homes = self.homes.borrow_mut();
         for note in due {
