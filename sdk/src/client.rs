@@ -13,7 +13,7 @@ use crate::types::{
     option_function, option_signal, option_string, policy, ClientOptions, ForgetOptions,
     RetryOptions, SubmitOptions, WaitOptions,
 };
-use crate::watch::{self, Update, Watching};
+use crate::watch::{self, status_of, waits_end, Update, Watching};
 use js_sys::Promise;
 use onceclick_protocol::JobStatus;
 use std::cell::RefCell;
@@ -31,15 +31,6 @@ fn primary_of(list: &JsValue, kind: &str) -> Option<String> {
         .and_then(|p| js::get_string(&p, "name"))
 }
 
-/// The job's `status`, read off the server's JSON.
-fn status_of(job: &JsValue) -> Option<JobStatus> {
-    let status = js::get_string(job, "status")?;
-    JobStatus::ALL
-        .iter()
-        .copied()
-        .find(|s| s.as_str() == status)
-}
-
 /// The input as the server will read it: through `JSON.stringify`, then parsed as
 /// I-JSON, so that what is fingerprinted here is exactly what is sent.
 fn input_json(input: &JsValue) -> Result<String, OnceclickError> {
@@ -55,8 +46,9 @@ struct Inner {
     providers: RefCell<Option<Promise>>,
     /// Why the last `GET /v1/providers` failed.
     lookup_error: RefCell<Option<OnceclickError>>,
-    /// The jobs followed live, on one connection (`watch.rs`).
-    watching: RefCell<Watching>,
+    /// The jobs followed live, on one connection (`watch.rs`), shared with the other
+    /// tabs (`share.rs`).
+    watching: Rc<RefCell<Watching>>,
 }
 
 /// How often a submit that names a provider asks `GET /v1/providers` (each ask already
@@ -103,7 +95,7 @@ impl Client {
                 keys: Keys::new(js::get(&options, "storage"), None),
                 providers: RefCell::new(None),
                 lookup_error: RefCell::new(None),
-                watching: RefCell::default(),
+                watching: Rc::default(),
             }),
         })
     }
@@ -128,7 +120,7 @@ impl Client {
         // Both bodies now, while the input is as the caller gave it: the one naming the
         // provider, and the one without it, sent if the provider is the kind's primary.
         let body = |provider: Option<&str>| {
-            json::stringify(&object(&[
+            json::stringify(&js::object(&[
                 ("kind", JsValue::from_str(&kind)),
                 ("input", input.clone()),
                 (
@@ -520,7 +512,12 @@ impl Client {
             number,
         };
         if start {
-            wasm_bindgen_futures::spawn_local(self.clone().run_stream(first_ms));
+            let client = self.clone();
+            wasm_bindgen_futures::spawn_local(async move {
+                let watching = client.inner.watching.clone();
+                let lead = client.clone().run_stream(first_ms);
+                crate::share::run(watching, &client.inner.base_url, lead).await;
+            });
         }
         loop {
             match watch::take(&mailbox).await {
@@ -704,7 +701,7 @@ impl Client {
         let etag = current.header("ETag").unwrap_or_default();
         self.job_answer(current).await?;
         let provider = option_string(options, "provider");
-        let body = object(&[(
+        let body = js::object(&[(
             "provider",
             provider
                 .as_deref()
@@ -757,21 +754,4 @@ enum Followed {
     Settled(JsValue),
     /// The stream cannot be had: poll, from the position the stream had shown.
     Poll(Option<String>),
-}
-
-/// Whether `wait` resolves at `job`: finished, or waiting for a decision.
-fn waits_end(job: &JsValue) -> bool {
-    matches!(
-        status_of(job),
-        Some(JobStatus::Succeeded | JobStatus::Cancelled | JobStatus::Failed | JobStatus::Unknown)
-    )
-}
-
-/// A plain JS object; `undefined` members are left out by `JSON.stringify`.
-fn object(members: &[(&str, JsValue)]) -> JsValue {
-    let o = js_sys::Object::new();
-    for (name, value) in members {
-        let _ = js_sys::Reflect::set(&o, &JsValue::from_str(name), value);
-    }
-    o.into()
 }

@@ -95,8 +95,13 @@ pub(crate) async fn abortable<T>(
 
 /// `new globalThis[class]()`.
 pub(crate) fn construct(class: &str) -> Result<JsValue, JsValue> {
+    construct_with(class, &[])
+}
+
+/// `new globalThis[class](...args)`.
+pub(crate) fn construct_with(class: &str, args: &[JsValue]) -> Result<JsValue, JsValue> {
     let class: Function = get(&global(), class).dyn_into()?;
-    Reflect::construct(&class, &js_sys::Array::new())
+    Reflect::construct(&class, &args.iter().collect())
 }
 
 /// A new `AbortController`: the controller itself (to `abort` it) and its signal.
@@ -148,4 +153,13 @@ pub(crate) fn locked(name: &str, start: impl FnOnce() -> Promise + 'static) -> P
         Ok(promise) => Promise::resolve(&promise),
         Err(e) => Promise::reject(&e),
     }
+}
+
+/// A plain JS object; `undefined` members are left out by `JSON.stringify`.
+pub(crate) fn object(members: &[(&str, JsValue)]) -> JsValue {
+    let o = js_sys::Object::new();
+    for (name, value) in members {
+        let _ = Reflect::set(&o, &JsValue::from_str(name), value);
+    }
+    o.into()
 }

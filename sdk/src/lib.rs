@@ -31,6 +31,7 @@ mod js;
 mod json;
 mod keys;
 mod live;
+mod share;
 mod types;
 mod watch;
 

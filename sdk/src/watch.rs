@@ -3,9 +3,13 @@
 //! reopens with each job's position when a job joins.
 //!
 //! This module holds only the bookkeeping; the connection itself is the client's
-//! (`Client::run_stream`). Each `wait` gets a [`Mailbox`] that the connection fills:
-//! every newer document of its job, in order, or word to poll instead.
+//! (`Client::run_stream`), and the tabs that share it meet in `share.rs`. Each `wait`
+//! gets a [`Mailbox`] that the connection fills: every newer document of its job, in
+//! order, or word to poll instead. While this client leads, it also follows the jobs
+//! other tabs want ([`Watching::want`]) and posts what it hears to them.
 
+use crate::js;
+use onceclick_protocol::JobStatus;
 use std::cell::RefCell;
 use std::rc::Rc;
 use wasm_bindgen::JsValue;
@@ -73,10 +77,12 @@ struct Watched {
     /// The position of the last document the stream gave, and that document.
     last: Option<(String, JsValue)>,
     waiters: Vec<(u32, Shared)>,
+    /// The other tabs that follow this job through this one's connection, while it
+    /// leads.
+    tabs: Vec<f64>,
 }
 
 /// The jobs followed, and the connection's state.
-#[derive(Default)]
 pub(crate) struct Watching {
     jobs: Vec<Watched>,
     next_waiter: u32,
@@ -87,6 +93,28 @@ pub(crate) struct Watching {
     /// Aborts the open connection's fetch, so that an interrupt also ends a request
     /// whose answer has not come.
     abort: Option<JsValue>,
+    /// This client's name among the tabs (`share.rs`), and its part: `None` alone or
+    /// following, the channel to the other tabs while it leads.
+    pub(crate) tab: f64,
+    pub(crate) leading: Option<JsValue>,
+    /// Whether another tab's connection serves this client: then every change of the
+    /// set of jobs is announced, a job that leaves included.
+    pub(crate) following: bool,
+}
+
+impl Default for Watching {
+    fn default() -> Watching {
+        Watching {
+            jobs: Vec::new(),
+            next_waiter: 0,
+            running: false,
+            interrupt: None,
+            abort: None,
+            tab: js_sys::Math::random(),
+            leading: None,
+            following: false,
+        }
+    }
 }
 
 impl Watching {
@@ -111,6 +139,7 @@ impl Watching {
                     id: job_id.to_owned(),
                     last: None,
                     waiters: vec![(number, mailbox.clone())],
+                    tabs: Vec::new(),
                 });
                 self.interrupt();
             }
@@ -119,19 +148,86 @@ impl Watching {
         (number, mailbox, start)
     }
 
-    /// Removes wait `number` on `job_id`; a job nobody waits on is dropped at the next
-    /// connection, and the connection closes when no job is left.
+    /// Removes wait `number` on `job_id`; a job nobody waits on (here or in a tab this
+    /// one leads) is dropped at the next connection, and the connection closes when no
+    /// job is left.
     pub(crate) fn unwatch(&mut self, job_id: &str, number: u32) {
         if let Some(job) = self.jobs.iter_mut().find(|j| j.id == job_id) {
             job.waiters.retain(|(n, _)| *n != number);
         }
-        self.jobs.retain(|j| !j.waiters.is_empty());
-        if self.jobs.is_empty() {
+        self.prune();
+    }
+
+    /// Drops the jobs nobody follows; interrupts when none is left, or, following,
+    /// when any left (the leader hears of it).
+    fn prune(&mut self) {
+        let before = self.jobs.len();
+        self.jobs
+            .retain(|j| !j.waiters.is_empty() || !j.tabs.is_empty());
+        if self.jobs.is_empty() || (self.following && self.jobs.len() < before) {
             self.interrupt();
         }
     }
 
-    fn interrupt(&mut self) {
+    /// Leading: tab `tab` now follows exactly `ids`. A job already followed is posted
+    /// to it at once (its last document); a new one joins the connection, or is told
+    /// to poll when the stream is full.
+    pub(crate) fn want(&mut self, tab: f64, ids: &js_sys::Array) {
+        let Some(channel) = self.leading.clone() else {
+            return;
+        };
+        for job in &mut self.jobs {
+            let wants = ids.includes(&JsValue::from_str(&job.id), 0);
+            let had = job.tabs.contains(&tab);
+            if wants && !had {
+                job.tabs.push(tab);
+                if let Some((at, doc)) = &job.last {
+                    post_job(&channel, at, doc);
+                }
+            } else if had && !wants {
+                job.tabs.retain(|t| *t != tab);
+            }
+        }
+        let mut joined = false;
+        for id in ids.iter().filter_map(|id| id.as_string()) {
+            if self.jobs.iter().any(|j| j.id == id) {
+                continue;
+            }
+            if self.jobs.len() >= MAX_JOBS {
+                post_poll(&channel, &id);
+                continue;
+            }
+            self.jobs.push(Watched {
+                id,
+                last: None,
+                waiters: Vec::new(),
+                tabs: vec![tab],
+            });
+            joined = true;
+        }
+        if joined {
+            self.interrupt();
+        }
+        self.prune();
+    }
+
+    /// The jobs this client's own waits follow, as a following tab announces them.
+    pub(crate) fn own(&self) -> js_sys::Array {
+        self.jobs
+            .iter()
+            .filter(|j| !j.waiters.is_empty())
+            .map(|j| JsValue::from_str(&j.id))
+            .collect()
+    }
+
+    /// Following: a promise that says the set of jobs changed, as `connect` gives one.
+    pub(crate) fn next_change(&mut self) -> js_sys::Promise {
+        let (promise, wake) = signal();
+        self.interrupt = Some(wake);
+        promise
+    }
+
+    pub(crate) fn interrupt(&mut self) {
         if let Some(wake) = self.interrupt.take() {
             // `true`, which `live::Stream::next` tells from its timer's `undefined`.
             let _ = wake.call1(&JsValue::NULL, &JsValue::TRUE);
@@ -153,7 +249,7 @@ impl Watching {
     pub(crate) fn connect(&mut self, abort: JsValue) -> Option<(String, js_sys::Promise)> {
         if self.jobs.len() > MAX_JOBS {
             for job in self.jobs.drain(MAX_JOBS..) {
-                tell_poll(job);
+                tell_poll(job, self.leading.as_ref());
             }
         }
         if self.jobs.is_empty() {
@@ -178,8 +274,11 @@ impl Watching {
         Some((query, promise))
     }
 
-    /// A `job` event: hands the document to its job's waits if it is newer than the
-    /// last they had. Returns whether it was.
+    /// A `job` event (from the stream, or from the tab that leads): hands the document
+    /// to its job's waits if it is newer than the last they had, and, leading, to the
+    /// other tabs. Returns whether it was newer. Once the document ends a wait, the
+    /// other tabs have what they waited for, and the job follows on only for them if
+    /// they ask again.
     pub(crate) fn deliver(&mut self, id: &str, job_id: &str, doc: &JsValue) -> bool {
         let Some(job) = self.jobs.iter_mut().find(|j| j.id == job_id) else {
             return false; // a job nobody waits on any more
@@ -195,7 +294,21 @@ impl Watching {
         for (_, mailbox) in &job.waiters {
             put(mailbox, Update::Job(doc.clone()));
         }
+        if let Some(channel) = &self.leading {
+            post_job(channel, id, doc);
+            if waits_end(doc) && !job.tabs.is_empty() {
+                job.tabs.clear();
+                self.prune();
+            }
+        }
         true
+    }
+
+    /// The tab that leads says `job_id` cannot be followed live: its waits poll.
+    pub(crate) fn poll_one(&mut self, job_id: &str) {
+        if let Some(at) = self.jobs.iter().position(|j| j.id == job_id) {
+            tell_poll(self.jobs.remove(at), None);
+        }
     }
 
     /// The stream was refused (a 400, a 404, a 429…). When some job has not yet been
@@ -210,7 +323,9 @@ impl Watching {
             self.jobs.drain(..).partition(|j| j.last.is_none());
         self.jobs = seen;
         let any = !unseen.is_empty();
-        unseen.into_iter().for_each(tell_poll);
+        for job in unseen {
+            tell_poll(job, self.leading.as_ref());
+        }
         any
     }
 
@@ -218,15 +333,55 @@ impl Watching {
     /// ends.
     pub(crate) fn fall_back(&mut self) {
         for job in self.jobs.drain(..) {
-            tell_poll(job);
+            tell_poll(job, self.leading.as_ref());
         }
         self.running = false;
     }
 }
 
-fn tell_poll(job: Watched) {
+/// Tells the waits on `job` to poll, from its position, and the tabs that follow it
+/// through `channel` to poll from theirs.
+fn tell_poll(job: Watched, channel: Option<&JsValue>) {
+    if let (Some(channel), false) = (channel, job.tabs.is_empty()) {
+        post_poll(channel, &job.id);
+    }
     let at = job.last.map(|(at, _)| at);
     for (_, mailbox) in job.waiters {
         put(&mailbox, Update::Poll(at.clone()));
     }
+}
+
+/// The job's `status`, read off the server's JSON.
+pub(crate) fn status_of(job: &JsValue) -> Option<JobStatus> {
+    let status = js::get_string(job, "status")?;
+    JobStatus::ALL
+        .iter()
+        .copied()
+        .find(|s| s.as_str() == status)
+}
+
+/// Whether `wait` resolves at `job`: finished, or waiting for a decision.
+pub(crate) fn waits_end(job: &JsValue) -> bool {
+    matches!(
+        status_of(job),
+        Some(JobStatus::Succeeded | JobStatus::Cancelled | JobStatus::Failed | JobStatus::Unknown)
+    )
+}
+
+/// Leading: posts the document `doc`, at position `at`, to the other tabs.
+pub(crate) fn post_job(channel: &JsValue, at: &str, doc: &JsValue) {
+    post(
+        channel,
+        &[("t", "job".into()), ("id", at.into()), ("job", doc.clone())],
+    );
+}
+
+/// Leading: tells the other tabs to follow `job_id` by polling.
+fn post_poll(channel: &JsValue, job_id: &str) {
+    post(channel, &[("t", "poll".into()), ("job", job_id.into())]);
+}
+
+/// Posts the message `members` on `channel` (a `BroadcastChannel`).
+pub(crate) fn post(channel: &JsValue, members: &[(&str, JsValue)]) {
+    let _ = js::call(channel, "postMessage", &[js::object(members)]);
 }

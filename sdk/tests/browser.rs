@@ -1053,10 +1053,30 @@ async fn waits_on_many_jobs_share_one_live_connection() {
 // reported on its own wait; the job already on the stream stays live.
 #[wasm_bindgen_test]
 async fn a_wait_on_a_missing_job_leaves_the_others_live() {
+    missing_beside_live(false).await;
+}
+
+// Issue 24: the same through a second client of the same API, which stands for another
+// tab: its wait goes on the first client's connection (the tabs share one), the
+// refusal comes back to it as word to poll, and its poll reports the missing job.
+#[wasm_bindgen_test]
+async fn a_wait_in_another_tab_on_a_missing_job_is_polled_there_and_the_others_stay_live() {
+    missing_beside_live(true).await;
+}
+
+/// A wait on a missing job beside a live one, on the same client or (`other_tab`) on a
+/// second client of the same API.
+async fn missing_beside_live(other_tab: bool) {
     let id = scenario("pass");
     let gate = format!("{id}-gate");
     script("primary", &id, &format!(r#"[{{"gate":"{gate}"}}]"#)).await;
-    let c = client(&format!("{}/pass/{id}", proxy()), Some(mapStorage()));
+    let base = format!("{}/pass/{id}", proxy());
+    let c = client(&base, Some(mapStorage()));
+    let tab = if other_tab {
+        client(&base, Some(mapStorage()))
+    } else {
+        c.clone()
+    };
     let job = ok(c.submit(
         "summarize".into(),
         input(&format!("{id}: kept live.")),
@@ -1079,7 +1099,7 @@ async fn a_wait_on_a_missing_job_leaves_the_others_live() {
         futures_util::future::Either::Left(_) => panic!("the wait ended before its job ran"),
     };
     let missing = "job_00000000-0000-7000-8000-000000000000";
-    let error = JsFuture::from(c.wait(missing.into(), None))
+    let error = JsFuture::from(tab.wait(missing.into(), None))
         .await
         .unwrap_err();
     assert_eq!(get(&error, "code"), "not_found");
@@ -1102,6 +1122,12 @@ async fn a_wait_on_a_missing_job_leaves_the_others_live() {
     assert!(
         polled(&format!("/v1/jobs/{missing}")) >= 1,
         "the missing job was polled"
+    );
+    assert!(
+        live_streams(&log)
+            .iter()
+            .any(|s| followed(s).iter().any(|(j, _)| j == missing)),
+        "the missing job was asked for on the one connection"
     );
     let last = live_streams(&log).last().cloned().unwrap();
     assert_eq!(

@@ -107,7 +107,7 @@ test("a reload in mid-flight shows the same ticket", { timeout: TEST_MS }, async
   });
 });
 
-test("the same text in a second tab shows the same ticket", { timeout: TEST_MS }, async () => {
+test("the same text in a second tab shows the same ticket, followed on the first tab's connection", { timeout: TEST_MS }, async () => {
   await h.withPage(browser, "second-tab-first", {}, async (page, context, problems) => {
     const text = h.uniqueText("second-tab");
     await h.arm(page, "hold");
@@ -117,6 +117,7 @@ test("the same text in a second tab shows the same ticket", { timeout: TEST_MS }
     const first = await h.ticket(page);
 
     const second = await h.open(context, problems);
+    const asked = h.askedOf(second);
     try {
       await second.locator("#text").fill(text);
       await second.locator("#generate").click();
@@ -125,10 +126,86 @@ test("the same text in a second tab shows the same ticket", { timeout: TEST_MS }
       await second.locator("#release-primary").click();
       await h.waitStatus(second, "succeeded");
       await h.waitStatus(page, "succeeded");
+      // The second tab heard the result from the first tab's stream: it opened none of
+      // its own, and never polled.
+      assert.deepEqual(asked.filter((a) => a.path === "/v1/stream"), [], "no stream from the second tab");
+      assert.deepEqual(asked.filter((a) => a.method === "GET" && a.path === `/v1/jobs/${first}`), [], "no poll from the second tab");
       assert.equal(await h.jobsWithText(text, await h.ticket(page)), 1);
       assert.equal((await h.providerCalls(text)).length, 1, "one provider call");
     } finally {
       await second.screenshot({ path: path.join(process.env.ONCECLICK_E2E_OUT, "second-tab-second.png"), fullPage: true });
+    }
+  });
+});
+
+test("a tab that closes hands the live connection to the tab that stays", { timeout: TEST_MS }, async () => {
+  await h.withPage(browser, "hand-off-first", {}, async (page, context, problems) => {
+    const text = h.uniqueText("hand-off");
+    await h.arm(page, "hold");
+    await page.locator("#text").fill(text);
+    await page.locator("#generate").click();
+    await h.waitRows(page, [{ n: 1, provider: "primary", state: "running" }]);
+    const first = await h.ticket(page);
+
+    const second = await h.open(context, problems);
+    const asked = h.askedOf(second);
+    await second.locator("#text").fill(text);
+    await second.locator("#generate").click();
+    assert.equal(await h.waitTicket(second, first), first, "the second tab shows the same ticket");
+    assert.deepEqual(asked.filter((a) => a.path === "/v1/stream"), [], "no stream while the first tab leads");
+
+    // The first tab goes: its lock is released, and the second tab opens the stream.
+    const takeover = second.waitForRequest((r) => {
+      const url = new URL(r.url());
+      return url.pathname === "/v1/stream" && url.searchParams.getAll("job").some((j) => j.split(":")[0] === first);
+    }, { timeout: h.WAIT_MS });
+    await page.close();
+    await takeover;
+    await second.locator("#release-primary").click();
+    await h.waitStatus(second, "succeeded");
+    assert.deepEqual(asked.filter((a) => a.method === "GET" && a.path === `/v1/jobs/${first}`), [], "the result came on the stream, not a poll");
+    assert.equal((await h.providerCalls(text)).length, 1, "one provider call");
+  });
+});
+
+test("ten jobs watched in two tabs all finish live, on one connection", { timeout: TEST_MS }, async () => {
+  await h.withPage(browser, "ten-jobs-two-tabs", {}, async (page, context, problems) => {
+    const marker = h.uniqueText("ten-jobs").slice(0, 30);
+    const gate = await h.holdAll("primary", marker);
+    const second = await h.open(context, problems);
+    const tabs = [page, second];
+    const asked = tabs.map((tab) => h.askedOf(tab));
+    // Five jobs per tab, each followed by `wait` on the SDK the page loaded.
+    const ids = [];
+    for (const [n, tab] of tabs.entries()) {
+      const texts = [0, 1, 2, 3, 4].map((k) => `${marker} job ${n * 5 + k}: the meeting ran long, but everyone left with a plan.`);
+      ids.push(...(await tab.evaluate(async ({ texts, token }) => {
+        const sdk = await import("/pkg/onceclick.js");
+        await sdk.default();
+        const client = new sdk.Client({ baseUrl: location.origin, token });
+        const jobs = [];
+        for (const text of texts) jobs.push(await client.submit("summarize", { text }));
+        window.tenJobs = Promise.all(jobs.map((job) => client.wait(job.id).then((done) => done.status)));
+        return jobs.map((job) => job.id);
+      }, { texts, token: h.TOKEN })));
+    }
+    assert.equal(new Set(ids).size, 10, "ten jobs");
+    // One tab's connection comes to follow all ten (it reopens as jobs join), while
+    // every call is held.
+    const streams = (i) => asked[i].filter((a) => a.path === "/v1/stream");
+    await h.waitFor(
+      () => tabs.some((_, i) => streams(i).some((s) => ids.every((id) => s.jobs.includes(id)))),
+      "one stream that follows all ten jobs",
+    );
+    await h.release(gate);
+    for (const tab of tabs) {
+      assert.deepEqual(await tab.evaluate(() => window.tenJobs), Array(5).fill("succeeded"));
+    }
+    const leaders = tabs.filter((_, i) => streams(i).length > 0);
+    assert.equal(leaders.length, 1, "one tab holds the connection, the other follows it");
+    for (const [i] of tabs.entries()) {
+      const polls = asked[i].filter((a) => a.method === "GET" && ids.some((id) => a.path === `/v1/jobs/${id}`));
+      assert.deepEqual(polls, [], `no poll from tab ${i + 1}`);
     }
   });
 });

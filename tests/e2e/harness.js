@@ -253,6 +253,28 @@ function d1File() {
   return found[0];
 }
 
+/** Holds every call whose prompt has `text` on `provider` at one gate until [`release`]; returns the gate. */
+async function holdAll(provider, text) {
+  const gate = `${provider}-${Math.random().toString(36).slice(2, 10)}`;
+  await mockPost("/_script", { provider, contains: text, steps: [{ gate }] });
+  return gate;
+}
+
+/**
+ * Records what `page` asks of the API from now on: `{ method, path, jobs }`, where
+ * `jobs` are the ids a live stream's `job` parameters name.
+ */
+function askedOf(page) {
+  const asked = [];
+  page.on("request", (r) => {
+    const url = new URL(r.url());
+    if (!url.pathname.startsWith("/v1/")) return;
+    const jobs = url.searchParams.getAll("job").map((j) => j.split(":")[0]);
+    asked.push({ method: r.method(), path: url.pathname, jobs });
+  });
+  return asked;
+}
+
 /** Holds the next call of `text` on `provider` at a gate until [`release`]; returns the gate. */
 async function hold(provider, text) {
   const gate = `${provider}-${Math.random().toString(36).slice(2, 10)}`;
@@ -299,6 +321,6 @@ async function snapshot(page, name) {
 }
 
 module.exports = {
-  WAIT_MS, TOKEN, ADMIN, MOCK, URL_BASE, d1File, axeScan, watched, launch, openExample, hold, release, jobStatus, waitFor, certifyFallback, uniqueText, withPage, open, ready, ticket, waitTicket,
+  WAIT_MS, TOKEN, ADMIN, MOCK, URL_BASE, d1File, axeScan, watched, launch, openExample, hold, holdAll, askedOf, release, jobStatus, waitFor, certifyFallback, uniqueText, withPage, open, ready, ticket, waitTicket,
   waitStatus, rows, waitRows, waitError, arm, jobsWithText, providerCalls, snapshot,
 };

@@ -20,11 +20,15 @@ use std::path::{Path, PathBuf};
 /// follow (the wait's own drops it); raised to 51 KiB for issue 24's one connection
 /// for every job a client waits on (51,960 B: the bookkeeping of `watch.rs`, its
 /// mailboxes, the interrupt that also aborts a pending fetch, about 3 KB; a `Vec` for
-/// the mailbox and a query built with `push_str`, not `format!`, saved 0.5 KB). Issue
-/// 25 must pay its streaming with savings: its target is 43 KiB with all of it. The issue's target is 40 KB (ARCHITECTURE.md, "The
-/// SDK's size", says what the rest is). Lower it as the package shrinks, so that it
-/// cannot grow back.
-const BUDGET_BYTES: usize = 51 * 1024;
+/// the mailbox and a query built with `push_str`, not `format!`, saved 0.5 KB); raised
+/// to 55 KiB for issue 24's one connection per browser, shared by the tabs (55,296 B:
+/// `share.rs`'s lock, channel and messages, and the leader's bookkeeping of the other
+/// tabs' jobs in `watch.rs`, about 3.3 KB; the announced jobs kept as the JS array
+/// they came in and one `Promise.race` for the lock saved 0.3 KB). Issue 25 must pay
+/// its streaming with savings: its target is 43 KiB with all of it. The issue's target
+/// is 40 KB (ARCHITECTURE.md, "The SDK's size", says what the rest is). Lower it as the
+/// package shrinks, so that it cannot grow back.
+const BUDGET_BYTES: usize = 55 * 1024;
 
 /// `wasm-pack build --release` of `sdk/` for `target` into `out_dir` (relative to `sdk/`),
 /// then its JS glue minified in place.

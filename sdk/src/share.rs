@@ -1,0 +1,135 @@
+//! One live connection per browser, not one per tab. The clients of one API in the tabs
+//! of one origin queue for the Web Lock `onceclick-stream:<baseUrl>`, and meet on the
+//! `BroadcastChannel` of the same name:
+//!
+//! - The client that holds the lock **leads**. It runs the connection for its own jobs
+//!   and for every job the others want, and posts each document it hears to them.
+//! - The others **follow**. Each announces the whole set of jobs its waits follow, at
+//!   every change, and takes the documents the leader posts, filtered by position as
+//!   the stream's own are: never an older one, never one twice.
+//! - A tab that closes releases the lock. The next in line leads: it asks the others
+//!   for their jobs, and reconnects from its own positions. A job another tab announces
+//!   joins from no position, so its first event is the current document, which the
+//!   tab's filter drops if it already had it.
+//!
+//! The messages: `{t: "want", tab, jobs: [id…]}`, a follower's whole set;
+//! `{t: "who"}`, a new leader asking for those; `{t: "job", id, job}`, a document at
+//! its position; `{t: "poll", job}`, follow that job by polling.
+//!
+//! Where the browser lacks either API (Web Locks needs a secure context; `localhost`
+//! is one), each client runs its own connection.
+
+use crate::js;
+use crate::live;
+use crate::watch::{self, Watching};
+use std::cell::RefCell;
+use std::future::Future;
+use std::rc::Rc;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+use wasm_bindgen_futures::JsFuture;
+
+/// Runs the connection of `watching`'s jobs: `lead` (the connection itself), once this
+/// client leads the tabs of `base_url`, or at once where tabs cannot share.
+pub(crate) async fn run(
+    watching: Rc<RefCell<Watching>>,
+    base_url: &str,
+    lead: impl Future<Output = ()>,
+) {
+    let name = ["onceclick-stream:", base_url].concat();
+    let locks = js::get(&js::get(&js::global(), "navigator"), "locks");
+    let channel = match locks.is_object() {
+        true => js::construct_with("BroadcastChannel", &[JsValue::from_str(&name)]).ok(),
+        false => None,
+    };
+    let Some(channel) = channel else {
+        return lead.await;
+    };
+    let hear = {
+        let watching = watching.clone();
+        Closure::<dyn FnMut(JsValue)>::new(move |event: JsValue| {
+            if let Ok(mut watching) = watching.try_borrow_mut() {
+                heard(&mut watching, &js::get(&event, "data"));
+            }
+        })
+    };
+    let _ = js_sys::Reflect::set(&channel, &"onmessage".into(), hear.as_ref());
+
+    // The lock is held until `done` is called. A request the browser refuses (a
+    // sandboxed frame) counts as granted: this client then leads alone.
+    let (granted, grant) = watch::signal();
+    let (release, done) = watch::signal();
+    let request = js::locked(&name, move || {
+        let _ = grant.call0(&JsValue::NULL);
+        release
+    });
+    // `request` settles only once the lock is released, or rejects at once.
+    let granted = js_sys::Promise::race(&js_sys::Array::of2(&granted, &request));
+
+    let tab = {
+        let mut w = watching.borrow_mut();
+        w.following = true;
+        w.tab
+    };
+    loop {
+        let (jobs, change) = {
+            let mut w = watching.borrow_mut();
+            (w.own(), w.next_change())
+        };
+        watch::post(
+            &channel,
+            &[
+                ("t", "want".into()),
+                ("tab", tab.into()),
+                ("jobs", jobs.into()),
+            ],
+        );
+        let raced = js_sys::Promise::race(&js_sys::Array::of2(&granted, &change));
+        // The change resolves to `true`; the lock, to anything else (a refusal rejects).
+        if JsFuture::from(raced).await.ok() != Some(JsValue::TRUE) {
+            break;
+        }
+    }
+    {
+        let mut w = watching.borrow_mut();
+        w.following = false;
+        w.leading = Some(channel.clone());
+    }
+    watch::post(&channel, &[("t", "who".into())]);
+    lead.await;
+    watching.borrow_mut().leading = None;
+    let _ = js::call(&channel, "close", &[]);
+    drop(hear);
+    let _ = done.call0(&JsValue::NULL);
+}
+
+/// A message from another tab. Only a follower takes documents and word to poll; only
+/// the leader takes announcements (`Watching::want` ignores them otherwise).
+fn heard(watching: &mut Watching, message: &JsValue) {
+    match js::get_string(message, "t").as_deref() {
+        Some("want") => {
+            let Some(tab) = js::get(message, "tab").as_f64() else {
+                return;
+            };
+            if let Ok(jobs) = js::get(message, "jobs").dyn_into() {
+                watching.want(tab, &jobs);
+            }
+        }
+        Some("who") if watching.following => watching.interrupt(),
+        Some("job") if watching.following => {
+            let job = js::get(message, "job");
+            if let (Some(id), Some(job_id)) = (
+                js::get_string(message, "id").filter(|id| live::is_position(id)),
+                js::get_string(&job, "id"),
+            ) {
+                watching.deliver(&id, &job_id, &job);
+            }
+        }
+        Some("poll") if watching.following => {
+            if let Some(job_id) = js::get_string(message, "job") {
+                watching.poll_one(&job_id);
+            }
+        }
+        _ => {}
+    }
+}
