@@ -32,6 +32,8 @@ const clock = (iso) => (iso ? iso.slice(11, 23) : "");
 const LIVE = new Set(["starting", "running"]);
 /** Job statuses after which the SDK frees the intent's key. */
 const ENDED = new Set(["succeeded", "cancelled"]);
+/** The statuses at which `wait` returns: the job needs nobody, or a decision. */
+const WAITS_END = new Set(["succeeded", "cancelled", "failed", "unknown"]);
 
 function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
@@ -328,17 +330,26 @@ function render(job) {
   if (t && t.jobId === job.id && t.status !== job.status) tickets.put({ ...t, status: job.status });
   renderButton();
   renderReleases();
-  refreshEvents(job.id);
+  // The log is read once the job stops on its own, and after each later change (a
+  // hedge's loser settling): while the job runs, the timeline shows its moves from the
+  // stream, so a job costs the browser its create, its stream and one read of the log.
+  if (WAITS_END.has(job.status)) refreshEvents(job.id, job.version);
 }
 
 let eventsAsked = 0;
-async function refreshEvents(jobId) {
+let eventsRead = null; // `${jobId}@${version}` of the last read for a change
+async function refreshEvents(jobId, version) {
+  if (version !== undefined) {
+    if (eventsRead === `${jobId}@${version}`) return;
+    eventsRead = `${jobId}@${version}`;
+  }
   const asked = ++eventsAsked;
   let r;
   try {
     r = await api("GET", `/v1/jobs/${jobId}/events`);
   } catch {
-    return; // the next change asks again
+    if (asked === eventsAsked) eventsRead = null;
+    return; // the next change, or the next render of this one, asks again
   }
   if (asked !== eventsAsked || shown?.jobId !== jobId) return;
   const events = r.data?.events ?? [];

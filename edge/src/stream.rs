@@ -158,7 +158,8 @@ async fn serve(
     // The jobs whose changes are still to come, with the change each was read at.
     let mut open: Vec<(&str, u64)> = Vec::new();
     for ((id, after), read) in jobs.iter().zip(reads) {
-        let stored = read?.ok_or_else(|| AppError::not_found(&format!("job {id}")))?;
+        // The refusal names its job, so a client following several drops that one.
+        let stored = read?.ok_or_else(|| AppError::not_found(&format!("job {id}")).with_job(id))?;
         let at = Position::of_etag(&stored.etag).ok_or_else(|| {
             AppError::internal(format!("job {id}: ETag {} is no position", stored.etag))
         })?;

@@ -515,8 +515,17 @@ impl Client {
             let client = self.clone();
             wasm_bindgen_futures::spawn_local(async move {
                 let watching = client.inner.watching.clone();
+                // The tabs that share a connection are one owner's; without a token the
+                // connection fails alone, and its waits poll (which say why).
+                let owner = client.token().await.map(|t| keys::sharing_owner(&t));
                 let lead = client.clone().run_stream(first_ms);
-                crate::share::run(watching, &client.inner.base_url, lead).await;
+                crate::share::run(
+                    watching,
+                    &client.inner.base_url,
+                    owner.ok().as_deref(),
+                    lead,
+                )
+                .await;
             });
         }
         loop {
@@ -581,7 +590,21 @@ impl Client {
                 }
                 continue;
             };
-            match response.status() {
+            let status = response.status();
+            // A refusal that names its job (a 404 for a job this owner may not see, a
+            // 429 for a job with its fill of streams): that job polls, where its poll
+            // reports what is wrong with it, and the others go on live.
+            if matches!(status, 400..=499) {
+                let named = match response.json() {
+                    Ok(body) => wasm_bindgen_futures::JsFuture::from(body).await.ok(),
+                    Err(_) => None,
+                };
+                let named = named.and_then(|p| js::get_string(&p, "job_id"));
+                if named.is_some_and(|job| watching.borrow_mut().poll_one(&job)) {
+                    continue;
+                }
+            }
+            match status {
                 200 => {}
                 // Every job settled, and their waits have their last change: wait
                 // until a job joins or the last one leaves.
@@ -593,16 +616,9 @@ impl Client {
                     failures += 1;
                     continue;
                 }
-                // A refusal that names a job the stream has not shown yet (a 404 for
-                // another owner's job, a 429 for a job with its fill of streams): that
-                // job polls, the others go on.
-                _ if watching.borrow_mut().drop_unseen() => {
-                    failures += 1;
-                    continue;
-                }
-                // A server without the stream (404, 405), a refusal (a 401, say, which
-                // the poll then reports as it is), or a 429: `too_many_subscribers`, or
-                // the owner's rate limit, which the poll's backoff honours.
+                // A server without the stream (404, 405), or a refusal of the stream as
+                // a whole (a 401, say, which the poll then reports as it is, or the
+                // owner's rate limit, which the poll's backoff honours).
                 _ => return fall_back("the live stream was refused"),
             }
             let Some(mut stream) = live::Stream::of(&response) else {

@@ -50,6 +50,16 @@ impl Intent<'_> {
 
 /// The owner a token names (its `sub`), read without verifying: it only scopes keys.
 fn owner_of(token: &str) -> String {
+    sub_of(token).unwrap_or_else(|| "anonymous".to_owned())
+}
+
+/// Who the tabs that share one live connection must all be (`share.rs`): the token's
+/// `sub`, or, for a token without one, the token itself.
+pub(crate) fn sharing_owner(token: &str) -> String {
+    sub_of(token).unwrap_or_else(|| token.to_owned())
+}
+
+fn sub_of(token: &str) -> Option<String> {
     let payload = token.split('.').nth(1).unwrap_or_default();
     let mut b64: String = payload
         .chars()
@@ -67,7 +77,6 @@ fn owner_of(token: &str) -> String {
         .and_then(|s| s.as_string())
         .and_then(|text| json::parse(&text))
         .and_then(|claims| js::get_string(&claims, "sub"))
-        .unwrap_or_else(|| "anonymous".to_owned())
 }
 
 /// One stored intent key: `{"key", "created_at", "job_id", "provider"}` as JSON

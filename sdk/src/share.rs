@@ -1,13 +1,16 @@
-//! One live connection per browser, not one per tab. The clients of one API in the tabs
-//! of one origin queue for the Web Lock `onceclick-stream:<baseUrl>`, and meet on the
-//! `BroadcastChannel` of the same name:
+//! One live connection per browser, not one per tab. The clients of one API and one
+//! owner in the tabs of one origin queue for the Web Lock
+//! `onceclick-stream/1:<baseUrl>:<owner>`, and meet on the `BroadcastChannel` of the
+//! same name (the owner is the token's `sub`, or the token itself when it has none: a
+//! tab never hears of another owner's jobs, nor streams them):
 //!
 //! - The client that holds the lock **leads**. It runs the connection for its own jobs
 //!   and for every job the others want, and posts each document it hears to them.
 //! - The others **follow**. Each announces the whole set of jobs its waits follow, at
 //!   every change, and takes the documents the leader posts, filtered by position as
 //!   the stream's own are: never an older one, never one twice.
-//! - A tab that closes releases the lock. The next in line leads: it asks the others
+//! - A tab that closes releases the lock, and says it follows nothing any more (on
+//!   `pagehide`). The next in line leads: it asks the others
 //!   for their jobs, and reconnects from its own positions. A job another tab announces
 //!   joins from no position, so its first event is the current document, which the
 //!   tab's filter drops if it already had it.
@@ -30,15 +33,22 @@ use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
 
 /// Runs the connection of `watching`'s jobs: `lead` (the connection itself), once this
-/// client leads the tabs of `base_url`, or at once where tabs cannot share.
+/// client leads the tabs of `base_url` and `owner`, or at once where tabs cannot share.
 pub(crate) async fn run(
     watching: Rc<RefCell<Watching>>,
     base_url: &str,
+    owner: Option<&str>,
     lead: impl Future<Output = ()>,
 ) {
-    let name = ["onceclick-stream:", base_url].concat();
+    let name = [
+        "onceclick-stream/1:",
+        base_url,
+        ":",
+        owner.unwrap_or_default(),
+    ]
+    .concat();
     let locks = js::get(&js::get(&js::global(), "navigator"), "locks");
-    let channel = match locks.is_object() {
+    let channel = match locks.is_object() && owner.is_some() {
         true => js::construct_with("BroadcastChannel", &[JsValue::from_str(&name)]).ok(),
         false => None,
     };
@@ -54,6 +64,26 @@ pub(crate) async fn run(
         })
     };
     let _ = js_sys::Reflect::set(&channel, &"onmessage".into(), hear.as_ref());
+    let tab = watching.borrow().tab;
+    // A tab that goes says so, so that the leader stops following its jobs.
+    let gone = {
+        let channel = channel.clone();
+        Closure::<dyn FnMut(JsValue)>::new(move |_: JsValue| {
+            watch::post(
+                &channel,
+                &[
+                    ("t", "want".into()),
+                    ("tab", tab.into()),
+                    ("jobs", js_sys::Array::new().into()),
+                ],
+            );
+        })
+    };
+    let _ = js::call(
+        &js::global(),
+        "addEventListener",
+        &["pagehide".into(), gone.as_ref().clone()],
+    );
 
     // The lock is held until `done` is called. A request the browser refuses (a
     // sandboxed frame) counts as granted: this client then leads alone.
@@ -66,11 +96,7 @@ pub(crate) async fn run(
     // `request` settles only once the lock is released, or rejects at once.
     let granted = js_sys::Promise::race(&js_sys::Array::of2(&granted, &request));
 
-    let tab = {
-        let mut w = watching.borrow_mut();
-        w.following = true;
-        w.tab
-    };
+    watching.borrow_mut().following = true;
     loop {
         let (jobs, change) = {
             let mut w = watching.borrow_mut();
@@ -98,8 +124,14 @@ pub(crate) async fn run(
     watch::post(&channel, &[("t", "who".into())]);
     lead.await;
     watching.borrow_mut().leading = None;
+    let _ = js::call(
+        &js::global(),
+        "removeEventListener",
+        &["pagehide".into(), gone.as_ref().clone()],
+    );
+    let _ = js_sys::Reflect::set(&channel, &"onmessage".into(), &JsValue::NULL);
     let _ = js::call(&channel, "close", &[]);
-    drop(hear);
+    drop((hear, gone));
     let _ = done.call0(&JsValue::NULL);
 }
 
@@ -127,7 +159,7 @@ fn heard(watching: &mut Watching, message: &JsValue) {
         }
         Some("poll") if watching.following => {
             if let Some(job_id) = js::get_string(message, "job") {
-                watching.poll_one(&job_id);
+                let _ = watching.poll_one(&job_id);
             }
         }
         _ => {}

@@ -170,24 +170,32 @@ impl Watching {
     }
 
     /// Leading: tab `tab` now follows exactly `ids`. A job already followed is posted
-    /// to it at once (its last document); a new one joins the connection, or is told
-    /// to poll when the stream is full.
+    /// to it at once (its last document; the tab stays on it unless that document ends
+    /// its wait); a new one joins the connection, or is told to poll when the stream is
+    /// full, counted after the jobs the tab left are gone.
     pub(crate) fn want(&mut self, tab: f64, ids: &js_sys::Array) {
         let Some(channel) = self.leading.clone() else {
             return;
         };
+        if !tab.is_finite() {
+            return;
+        }
         for job in &mut self.jobs {
             let wants = ids.includes(&JsValue::from_str(&job.id), 0);
-            let had = job.tabs.contains(&tab);
-            if wants && !had {
-                job.tabs.push(tab);
-                if let Some((at, doc)) = &job.last {
+            job.tabs.retain(|t| *t != tab);
+            match &job.last {
+                Some((at, doc)) if wants => {
                     post_job(&channel, at, doc);
+                    if !waits_end(doc) {
+                        job.tabs.push(tab);
+                    }
                 }
-            } else if had && !wants {
-                job.tabs.retain(|t| *t != tab);
+                _ if wants => job.tabs.push(tab),
+                _ => {}
             }
         }
+        self.jobs
+            .retain(|j| !j.waiters.is_empty() || !j.tabs.is_empty());
         let mut joined = false;
         for id in ids.iter().filter_map(|id| id.as_string()) {
             if self.jobs.iter().any(|j| j.id == id) {
@@ -205,10 +213,11 @@ impl Watching {
             });
             joined = true;
         }
-        if joined {
+        // A job joined, or none is left: the connection reopens, or closes. A job that
+        // left is dropped at the next reopen.
+        if joined || self.jobs.is_empty() {
             self.interrupt();
         }
-        self.prune();
     }
 
     /// The jobs this client's own waits follow, as a following tab announces them.
@@ -294,9 +303,11 @@ impl Watching {
         for (_, mailbox) in &job.waiters {
             put(mailbox, Update::Job(doc.clone()));
         }
-        if let Some(channel) = &self.leading {
+        // Posted only where another tab follows the job: a tab learns only of the jobs
+        // it asked for.
+        if let (Some(channel), false) = (&self.leading, job.tabs.is_empty()) {
             post_job(channel, id, doc);
-            if waits_end(doc) && !job.tabs.is_empty() {
+            if waits_end(doc) {
                 job.tabs.clear();
                 self.prune();
             }
@@ -304,36 +315,25 @@ impl Watching {
         true
     }
 
-    /// The tab that leads says `job_id` cannot be followed live: its waits poll.
-    pub(crate) fn poll_one(&mut self, job_id: &str) {
-        if let Some(at) = self.jobs.iter().position(|j| j.id == job_id) {
-            tell_poll(self.jobs.remove(at), None);
-        }
-    }
-
-    /// The stream was refused (a 400, a 404, a 429…). When some job has not yet been
-    /// seen on it, the refusal is taken for theirs: they poll (where the poll reports
-    /// what is wrong with them, a `not_found` say), and `true` says the others go on
-    /// live. Otherwise `false`: the stream itself is refused.
-    pub(crate) fn drop_unseen(&mut self) -> bool {
-        if self.jobs.iter().all(|j| j.last.is_none()) {
+    /// `job_id` cannot be followed live (the tab that leads says so, or the stream's
+    /// refusal names it): its waits poll, and so do the tabs this one leads for it.
+    /// Returns whether this client followed it.
+    pub(crate) fn poll_one(&mut self, job_id: &str) -> bool {
+        let Some(at) = self.jobs.iter().position(|j| j.id == job_id) else {
             return false;
-        }
-        let (unseen, seen): (Vec<Watched>, Vec<Watched>) =
-            self.jobs.drain(..).partition(|j| j.last.is_none());
-        self.jobs = seen;
-        let any = !unseen.is_empty();
-        for job in unseen {
-            tell_poll(job, self.leading.as_ref());
-        }
-        any
+        };
+        tell_poll(self.jobs.remove(at), self.leading.as_ref());
+        true
     }
 
     /// The stream cannot be had: every wait polls from its job's position, and the loop
-    /// ends.
+    /// ends. The other tabs' jobs are let go without a word: this client's failure
+    /// (its token, its network) need not be theirs, and the next tab to lead takes
+    /// them up when they announce them again.
     pub(crate) fn fall_back(&mut self) {
-        for job in self.jobs.drain(..) {
-            tell_poll(job, self.leading.as_ref());
+        for mut job in self.jobs.drain(..) {
+            job.tabs.clear();
+            tell_poll(job, None);
         }
         self.running = false;
     }

@@ -321,6 +321,6 @@ async function snapshot(page, name) {
 }
 
 module.exports = {
-  WAIT_MS, TOKEN, ADMIN, MOCK, URL_BASE, d1File, axeScan, watched, launch, openExample, hold, holdAll, askedOf, release, jobStatus, waitFor, certifyFallback, uniqueText, withPage, open, ready, ticket, waitTicket,
+  WAIT_MS, TOKEN, ADMIN, MOCK, PROXY, URL_BASE, mockPost, d1File, axeScan, watched, launch, openExample, hold, holdAll, askedOf, release, jobStatus, waitFor, certifyFallback, uniqueText, withPage, open, ready, ticket, waitTicket,
   waitStatus, rows, waitRows, waitError, arm, jobsWithText, providerCalls, snapshot,
 };

@@ -403,7 +403,13 @@ async fn a_stream_of_several_jobs_refuses_a_bad_query_and_a_job_it_may_not_see()
     assert_eq!(anonymous.status, 401);
     let other = sse::open_many(&api, Some(&token), &[(&mine, None), (&theirs, None)]).await;
     assert_eq!(other.status, 404, "another owner's job among them");
-    assert!(other.body.unwrap().contains("\"code\":\"not_found\""));
+    let problem: serde_json::Value = serde_json::from_str(&other.body.unwrap()).unwrap();
+    assert_eq!(problem["code"], "not_found");
+    assert_eq!(
+        problem["job_id"],
+        theirs.as_str(),
+        "the refusal names the job: {problem}"
+    );
 
     let many: Vec<String> = (0..21).map(|i| format!("{mine}{i}")).collect();
     let bad_queries = [

@@ -179,6 +179,9 @@ pub(crate) fn run(tools: &Tools, plan: &Plan) -> Result<Value> {
         results["sdk_submit"] =
             crate::sdk::submit_cost(tools).unwrap_or_else(|e| json!({"error": format!("{e:#}")}));
     }
+    if plan.report {
+        results["live"] = crate::bench_live::run(tools)?;
+    }
     results["date"] = json!(today());
     results["analysis"] =
         json!(std::fs::read_to_string(root.join("bench/ANALYSIS.md")).unwrap_or_default());
@@ -198,6 +201,28 @@ pub(crate) fn run(tools: &Tools, plan: &Plan) -> Result<Value> {
         );
     }
     Ok(results)
+}
+
+/// `cargo xtask bench --live`: the live stream's figures alone, put into the last full
+/// run's bench/results.json, and BENCHMARKS.md rendered again from it.
+pub(crate) fn live_only(tools: &Tools) -> Result<()> {
+    let path = tools.root.join("bench/results.json");
+    let mut results: Value = serde_json::from_str(
+        &std::fs::read_to_string(&path)
+            .context("bench/results.json: run `cargo xtask bench` once")?,
+    )?;
+    results["live"] = crate::bench_live::run(tools)?;
+    results["live"]["date"] = json!(today());
+    std::fs::write(&path, serde_json::to_string_pretty(&results)? + "\n")?;
+    std::fs::write(
+        tools.root.join("BENCHMARKS.md"),
+        crate::bench_report::render(&results),
+    )?;
+    eprintln!(
+        "xtask: wrote the live figures into {} and BENCHMARKS.md",
+        path.display()
+    );
+    Ok(())
 }
 
 fn start(tools: &Tools, root: &Path, seed: Option<&Path>) -> Result<Servers> {

@@ -300,6 +300,130 @@ fn job_cost(md: &mut String, cost: &Value) {
 }
 
 /// The whole file.
+/// "The live stream" (issue 24): `bench_live.rs`'s figures, per store.
+fn live(md: &mut String, l: &Value) {
+    if l.is_null() {
+        return;
+    }
+    let stores = [("d1", "D1"), ("durable", "shards")];
+    let _ = writeln!(
+        md,
+        "## The live stream\n\nMeasured by `cargo xtask bench` ({}) in Debian's headless Chromium on the demo page (`tests/e2e/live.bench.js`) and against the Worker as deployed: the hub re-reads every {} s, a stream lasts {} s, keep-alives every {} s. Each store ran its own Worker; the mock provider answered after a scripted delay.\n\n| figure | D1 | shards | target |\n|---|---|---|---|",
+        l["date"].as_str().unwrap_or("with the rest of this file"),
+        l["reread_s"], l["max_stream_s"], l["keep_alive_s"],
+    );
+    let q = |store: &str, path: &[&str]| {
+        let mut v = &l[store]["browser"];
+        for p in path {
+            v = &v[*p];
+        }
+        format!("{:.0} / {:.0}", f(&v["p50"]), f(&v["p99"]))
+    };
+    let rows: [(&str, &[&str], &str); 4] = [
+        (
+            "commit to `onUpdate`, pushed: p50 / p99 ms",
+            &["lag", "push"],
+            "p50 ≤ 50",
+        ),
+        (
+            "commit to `onUpdate`, polled (today's `wait`): p50 / p99 ms",
+            &["lag", "poll"],
+            "",
+        ),
+        (
+            "click on Generate to the result shown, less the provider's delay: p50 / p99 ms",
+            &["click"],
+            "p50 ≤ 100",
+        ),
+        (
+            "a stream's request to its first bytes (`: live`): p50 / p99 ms",
+            &["first"],
+            "",
+        ),
+    ];
+    for (what, path, target) in rows {
+        let _ = writeln!(
+            md,
+            "| {what} | {} | {} | {target} |",
+            q("d1", path),
+            q("durable", path)
+        );
+    }
+    let count = |store: &str, which: &str| {
+        l[store]["browser"]["requests"][which]
+            .as_array()
+            .map_or(0, Vec::len)
+    };
+    for (which, what, target) in [
+        (
+            "demo_page",
+            "requests the demo page sends for one job of 10 s (Generate to the result)",
+            "≤ 3",
+        ),
+        (
+            "same_origin",
+            "the same, the SDK alone on the page's origin (`submit`, `wait`)",
+            "≤ 3",
+        ),
+        (
+            "cross_origin",
+            "the same from another origin, preflights included (counted at the proxy)",
+            "",
+        ),
+    ] {
+        let _ = writeln!(
+            md,
+            "| {what} | {} | {} | {target} |",
+            count("d1", which),
+            count("durable", which)
+        );
+    }
+    let _ = writeln!(md, "\nThe requests, in order (D1):\n");
+    for which in ["demo_page", "same_origin", "cross_origin"] {
+        let sent: Vec<&str> = l["d1"]["browser"]["requests"][which]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        let _ = writeln!(md, "- {which}: {}", sent.join(", "));
+    }
+    // A watcher-hour, priced: what each arm is billed for in an hour of a job that does
+    // not move, one watcher per job. Pushed: a stream reopens every `max_stream_s`
+    // (a Worker request, and the hub's `/subscribe`: an object request), and the hub's
+    // alarm re-reads every `reread_s` (an object request and a read of the job); between
+    // alarms the hub holds only hibernatable WebSockets, which is not billed for
+    // duration. Polled: a request every `poll_every_s`.
+    let hour = 3600.0;
+    let opens = hour / f(&l["max_stream_s"]);
+    let rereads = hour / f(&l["reread_s"]);
+    let polls = hour / f(&l["poll_every_s"]);
+    let _ = writeln!(
+        md,
+        "\nA watcher-hour of a job that does not move (as an `unknown` waits for its resolve), one watcher per job. CPU is measured: wrangler's and workerd's, over {} s with {} jobs each watched by one stream, then by one poller every {} s, on a Worker with no consumer (so nothing else ran). The rest are the counts the design fixes, at the prices above; between its alarms a hub holds only hibernatable WebSockets, which Durable Objects do not bill for duration.\n\n| per watcher-hour | pushed | polled |\n|---|---|---|",
+        l["window_s"], l["watchers"], l["poll_every_s"]
+    );
+    for (store, name) in stores {
+        let w = &l[store]["watchers"];
+        let _ = writeln!(
+            md,
+            "| server CPU ms ({name}) | {:.0} | {:.0} |",
+            f(&w["push_cpu_ms_per_watcher_hour"]),
+            f(&w["poll_cpu_ms_per_watcher_hour"])
+        );
+    }
+    let push_price =
+        opens * price("requests") / 1e6 + (opens + rereads) * price("object_requests") / 1e6;
+    let poll_price = polls * price("requests") / 1e6;
+    let _ = writeln!(
+        md,
+        "| Worker requests | {opens:.0} (a reconnect per stream lifetime) | {polls:.0} |\n| object requests | {:.0} ({opens:.0} subscribes, {rereads:.0} re-read alarms) | 0 |\n| reads of the job (rows by primary key, at $0.001 per million: not priced) | {rereads:.0} re-reads, {opens:.0} opens | {polls:.0} |\n| **$ per million watcher-hours, CPU not counted** | **{:.0}** | **{:.0}** |\n\nWith more watchers on one job, the hub's alarms are shared: the object lines are per job, not per watcher. CPU is the figure to read side by side (the same machine, the same minute); it prices at $0.02 per million ms.\n",
+        opens + rereads,
+        push_price * 1e6,
+        poll_price * 1e6,
+    );
+}
+
 pub(crate) fn render(r: &Value) -> String {
     let mut md = String::new();
     let plan = &r["plan"];
@@ -399,6 +523,7 @@ pub(crate) fn render(r: &Value) -> String {
 
     job_cost(&mut md, &r["job_cost"]);
     price_table(&mut md, r);
+    live(&mut md, &r["live"]);
 
     let s = &r["sizes"];
     let _ = writeln!(

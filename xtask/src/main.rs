@@ -31,6 +31,7 @@
 
 mod bench;
 mod bench_durable;
+mod bench_live;
 mod bench_report;
 mod certify;
 mod crashes;
@@ -116,6 +117,9 @@ xflags::xflags! {
         cmd bench {
             /// `durable`: one shard against one D1, side by side (SCALING.md).
             optional --store store: String
+            /// The live stream's figures alone, merged into bench/results.json and
+            /// BENCHMARKS.md.
+            optional --live
         }
         /// The bench's load generator: a spec on stdin, figures on stdout.
         cmd load {}
@@ -204,6 +208,7 @@ pub struct Sdk;
 #[derive(Debug)]
 pub struct Bench {
     pub store: Option<String>,
+    pub live: bool,
 }
 
 #[derive(Debug)]
@@ -272,6 +277,7 @@ fn real_main() -> Result<()> {
         XtaskCmd::Lint(_) => test::lint(&project_root()),
         XtaskCmd::Sim(flags) => sim::run(&sim::args(&flags)),
         XtaskCmd::Sdk(_) => sdk::build(&Tools::bootstrap()?),
+        XtaskCmd::Bench(flags) if flags.live => bench::live_only(&Tools::bootstrap()?),
         XtaskCmd::Bench(flags) => match test_worker::StoreKind::parse(flags.store.as_deref())? {
             Some(test_worker::StoreKind::Durable) => {
                 bench_durable::run(&Tools::bootstrap()?).map(drop)
