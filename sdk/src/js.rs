@@ -43,13 +43,22 @@ pub(crate) fn future_to_promise(
 
 /// A promise that resolves to `undefined` after `ms` milliseconds.
 pub(crate) fn timer(ms: f64) -> Promise {
-    Promise::new(&mut |resolve, _| {
-        let _ = call(
+    timer_id(ms).0
+}
+
+/// [`timer`], and its id for `clearTimeout`: a timer raced against something that
+/// usually comes first is cleared, not left to pile up.
+pub(crate) fn timer_id(ms: f64) -> (Promise, JsValue) {
+    let mut id = JsValue::UNDEFINED;
+    let promise = Promise::new(&mut |resolve, _| {
+        id = call(
             &global(),
             "setTimeout",
             &[resolve.into(), JsValue::from_f64(ms)],
-        );
-    })
+        )
+        .unwrap_or(JsValue::UNDEFINED);
+    });
+    (promise, id)
 }
 
 /// Resolves after `ms` milliseconds.

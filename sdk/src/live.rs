@@ -125,9 +125,11 @@ impl Stream {
             let Ok(read) = js::call(&self.reader, "read", &[]) else {
                 return Next::End;
             };
-            let read =
-                js_sys::Promise::race(&js_sys::Array::of3(&read, &js::timer(quiet_ms), interrupt));
-            let Ok(chunk) = JsFuture::from(read).await else {
+            let (timer, timer_id) = js::timer_id(quiet_ms);
+            let read = js_sys::Promise::race(&js_sys::Array::of3(&read, &timer, interrupt));
+            let read = JsFuture::from(read).await;
+            let _ = js::call(&js::global(), "clearTimeout", &[timer_id]);
+            let Ok(chunk) = read else {
                 return Next::End;
             };
             if chunk.is_undefined() {

@@ -167,6 +167,43 @@ async fn a_cancel_reaches_the_stream_and_ends_it() {
     mock.release(&gate).await;
 }
 
+// A client that claims a position ahead of the job's (a bug, or a store restored from
+// a backup) gets nothing older than it claims: not the current document at open, and
+// not the changes up to its claim afterwards, the settling one included.
+#[tokio::test]
+async fn a_position_ahead_of_the_jobs_gets_nothing_older_than_it_claims() {
+    let api = Api::from_env();
+    let token = api.token("live-ahead");
+    let job = queued_job(&api, &token).await;
+    let job_id = id(&job);
+    let mut fresh = sse::open(&api, Some(&token), &job_id, None)
+        .await
+        .stream
+        .unwrap();
+    let (at, _) = fresh.next_event().await.unwrap();
+    drop(fresh);
+    let ahead = (at.parse::<u64>().unwrap() + 1000).to_string();
+    let mut stream = sse::open(&api, Some(&token), &job_id, Some(&ahead))
+        .await
+        .stream
+        .unwrap();
+    assert!(
+        matches!(stream.next().await, Some(sse::Item::Comment(_))),
+        "nothing changed after the claimed position: a comment, no event"
+    );
+    let cancelled =
+        send(api.post_json(&token, &format!("/v1/jobs/{job_id}/cancel"), &json!({}))).await;
+    assert_eq!(cancelled.status, 200);
+    // The stream ends at its maximum duration (`LIVE_MAX_STREAM_MS`), having sent no
+    // change: the cancel is older than what the client claims to have.
+    assert_eq!(stream.next_event().await, None);
+    let mut after = sse::open(&api, Some(&token), &job_id, None)
+        .await
+        .stream
+        .unwrap();
+    assert_eq!(after.next_event().await.unwrap().1["status"], "cancelled");
+}
+
 #[tokio::test]
 async fn a_failure_that_fails_over_never_ends_the_stream() {
     let (api, mock) = (Api::from_env(), Mock::from_env());
