@@ -206,22 +206,36 @@ pub(crate) fn run(tools: &Tools, plan: &Plan) -> Result<Value> {
 /// `cargo xtask bench --live`: the live stream's figures alone, put into the last full
 /// run's bench/results.json, and BENCHMARKS.md rendered again from it.
 pub(crate) fn live_only(tools: &Tools) -> Result<()> {
-    let path = tools.root.join("bench/results.json");
+    let live = crate::bench_live::run(tools)?;
+    rewrite(&tools.root, |results| {
+        results["live"] = live;
+        results["live"]["date"] = json!(today());
+    })
+}
+
+/// `cargo xtask bench --render`: BENCHMARKS.md again, from the last run's figures and
+/// the current bench/ANALYSIS.md.
+pub(crate) fn render_only(root: &Path) -> Result<()> {
+    rewrite(root, |_| {})
+}
+
+/// Reads bench/results.json, changes it with `change`, takes bench/ANALYSIS.md as it is
+/// now, and writes both it and BENCHMARKS.md.
+fn rewrite(root: &Path, change: impl FnOnce(&mut Value)) -> Result<()> {
+    let path = root.join("bench/results.json");
     let mut results: Value = serde_json::from_str(
         &std::fs::read_to_string(&path)
             .context("bench/results.json: run `cargo xtask bench` once")?,
     )?;
-    results["live"] = crate::bench_live::run(tools)?;
-    results["live"]["date"] = json!(today());
+    change(&mut results);
+    results["analysis"] =
+        json!(std::fs::read_to_string(root.join("bench/ANALYSIS.md")).unwrap_or_default());
     std::fs::write(&path, serde_json::to_string_pretty(&results)? + "\n")?;
     std::fs::write(
-        tools.root.join("BENCHMARKS.md"),
+        root.join("BENCHMARKS.md"),
         crate::bench_report::render(&results),
     )?;
-    eprintln!(
-        "xtask: wrote the live figures into {} and BENCHMARKS.md",
-        path.display()
-    );
+    eprintln!("xtask: wrote {} and BENCHMARKS.md", path.display());
     Ok(())
 }
 

@@ -53,7 +53,7 @@ use std::path::PathBuf;
 use tools::{project_root, Tools};
 
 /// Printed after every parse error; `usage_says_what_parses` keeps it true to the grammar.
-const USAGE: &str = "usage: cargo xtask <dev [--port N] [--store durable] | test [--browser] [--e2e] [--soak] [--only NAME] [--store d1|durable] | token --owner NAME [--admin] [--ttl SECONDS] | sim [--seed N] [--ops N] [--world N] [--skip LIST] [--mutant NAME] [--mutants] [--soak] | build-edge | lint | sdk | bench [--store durable] | load | move-status [--local] [--persist DIR] | certify --provider NAME [--url URL]>";
+const USAGE: &str = "usage: cargo xtask <dev [--port N] [--store durable] | test [--browser] [--e2e] [--soak] [--only NAME] [--store d1|durable] | token --owner NAME [--admin] [--ttl SECONDS] | sim [--seed N] [--ops N] [--world N] [--skip LIST] [--mutant NAME] [--mutants] [--soak] | build-edge | lint | sdk | bench [--store durable] [--live] [--render] | load | move-status [--local] [--persist DIR] | certify --provider NAME [--url URL]>";
 
 // One struct per command with its own flags, and `XtaskCmd`, the enum of them: generated
 // below from this grammar by `UPDATE_XFLAGS=1 cargo build -p xtask`.
@@ -120,6 +120,9 @@ xflags::xflags! {
             /// The live stream's figures alone, merged into bench/results.json and
             /// BENCHMARKS.md.
             optional --live
+            /// Writes BENCHMARKS.md again from bench/results.json and bench/ANALYSIS.md,
+            /// measuring nothing.
+            optional --render
         }
         /// The bench's load generator: a spec on stdin, figures on stdout.
         cmd load {}
@@ -209,6 +212,7 @@ pub struct Sdk;
 pub struct Bench {
     pub store: Option<String>,
     pub live: bool,
+    pub render: bool,
 }
 
 #[derive(Debug)]
@@ -277,6 +281,7 @@ fn real_main() -> Result<()> {
         XtaskCmd::Lint(_) => test::lint(&project_root()),
         XtaskCmd::Sim(flags) => sim::run(&sim::args(&flags)),
         XtaskCmd::Sdk(_) => sdk::build(&Tools::bootstrap()?),
+        XtaskCmd::Bench(flags) if flags.render => bench::render_only(&project_root()),
         XtaskCmd::Bench(flags) if flags.live => bench::live_only(&Tools::bootstrap()?),
         XtaskCmd::Bench(flags) => match test_worker::StoreKind::parse(flags.store.as_deref())? {
             Some(test_worker::StoreKind::Durable) => {
