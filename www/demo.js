@@ -333,15 +333,18 @@ function render(job) {
   // The log is read once the job stops on its own, and after each later change (a
   // hedge's loser settling): while the job runs, the timeline shows its moves from the
   // stream, so a job costs the browser its create, its stream and one read of the log.
-  if (WAITS_END.has(job.status)) refreshEvents(job.id, job.version);
+  // Keyed by the attempts' states too: a hedge's loser settles after the job is final,
+  // without a new version.
+  const change = `${job.version}:${job.attempts.map((a) => a.state).join(",")}`;
+  if (WAITS_END.has(job.status)) refreshEvents(job.id, change);
 }
 
 let eventsAsked = 0;
-let eventsRead = null; // `${jobId}@${version}` of the last read for a change
-async function refreshEvents(jobId, version) {
-  if (version !== undefined) {
-    if (eventsRead === `${jobId}@${version}`) return;
-    eventsRead = `${jobId}@${version}`;
+let eventsRead = null; // `${jobId}@${change}` of the last read for a change
+async function refreshEvents(jobId, change) {
+  if (change !== undefined) {
+    if (eventsRead === `${jobId}@${change}`) return;
+    eventsRead = `${jobId}@${change}`;
   }
   const asked = ++eventsAsked;
   let r;
@@ -370,6 +373,7 @@ function follow(jobId, job) {
     watcher?.abort();
     watcher = null;
     shown = { jobId, job: null, events: [], states: new Map() };
+    eventsRead = null;
     $("events").replaceChildren();
     announce(`Ticket ${jobId}.`);
   }

@@ -599,8 +599,9 @@ impl Client {
                     Ok(body) => wasm_bindgen_futures::JsFuture::from(body).await.ok(),
                     Err(_) => None,
                 };
-                let named = named.and_then(|p| js::get_string(&p, "job_id"));
-                if named.is_some_and(|job| watching.borrow_mut().poll_one(&job)) {
+                // A job that left meanwhile is gone either way: reopen with the rest.
+                if let Some(job) = named.and_then(|p| js::get_string(&p, "job_id")) {
+                    let _ = watching.borrow_mut().poll_one(&job);
                     continue;
                 }
             }
