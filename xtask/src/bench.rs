@@ -322,26 +322,41 @@ pub(crate) fn one_job(url: &str, token: &str) -> Result<(String, String)> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(async {
-        let created = reqwest::Client::new()
-            .post(format!("{url}/v1/jobs"))
-            .bearer_auth(token)
-            .header("Idempotency-Key", "bench-seed")
-            .body(BODY)
-            .send()
-            .await?;
-        let etag = created
-            .headers()
-            .get("etag")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_owned();
-        let job: Value = created.json().await?;
-        match job["id"].as_str() {
-            Some(id) if !etag.is_empty() => Ok((id.to_owned(), etag)),
-            _ => bail!("the bench's seed job: {job}"),
-        }
-    })
+    runtime.block_on(create_job(
+        &reqwest::Client::new(),
+        url,
+        token,
+        "bench-seed",
+        BODY.to_owned(),
+    ))
+}
+
+/// `POST /v1/jobs` of `body` under `key`: the job's id and ETag.
+pub(crate) async fn create_job(
+    http: &reqwest::Client,
+    url: &str,
+    token: &str,
+    key: &str,
+    body: String,
+) -> Result<(String, String)> {
+    let created = http
+        .post(format!("{url}/v1/jobs"))
+        .bearer_auth(token)
+        .header("Idempotency-Key", key)
+        .body(body)
+        .send()
+        .await?;
+    let etag = created
+        .headers()
+        .get("etag")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let job: Value = created.json().await?;
+    match job["id"].as_str() {
+        Some(id) if !etag.is_empty() => Ok((id.to_owned(), etag)),
+        _ => bail!("a bench job ({key}): {job}"),
+    }
 }
 
 impl Servers {

@@ -214,26 +214,11 @@ async fn create_jobs(
 ) -> Result<Vec<(String, String)>> {
     let mut jobs = Vec::new();
     for n in 0..WATCHERS {
-        let created = http
-            .post(format!("{url}/v1/jobs"))
-            .bearer_auth(token)
-            .header("Idempotency-Key", format!("bench-watch-{n}"))
-            .body(format!(
-                r#"{{"kind":"summarize","input":{{"text":"Watched job number {n}, which never moves while it is watched."}}}}"#
-            ))
-            .send()
-            .await?;
-        let etag = created
-            .headers()
-            .get("etag")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_owned();
-        let job: Value = created.json().await?;
-        match job["id"].as_str() {
-            Some(id) if !etag.is_empty() => jobs.push((id.to_owned(), etag)),
-            _ => bail!("a watched job: {job}"),
-        }
+        let body = format!(
+            r#"{{"kind":"summarize","input":{{"text":"Watched job number {n}, which never moves while it is watched."}}}}"#
+        );
+        let key = format!("bench-watch-{n}");
+        jobs.push(crate::bench::create_job(http, url, token, &key, body).await?);
     }
     Ok(jobs)
 }
