@@ -211,7 +211,10 @@ impl Client {
                         js::sleep(ms).await;
                         Err(OnceclickError::new(
                             "timeout",
-                            format!("job {job_id} did not finish within {} ms", ms as u64),
+                            format!(
+                                "job {job_id} did not finish within {} ms",
+                                js::decimal(ms.trunc())
+                            ),
                         ))
                     };
                     let (work, limit) = (std::pin::pin!(work), std::pin::pin!(limit));
@@ -494,7 +497,8 @@ impl Client {
     /// in a row back off as calls do, and after as many as a call tries, polling takes
     /// over. So does a 404 or 405 (a server without the stream: the poll then answers
     /// for the job), a `too_many_subscribers`, and a connection that says nothing, not
-    /// even its first comment, within `first_ms` (a proxy that buffers the stream).
+    /// even its answer's head or its first comment, within `first_ms` (a proxy that
+    /// buffers the stream).
     /// Follows `job_id` on the client's one live connection, which this starts if none
     /// runs (`first_ms` then applies to it), until the job ends its wait or the stream
     /// cannot be had. Dropping this (an abort, a timeout) leaves the connection; the
@@ -548,31 +552,33 @@ impl Client {
     /// with each job's position after a drop (with backoff) or when a job joins, asking
     /// `getToken` each time. When the stream cannot be had (refused, failing
     /// `MAX_TRIES` times in a row, or silent for `first_ms` after it opens), every wait
-    /// polls instead, from its position.
+    /// polls instead, from its position, and so do the other tabs' jobs unless the
+    /// failure is this client's own (its token).
     async fn run_stream(self, first_ms: f64) {
         let watching = &self.inner.watching;
-        let fall_back = |why: &str| {
+        // `alone`: the failure is this client's own (see `Watching::fall_back`).
+        let fall_back = |why: &str, alone: bool| {
             live::note_polling(why);
-            watching.borrow_mut().fall_back();
+            watching.borrow_mut().fall_back(!alone);
         };
         let mut failures = 0;
         loop {
             if failures >= crate::http::MAX_TRIES {
-                return fall_back("the live stream keeps failing");
+                return fall_back("the live stream keeps failing", false);
             }
             if failures > 0 {
                 let pause = crate::http::delay_ms(failures, None, js_sys::Math::random());
                 js::sleep(pause).await;
             }
             let Ok((abort, signal)) = js::abort_controller() else {
-                return fall_back("this browser cannot abort a request");
+                return fall_back("this browser cannot abort a request", false);
             };
-            let Some((query, interrupt)) = watching.borrow_mut().connect(abort) else {
+            let Some((query, interrupt)) = watching.borrow_mut().connect(abort.clone()) else {
                 return; // no job left
             };
             // A token that cannot be had: the polls say why, as every call would.
             let Ok(token) = self.token().await else {
-                return fall_back("no token for the live stream");
+                return fall_back("no token for the live stream", true);
             };
             let path = format!("/v1/stream?{query}");
             let policy = Policy {
@@ -581,14 +587,23 @@ impl Client {
             };
             let call = Call::get(&path).policy(&policy);
             let Ok(request) = call.request(&self.inner.base_url, &token) else {
-                return fall_back("the live stream's request could not be made");
+                return fall_back("the live stream's request could not be made", true);
             };
-            let Ok(response) = js::fetch(&request).await else {
-                // Aborted because the jobs changed: reopen at once.
-                if !watching.borrow().interrupted() {
-                    failures += 1;
+            // An answer that does not come within `first_ms` is a proxy that holds the
+            // stream back, as one that sends nothing after its head is.
+            let response = match js::fetch_within(&request, first_ms).await {
+                Ok(Some(response)) => response,
+                Ok(None) => {
+                    let _ = js::call(&abort, "abort", &[]);
+                    return fall_back("the live stream did not answer in time", false);
                 }
-                continue;
+                // Aborted because the jobs changed: reopen at once.
+                Err(_) => {
+                    if !watching.borrow().interrupted() {
+                        failures += 1;
+                    }
+                    continue;
+                }
             };
             let status = response.status();
             // A refusal that names its job (a 404 for a job this owner may not see, a
@@ -617,13 +632,15 @@ impl Client {
                     failures += 1;
                     continue;
                 }
+                // A refusal of this client's token (which its polls then report as it
+                // is): the other tabs' jobs wait for a leader whose token passes.
+                401 | 403 => return fall_back("the live stream refused the token", true),
                 // A server without the stream (404, 405), or a refusal of the stream as
-                // a whole (a 401, say, which the poll then reports as it is, or the
-                // owner's rate limit, which the poll's backoff honours).
-                _ => return fall_back("the live stream was refused"),
+                // a whole (the owner's rate limit, which the poll's backoff honours).
+                _ => return fall_back("the live stream was refused", false),
             }
             let Some(mut stream) = live::Stream::of(&response) else {
-                return fall_back("this browser cannot read a response as it comes");
+                return fall_back("this browser cannot read a response as it comes", false);
             };
             let mut heard = false;
             loop {
@@ -643,7 +660,9 @@ impl Client {
                         failures += 1;
                         break;
                     }
-                    live::Next::Quiet => return fall_back("the stream said nothing in time"),
+                    live::Next::Quiet => {
+                        return fall_back("the stream said nothing in time", false)
+                    }
                 };
                 // A connection that lives past its first item, or brings a change, is
                 // healthy: only connections cut before either count as failures.

@@ -114,8 +114,8 @@ impl OnceclickError {
                 job_id: p.job_id,
             },
             None => Self {
-                code: format!("http_{status}"),
-                message: format!("the server answered {status}"),
+                code: ["http_", &crate::js::decimal(status.into())].concat(),
+                message: ["the server answered ", &crate::js::decimal(status.into())].concat(),
                 status: Some(status),
                 retryable: status == 429 || status == 503,
                 job_id: None,

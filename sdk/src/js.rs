@@ -132,6 +132,29 @@ pub(crate) async fn fetch(request: &web_sys::Request) -> Result<web_sys::Respons
         .map_err(describe)
 }
 
+/// [`fetch`], given `ms` to answer: `Ok(None)` when it did not (the caller aborts it).
+pub(crate) async fn fetch_within(
+    request: &web_sys::Request,
+    ms: f64,
+) -> Result<Option<web_sys::Response>, String> {
+    let promise = call(&global(), "fetch", &[request.into()]).map_err(describe)?;
+    let (timer, id) = timer_id(ms);
+    let answer = JsFuture::from(Promise::race(&js_sys::Array::of2(&promise, &timer))).await;
+    let _ = call(&global(), "clearTimeout", &[id]);
+    match answer.map_err(describe)? {
+        answer if answer.is_undefined() => Ok(None),
+        answer => answer.dyn_into().map(Some).map_err(describe),
+    }
+}
+
+/// `n` in decimal, as JS writes it: this spares the bundle Rust's integer formatting.
+pub(crate) fn decimal(n: f64) -> String {
+    js_sys::Number::from(n)
+        .to_string_with_radix(10)
+        .map(String::from)
+        .unwrap_or_default()
+}
+
 /// A JS error value as text.
 pub(crate) fn describe(e: JsValue) -> String {
     get_string(&e, "message")

@@ -44,7 +44,8 @@ fn write(v: &JsValue, depth: usize, out: &mut String) -> Result<(), String> {
         return Ok(());
     }
     if depth >= MAX_DEPTH {
-        return Err(format!("nesting deeper than {MAX_DEPTH} levels"));
+        let max = crate::js::decimal(MAX_DEPTH as f64);
+        return Err(format!("nesting deeper than {max} levels"));
     }
     if let Some(array) = v.dyn_ref::<Array>() {
         out.push('[');

@@ -10,7 +10,8 @@
 //!   every change, and takes the documents the leader posts, filtered by position as
 //!   the stream's own are: never an older one, never one twice.
 //! - A tab that closes releases the lock, and says it follows nothing any more (on
-//!   `pagehide`). The next in line leads: it asks the others
+//!   `pagehide`); one restored from the back/forward cache announces its set again
+//!   (on `pageshow`). The next in line leads: it asks the others
 //!   for their jobs, and reconnects from its own positions. A job another tab announces
 //!   joins from no position, so its first event is the current document, which the
 //!   tab's filter drops if it already had it.
@@ -79,11 +80,28 @@ pub(crate) async fn run(
             );
         })
     };
-    let _ = js::call(
-        &js::global(),
-        "addEventListener",
-        &["pagehide".into(), gone.as_ref().clone()],
-    );
+    // A tab restored from the back/forward cache announces its jobs again: the leader
+    // heard it go on `pagehide`, and may be another tab by now.
+    let back = {
+        let watching = watching.clone();
+        Closure::<dyn FnMut(JsValue)>::new(move |event: JsValue| {
+            if js::get(&event, "persisted").is_truthy() {
+                if let Ok(mut watching) = watching.try_borrow_mut() {
+                    watching.interrupt();
+                }
+            }
+        })
+    };
+    let listen = |method: &str| {
+        for (event, listener) in [("pagehide", &gone), ("pageshow", &back)] {
+            let _ = js::call(
+                &js::global(),
+                method,
+                &[event.into(), listener.as_ref().clone()],
+            );
+        }
+    };
+    listen("addEventListener");
 
     // The lock is held until `done` is called. A request the browser refuses (a
     // sandboxed frame) counts as granted: this client then leads alone.
@@ -124,19 +142,15 @@ pub(crate) async fn run(
     watch::post(&channel, &[("t", "who".into())]);
     lead.await;
     watching.borrow_mut().leading = None;
-    let _ = js::call(
-        &js::global(),
-        "removeEventListener",
-        &["pagehide".into(), gone.as_ref().clone()],
-    );
+    listen("removeEventListener");
     let _ = js_sys::Reflect::set(&channel, &"onmessage".into(), &JsValue::NULL);
     let _ = js::call(&channel, "close", &[]);
-    drop((hear, gone));
+    drop((hear, gone, back));
     let _ = done.call0(&JsValue::NULL);
 }
 
-/// A message from another tab. Only a follower takes documents and word to poll; only
-/// the leader takes announcements (`Watching::want` ignores them otherwise).
+/// A message from another tab. Only a follower takes documents; only the leader takes
+/// announcements (`Watching::want` ignores them otherwise).
 fn heard(watching: &mut Watching, message: &JsValue) {
     match js::get_string(message, "t").as_deref() {
         Some("want") => {
@@ -157,7 +171,9 @@ fn heard(watching: &mut Watching, message: &JsValue) {
                 watching.deliver(&id, &job_id, &job);
             }
         }
-        Some("poll") if watching.following => {
+        // Taken leading too: word from the tab that led before this one, which the lock
+        // may reach first.
+        Some("poll") => {
             if let Some(job_id) = js::get_string(message, "job") {
                 let _ = watching.poll_one(&job_id);
             }

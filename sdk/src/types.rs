@@ -80,7 +80,8 @@ export interface WaitOptions {
    */
   live?: boolean;
   /**
-   * How long a new stream connection may stay silent before polling takes over (3000);
+   * How long a new stream connection may stay silent (no answer, or no first event or
+   * comment after it) before polling takes over (3000);
    * the wait that opens the client's connection sets it for that connection.
    */
   firstEventMs?: number;

@@ -327,13 +327,18 @@ impl Watching {
     }
 
     /// The stream cannot be had: every wait polls from its job's position, and the loop
-    /// ends. The other tabs' jobs are let go without a word: this client's failure
-    /// (its token, its network) need not be theirs, and the next tab to lead takes
-    /// them up when they announce them again.
-    pub(crate) fn fall_back(&mut self) {
+    /// ends. With `everyone`, the tabs this one leads for are told to poll too: the
+    /// failure is the stream's (a server without it, a proxy that buffers it, a rate
+    /// limit, a network that keeps failing), and would be the next leader's as well.
+    /// Without it (this client's token, its request), their jobs are let go without a
+    /// word: the next tab to lead takes them up when they announce them again.
+    pub(crate) fn fall_back(&mut self, everyone: bool) {
+        let channel = self.leading.clone().filter(|_| everyone);
         for mut job in self.jobs.drain(..) {
-            job.tabs.clear();
-            tell_poll(job, None);
+            if channel.is_none() {
+                job.tabs.clear();
+            }
+            tell_poll(job, channel.as_ref());
         }
         self.running = false;
     }

@@ -48,6 +48,16 @@ export async function postJson(url, body) {
   if (!r.ok) throw new Error(`${url} answered ${r.status}`);
 }
 export function nowMs() { return performance.now(); }
+export function announcedOnPageshow(base, token, jobId, ms) {
+  const sub = JSON.parse(atob(token.split(".")[1].replace(/-/g, "+").replace(/_/g, "/"))).sub;
+  const channel = new BroadcastChannel(`onceclick-stream/1:${base}:${sub}`);
+  return new Promise((resolve) => {
+    const done = (heard) => { clearTimeout(timer); channel.close(); resolve(heard); };
+    const timer = setTimeout(() => done(false), ms);
+    channel.onmessage = (e) => { if (e.data.t === "want" && e.data.jobs.includes(jobId)) done(true); };
+    window.dispatchEvent(new PageTransitionEvent("pageshow", { persisted: true }));
+  });
+}
 export function rejectsAt(promise) {
   return promise.then(() => { throw new Error("expected a rejection"); }, (e) => ({ error: e, at: performance.now() }));
 }
@@ -59,6 +69,8 @@ extern "C" {
     fn copyStorage(from: &JsValue, keep_job_ids: bool, age_ms: f64) -> JsValue;
     fn postJson(url: &str, body: &str) -> Promise;
     fn nowMs() -> f64;
+    #[wasm_bindgen(js_name = announcedOnPageshow)]
+    fn announced_on_pageshow(base: &str, token: &str, job_id: &str, ms: u32) -> Promise;
     fn rejectsAt(promise: &Promise) -> Promise;
 }
 
@@ -129,6 +141,16 @@ fn input(text: &str) -> JsValue {
     let o = Object::new();
     set(&o, "text", text);
     o.into()
+}
+
+/// A new scenario named `name`, a client through the proxy's `mode`, and the job it
+/// submitted for the text `"{id}: {about}"`.
+async fn one_job(name: &str, mode: &str, about: &str) -> (String, Client, JsValue) {
+    let id = scenario(name);
+    let c = client(&format!("{}/{mode}/{id}", proxy()), Some(mapStorage()));
+    let text = format!("{id}: {about}");
+    let job = ok(c.submit("summarize".into(), input(&text), None)).await;
+    (id, c, job)
 }
 
 async fn ok(p: Promise) -> JsValue {
@@ -636,16 +658,11 @@ async fn naming_the_kinds_primary_provider_is_the_same_intent_as_naming_none() {
 // Issue 8, item 6: a D1 error is a 503 that the SDK retries with the same key.
 #[wasm_bindgen_test]
 async fn a_d1_write_whose_reply_was_lost_is_retried_with_the_same_key_into_one_job() {
-    let id = scenario("d1-after");
-    let c = client(
-        &format!("{}/d1-fault-once/{id}", proxy()),
-        Some(mapStorage()),
-    );
-    let job = ok(c.submit(
-        "summarize".into(),
-        input(&format!("{id}: D1 committed, its reply was lost.")),
-        None,
-    ))
+    let (id, c, job) = one_job(
+        "d1-after",
+        "d1-fault-once",
+        "D1 committed, its reply was lost.",
+    )
     .await;
     assert!(id_of(&job).starts_with("job_"));
     let sent = posts(&seen(&id).await);
@@ -1137,6 +1154,116 @@ async fn missing_beside_live(other_tab: bool) {
     );
 }
 
+/// Waits on `job` (through `client`) that must end `succeeded` within 20 s.
+async fn succeeds(client: &Client, job: &JsValue, first_event_ms: u32) {
+    let wait = options(&[
+        ("firstEventMs", first_event_ms.into()),
+        ("timeoutMs", 20_000.into()),
+    ]);
+    let done = ok(client.wait(id_of(job), Some(wait.unchecked_into()))).await;
+    assert_eq!(get(&done, "status"), "succeeded");
+}
+
+// Issue 24: a stream whose answer never comes (a proxy that holds it back whole) is
+// given `firstEventMs`, as one that says nothing after its head is; then the wait polls.
+#[wasm_bindgen_test]
+async fn a_stream_whose_answer_never_comes_falls_back_to_polling() {
+    let (id, c, job) = one_job("hang-streams", "hang-streams", "its stream never answers.").await;
+    succeeds(&c, &job, 300).await;
+    let log = seen_until(&id, |log| {
+        live_streams(log)
+            .iter()
+            .all(|s| get(s, "client_closed") == true)
+    })
+    .await;
+    assert_eq!(live_streams(&log).len(), 1, "one stream, closed: {log:?}");
+    assert!(
+        !to_path(&log, &format!("/v1/jobs/{}", id_of(&job))).is_empty(),
+        "the job was polled"
+    );
+}
+
+// Issue 24: when the stream fails in a way every tab would meet (here, it never
+// answers), the tab that leads tells the others to poll, instead of letting each tab
+// in turn lead into the same failure.
+#[wasm_bindgen_test]
+async fn a_stream_that_fails_for_every_tab_makes_the_other_tabs_poll_too() {
+    let id = scenario("hang-streams");
+    let base = format!("{}/hang-streams/{id}", proxy());
+    let (leader, other) = (
+        client(&base, Some(mapStorage())),
+        client(&base, Some(mapStorage())),
+    );
+    let mut jobs = Vec::new();
+    for (n, c) in [&leader, &other].into_iter().enumerate() {
+        let text = format!("{id}: the tabs' stream never answers, job {n}.");
+        jobs.push(ok(c.submit("summarize".into(), input(&text), None)).await);
+    }
+    let first = succeeds(&leader, &jobs[0], 1_000);
+    futures_util::pin_mut!(first);
+    // The leader's connection is asked for before the other tab waits.
+    let started = seen_until(&id, |log| !live_streams(log).is_empty());
+    futures_util::pin_mut!(started);
+    let first = match futures_util::future::select(first, started).await {
+        futures_util::future::Either::Right((_, first)) => first,
+        futures_util::future::Either::Left(_) => {
+            panic!("the wait ended before its stream was asked for")
+        }
+    };
+    futures_util::future::join(first, succeeds(&other, &jobs[1], 1_000)).await;
+    let log = seen(&id).await;
+    let (one, two) = (id_of(&jobs[0]), id_of(&jobs[1]));
+    for stream in live_streams(&log) {
+        let named: Vec<String> = followed(&stream).into_iter().map(|(j, _)| j).collect();
+        assert!(
+            !named.contains(&two) || named.contains(&one),
+            "the other tab never led into the same failure: {log:?}"
+        );
+    }
+    assert!(
+        !to_path(&log, &format!("/v1/jobs/{two}")).is_empty(),
+        "the other tab's job was polled"
+    );
+}
+
+// Issue 24: a tab restored from the back/forward cache announces its jobs again, since
+// it said it followed none on `pagehide`.
+#[wasm_bindgen_test]
+async fn a_tab_back_from_the_page_cache_announces_its_jobs_again() {
+    let id = scenario("pass");
+    let gate = format!("{id}-gate");
+    script("primary", &id, &format!(r#"[{{"gate":"{gate}"}}]"#)).await;
+    let base = format!("{}/pass/{id}", proxy());
+    let (leader, other) = (
+        client(&base, Some(mapStorage())),
+        client(&base, Some(mapStorage())),
+    );
+    let mut jobs = Vec::new();
+    for (n, c) in [&leader, &other].into_iter().enumerate() {
+        let text = format!("{id}: back from the page cache, job {n}.");
+        jobs.push(ok(c.submit("summarize".into(), input(&text), None)).await);
+    }
+    let (one, two) = (id_of(&jobs[0]), id_of(&jobs[1]));
+    let first = JsFuture::from(leader.wait(one.clone(), None));
+    seen_until(&id, |log| !live_streams(log).is_empty()).await;
+    let second = JsFuture::from(other.wait(two.clone(), None));
+    // The leader follows the other tab's job: the other tab's announce came through.
+    seen_until(&id, |log| {
+        live_streams(log)
+            .iter()
+            .any(|s| followed(s).iter().any(|(j, _)| *j == two))
+    })
+    .await;
+    let heard = JsFuture::from(announced_on_pageshow(&base, token(), &two, 5_000))
+        .await
+        .unwrap();
+    assert_eq!(heard, true, "a want for the other tab's job after pageshow");
+    release(&gate).await;
+    for done in [first.await.unwrap(), second.await.unwrap()] {
+        assert_eq!(get(&done, "status"), "succeeded");
+    }
+}
+
 // Issue 24: one stream follows at most 20 jobs (`MAX_STREAM_JOBS`); a wait on a job
 // beyond them polls that job at once, and the stream carries the twenty unchanged.
 #[wasm_bindgen_test]
@@ -1197,17 +1324,7 @@ async fn a_wait_past_the_streams_twenty_jobs_polls_that_job_alone() {
 // proxy holds the stream unanswered for 30 s unless the browser closes it).
 #[wasm_bindgen_test]
 async fn an_aborted_wait_closes_a_stream_whose_answer_has_not_come() {
-    let id = scenario("hang-streams");
-    let c = client(
-        &format!("{}/hang-streams/{id}", proxy()),
-        Some(mapStorage()),
-    );
-    let job = ok(c.submit(
-        "summarize".into(),
-        input(&format!("{id}: its stream never answers.")),
-        None,
-    ))
-    .await;
+    let (id, c, job) = one_job("hang-streams", "hang-streams", "its stream never answers.").await;
     let controller = web_sys::AbortController::new().unwrap();
     let wait = JsFuture::from(
         c.wait(

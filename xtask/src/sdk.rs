@@ -27,11 +27,14 @@ use std::path::{Path, PathBuf};
 /// lock's name, the `pagehide` goodbye, the refusal that names its job and the cleared
 /// read timers, 0.7 KB, less the 0.35 KB of the guess at unseen jobs it replaced; the
 /// announced jobs kept as the JS array they came in and one `Promise.race` for the lock
-/// saved 0.3 KB). Issue 25 must pay
+/// saved 0.3 KB); raised to 55.5 KiB for issue 24's last fixes (56,596 B: a stream whose
+/// answer never comes is given `firstEventMs`, the other tabs told to poll on a failure
+/// they share, re-announcing after the back/forward cache, 0.56 KB; integers written by
+/// JS instead of Rust's formatting saved 0.1 KB). Issue 25 must pay
 /// its streaming with savings: its target is 43 KiB with all of it. The issue's target
 /// is 40 KB (ARCHITECTURE.md, "The SDK's size", says what the rest is). Lower it as the
 /// package shrinks, so that it cannot grow back.
-const BUDGET_BYTES: usize = 55 * 1024;
+const BUDGET_BYTES: usize = 55 * 1024 + 512;
 
 /// `wasm-pack build --release` of `sdk/` for `target` into `out_dir` (relative to `sdk/`),
 /// then its JS glue minified in place.
