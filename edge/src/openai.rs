@@ -7,19 +7,17 @@
 //! provider may have done the work (or may still be doing it).
 
 use futures_util::future::{select, Either};
+use futures_util::StreamExt;
+use onceclick_protocol::chat::{ChatStream, Ending};
 use onceclick_protocol::contract::Kind;
 use onceclick_protocol::contract::ProviderConfig;
 use onceclick_protocol::{ijson, AttemptError};
 use serde_json::{json, Value};
 use std::time::Duration;
-use worker::{AbortController, Delay, Fetch, Headers, Method, Request, RequestInit};
+use worker::{AbortController, Delay, Fetch, Headers, Method, Request, RequestInit, Response};
 
 /// What a provider says it billed for one answer (a chat completion's `usage`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Tokens {
-    pub prompt: u64,
-    pub completion: u64,
-}
+use onceclick_protocol::chat::Tokens;
 
 /// How one provider call ended.
 #[derive(Debug)]
@@ -31,14 +29,15 @@ pub enum CallOutcome {
     /// attempt may help.
     Failed(AttemptError),
     /// Nobody knows whether the provider did the work: no answer within `timeout_ms`,
-    /// a 504 from a gateway in front of it, or an answer cut off after its status.
+    /// a 504 from a gateway in front of it, or an answer cut off after its status (a
+    /// streamed one also when it stalls, or breaks off before its finish reason).
     Unknown(AttemptError),
 }
 
 /// The chat-completions request body for `input` under `kind`.
 pub(crate) fn request_body(provider: &ProviderConfig, kind: &Kind, input: &Value) -> Value {
     let (system, user) = kind.render_prompt(input);
-    json!({
+    let mut body = json!({
         "model": provider.model,
         "temperature": 0,
         "messages": [
@@ -49,7 +48,12 @@ pub(crate) fn request_body(provider: &ProviderConfig, kind: &Kind, input: &Value
             "type": "json_schema",
             "json_schema": {"name": kind.name(), "strict": true, "schema": kind.decl().output_schema},
         },
-    })
+    });
+    if provider.stream {
+        body["stream"] = json!(true);
+        body["stream_options"] = json!({"include_usage": true});
+    }
+    body
 }
 
 /// Aborts its fetch when dropped: a call dropped before its answer (the dispatcher
@@ -80,17 +84,28 @@ pub(crate) async fn call(
     let exchange = async {
         let request =
             build_request(provider, api_key, kind, input, attempt_id).map_err(Definite)?;
-        let mut response = Fetch::Request(request)
-            .send_with_signal(&signal)
-            .await
-            .map_err(|e| {
-                Definite(AttemptError::new(
+        let fetch = Fetch::Request(request);
+        let sent = fetch.send_with_signal(&signal);
+        futures_util::pin_mut!(sent);
+        // No answer's head within `timeout_ms`: for a provider that streams, the total
+        // limit is longer, and this is its silence limit before the first byte.
+        let mut response = match select(sent, delay(provider.timeout_ms)).await {
+            Either::Left((Ok(response), _)) => response,
+            Either::Left((Err(e), _)) => {
+                return Err(Definite(AttemptError::new(
                     "provider_unreachable",
                     format!("could not reach {}: {e}", provider.name),
                     true,
-                ))
-            })?;
+                )))
+            }
+            Either::Right(((), _)) => return Err(Ambiguous(timed_out(provider))),
+        };
         let status = response.status_code();
+        if provider.stream && (200..=299).contains(&status) {
+            return read_stream(provider, &mut response)
+                .await
+                .map(|chat| Answer::Streamed(Box::new(chat)));
+        }
         let retry_after = response.headers().get("Retry-After").ok().flatten();
         // Past the status line the provider has taken the request: a body that breaks
         // off may carry work that was done.
@@ -104,26 +119,112 @@ pub(crate) async fn call(
                 false,
             ))
         })?;
-        Ok::<_, Broke>((status, retry_after, text))
+        Ok::<_, Broke>(Answer::Whole(status, retry_after, text))
     };
     futures_util::pin_mut!(exchange);
-    let timeout = Delay::from(Duration::from_millis(provider.timeout_ms));
-    match select(exchange, timeout).await {
-        Either::Left((Ok((status, retry_after, text)), _)) => {
+    match select(exchange, delay(provider.total_ms())).await {
+        Either::Left((Ok(Answer::Whole(status, retry_after, text)), _)) => {
             classify(provider, kind, input, status, retry_after, &text)
+        }
+        Either::Left((Ok(Answer::Streamed(chat)), _)) => {
+            classify_stream(provider, kind, input, &chat)
         }
         Either::Left((Err(Definite(error)), _)) => CallOutcome::Failed(error),
         Either::Left((Err(Ambiguous(error)), _)) => CallOutcome::Unknown(error),
-        // The timeout: `_abort` aborts the fetch as this returns.
+        // The total limit: `_abort` aborts the fetch as this returns.
         Either::Right(((), _)) => CallOutcome::Unknown(AttemptError::new(
             "provider_timeout",
             format!(
-                "{} did not answer within {} ms; it may still be working",
-                provider.name, provider.timeout_ms
+                "{} did not finish its answer within {} ms; it may still be working",
+                provider.name,
+                provider.total_ms()
             ),
             false,
         )),
     }
+}
+
+fn delay(ms: u64) -> Delay {
+    Delay::from(Duration::from_millis(ms))
+}
+
+fn timed_out(provider: &ProviderConfig) -> AttemptError {
+    AttemptError::new(
+        "provider_timeout",
+        format!(
+            "{} did not answer within {} ms; it may still be working",
+            provider.name, provider.timeout_ms
+        ),
+        false,
+    )
+}
+
+/// An answer read to its end.
+enum Answer {
+    /// Its status, `Retry-After` and body.
+    Whole(u16, Option<String>, String),
+    /// A streamed 2xx, read until its `[DONE]`, its end, or a chunk that ends it.
+    Streamed(Box<ChatStream>),
+}
+
+/// Reads a streamed answer's body chunk by chunk, each within `timeout_ms` of the last.
+/// A body that fails or ends early is not an error here: [`ChatStream::end`] tells a
+/// cut-off from a finished answer. A stall is: the provider may still be working.
+async fn read_stream(
+    provider: &ProviderConfig,
+    response: &mut Response,
+) -> Result<ChatStream, Broke> {
+    let mut chat = ChatStream::default();
+    let Ok(mut body) = response.stream() else {
+        return Ok(chat);
+    };
+    let mut pending = Vec::new();
+    // Silence is no chunk for `timeout_ms`: comments keep a connection alive, and say
+    // nothing of the answer.
+    let mut quiet_until = crate::clock::now_ms() + provider.timeout_ms as f64;
+    while !chat.is_over() {
+        let next = body.next();
+        futures_util::pin_mut!(next);
+        let left = (quiet_until - crate::clock::now_ms()).max(0.0) as u64;
+        match select(next, delay(left)).await {
+            Either::Left((Some(Ok(bytes)), _)) => {
+                pending.extend_from_slice(&bytes);
+                let before = chat.chunks();
+                chat.feed(&decoded(&mut pending));
+                if chat.chunks() > before {
+                    quiet_until = crate::clock::now_ms() + provider.timeout_ms as f64;
+                }
+            }
+            Either::Left((Some(Err(_)) | None, _)) => break,
+            Either::Right(((), _)) => {
+                return Err(Ambiguous(AttemptError::new(
+                    "provider_stalled",
+                    format!(
+                        "{} said nothing for {} ms after {} characters of its streamed answer; it may still be working",
+                        provider.name,
+                        provider.timeout_ms,
+                        chat.chars()
+                    ),
+                    false,
+                )))
+            }
+        }
+    }
+    Ok(chat)
+}
+
+/// The text of `pending`'s bytes, less an unfinished character at the end, which waits
+/// there for the next read. Bytes that are no UTF-8 read as U+FFFD, as a browser's
+/// decoder reads them.
+fn decoded(pending: &mut Vec<u8>) -> String {
+    let unfinished = match std::str::from_utf8(pending) {
+        Err(e) if e.error_len().is_none() => pending.len() - e.valid_up_to(),
+        _ => 0,
+    };
+    let rest = pending.split_off(pending.len() - unfinished);
+    let text = String::from_utf8_lossy(pending).into_owned();
+    *pending = rest;
+    text
 }
 
 /// How a call broke before its answer was read.
@@ -204,24 +305,78 @@ fn classify(
             format!("{name} answered {status}"),
             true,
         )),
-        200..=299 => match output_of(text).and_then(|(output, tokens)| {
-            kind.check_output(input, &output)
-                .map(|()| (output, tokens))
-                .map_err(|v| v.0)
-        }) {
-            Ok((output, tokens)) => CallOutcome::Output(output, tokens),
-            Err(why) => CallOutcome::Failed(AttemptError::new(
-                "contract_violation",
-                format!("{name}: {why}"),
-                false,
-            )),
-        },
+        200..=299 => offer(provider, kind, input, output_of(text)),
         _ => CallOutcome::Failed(AttemptError::new(
             "provider_rejected",
             format!(
                 "{name} answered {status}: {}",
                 text.chars().take(200).collect::<String>()
             ),
+            false,
+        )),
+    }
+}
+
+/// An answer's output, if it parsed, checked against the kind's contract.
+fn offer(
+    provider: &ProviderConfig,
+    kind: &Kind,
+    input: &Value,
+    parsed: Result<(Value, Option<Tokens>), String>,
+) -> CallOutcome {
+    match parsed.and_then(|(output, tokens)| {
+        kind.check_output(input, &output)
+            .map(|()| (output, tokens))
+            .map_err(|v| v.0)
+    }) {
+        Ok((output, tokens)) => CallOutcome::Output(output, tokens),
+        Err(why) => CallOutcome::Failed(AttemptError::new(
+            "contract_violation",
+            format!("{}: {why}", provider.name),
+            false,
+        )),
+    }
+}
+
+/// How a streamed answer that was read to its end came out. Only a finish reason of
+/// `stop` makes its text an output; the text is then parsed and checked as a whole
+/// answer's content is.
+fn classify_stream(
+    provider: &ProviderConfig,
+    kind: &Kind,
+    input: &Value,
+    chat: &ChatStream,
+) -> CallOutcome {
+    let (name, got) = (&provider.name, chat.chars());
+    let failed = |code: &str, message: String, retryable: bool| {
+        CallOutcome::Failed(AttemptError::new(code, message, retryable))
+    };
+    match chat.end() {
+        Ending::Complete => {
+            let parsed = ijson::parse(chat.text().as_bytes())
+                .map(|output| (output, chat.tokens()))
+                .map_err(|e| format!("the streamed content is not JSON: {e}"));
+            offer(provider, kind, input, parsed)
+        }
+        Ending::Incomplete(reason) => failed(
+            "provider_output_incomplete",
+            format!("{name} ended its answer unfinished (finish_reason {reason}) after {got} characters; an unfinished answer is never an output"),
+            false,
+        ),
+        Ending::Refused(why) => failed(
+            "provider_refused",
+            format!("{name} refused: {why}"),
+            false,
+        ),
+        Ending::Error(message) => failed(
+            "provider_stream_error",
+            format!("{name} reported an error in its streamed answer after {got} characters: {message}"),
+            true,
+        ),
+        Ending::Malformed(why) => failed("contract_violation", format!("{name}: {why}"), false),
+        Ending::CutOff => CallOutcome::Unknown(AttemptError::new(
+            "provider_answer_cut_off",
+            format!("the streamed answer from {name} broke off after {got} characters, before its finish reason; it may have done the work"),
             false,
         )),
     }
@@ -238,10 +393,7 @@ fn output_of(text: &str) -> Result<(Value, Option<Tokens>), String> {
         .ok_or("the answer has no choices[0].message.content string")?;
     let output =
         ijson::parse(content.as_bytes()).map_err(|e| format!("the content is not JSON: {e}"))?;
-    let count = |name: &str| envelope.get("usage")?.get(name)?.as_u64();
-    let tokens = count("prompt_tokens")
-        .zip(count("completion_tokens"))
-        .map(|(prompt, completion)| Tokens { prompt, completion });
+    let tokens = envelope.get("usage").and_then(Tokens::of_usage);
     Ok((output, tokens))
 }
 

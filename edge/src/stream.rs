@@ -31,7 +31,7 @@ use crate::live::{self, Hubs};
 use futures_channel::mpsc::{unbounded, UnboundedReceiver, UnboundedSender};
 use futures_util::future::{join_all, select, Either};
 use futures_util::StreamExt;
-use onceclick_protocol::live::{followed_id, parse_followed, Follower, Position, MAX_STREAM_JOBS};
+use onceclick_protocol::live::{parse_followed, Follower, Position, MAX_STREAM_JOBS};
 use onceclick_protocol::ErrorCode;
 use std::cell::Cell;
 use std::rc::Rc;
@@ -97,23 +97,23 @@ fn followed(req: &Request) -> ApiResult<Vec<(String, Option<Position>)>> {
     }
     let mut jobs: Vec<(String, Option<Position>)> = Vec::new();
     for (_, value) in &query {
-        // A refusal names the job, when there is one to name.
-        let refuse = |detail: String| {
-            let error = crate::http::invalid_query(detail);
-            match followed_id(value) {
-                "" => error,
-                id => error.with_job(id),
-            }
-        };
+        // A refusal names the job at fault, so that a client follows that one some other
+        // way and the rest live. One that does not parse is named whole: a client sends a
+        // position only with an id the stream took, so it sent this one bare.
         let (id, after) = parse_followed(value).ok_or_else(|| {
-            refuse(format!(
+            let error = crate::http::invalid_query(format!(
                 "job {value:?} is neither a job's id nor an id, a colon and a position the stream sent (job_…:7)"
-            ))
+            ));
+            match value.is_empty() {
+                true => error,
+                false => error.with_job(value),
+            }
         })?;
         if jobs.iter().any(|(seen, _)| seen == id) {
-            return Err(refuse(format!(
+            return Err(crate::http::invalid_query(format!(
                 "job {id} is given twice; give each job once, with the position the client has"
-            )));
+            ))
+            .with_job(id));
         }
         jobs.push((id.to_owned(), after));
     }

@@ -53,8 +53,19 @@ pub struct ProviderConfig {
     /// The name of the wrangler secret holding the API key, if the provider needs one.
     #[serde(default)]
     pub api_key_secret: Option<String>,
-    /// How long one call may take before the attempt becomes `unknown`.
+    /// How long one call may take before the attempt becomes `unknown`; for a provider
+    /// that streams, how long it may stay silent (before its answer's head, or between
+    /// two chunks).
     pub timeout_ms: u64,
+    /// The provider streams its answers: its calls send `"stream": true` (and ask for
+    /// the usage chunk), and their text is read as it comes.
+    #[serde(default)]
+    pub stream: bool,
+    /// With `stream`: how long one streamed call may take in all, however often it
+    /// speaks (default: [`ProviderConfig::DEFAULT_STREAM_TOTAL_TIMEOUTS`] times
+    /// `timeout_ms`).
+    #[serde(default)]
+    pub total_timeout_ms: Option<u64>,
     /// The provider promises to stop all work this long after a call.
     #[serde(default)]
     pub abandon_after_ms: Option<u64>,
@@ -64,6 +75,21 @@ pub struct ProviderConfig {
 }
 
 impl ProviderConfig {
+    /// A streamed call's total limit, in `timeout_ms`, when `total_timeout_ms` is unset.
+    pub const DEFAULT_STREAM_TOTAL_TIMEOUTS: u64 = 10;
+
+    /// How long one call may take in all: `timeout_ms`, or for a provider that streams,
+    /// `total_timeout_ms`.
+    pub fn total_ms(&self) -> u64 {
+        match self.stream {
+            false => self.timeout_ms,
+            true => self.total_timeout_ms.unwrap_or(
+                self.timeout_ms
+                    .saturating_mul(Self::DEFAULT_STREAM_TOTAL_TIMEOUTS),
+            ),
+        }
+    }
+
     /// Parses the `PROVIDERS` var: a JSON array of providers.
     pub fn parse_list(text: &str) -> Result<Vec<ProviderConfig>, String> {
         serde_json::from_str(text).map_err(|e| format!("PROVIDERS does not parse: {e}"))

@@ -5,6 +5,7 @@
 //! the same [`ErrorCode`]s, and what keeps these rules unit-testable in milliseconds.
 #![deny(missing_docs, missing_debug_implementations)]
 
+pub mod chat;
 #[cfg(feature = "contract")]
 pub mod contract;
 mod error;
@@ -16,6 +17,7 @@ mod key;
 pub mod live;
 pub mod moving;
 pub mod shard;
+pub mod sse;
 mod state;
 mod wire;
 

@@ -56,16 +56,6 @@ pub fn parse_followed(text: &str) -> Option<(&str, Option<Position>)> {
     (!id.is_empty()).then_some((id, position))
 }
 
-/// The job a `job` parameter names as its client wrote it (the id, then `:` and a
-/// position if it has one), also when [`parse_followed`] refuses it: a refusal names
-/// that job, so that the client follows it some other way and the others go on live.
-pub fn followed_id(text: &str) -> &str {
-    match text.rsplit_once(':') {
-        Some((id, position)) if Position::parse(position).is_some() => id,
-        _ => text,
-    }
-}
-
 /// Whether a job's stream has ended at this document: the job is final for now
 /// (`succeeded`, `cancelled`, or `failed`) and no attempt is `starting` or `running`,
 /// so nothing the service does on its own will change it. A hedge's loser still
@@ -212,17 +202,6 @@ mod tests {
         );
         for bad in ["", ":7", "job_1:", "job_1:07", "job_1:x", "job_1:7:8"] {
             assert_eq!(parse_followed(bad), None, "{bad:?}");
-        }
-        // The job a refusal names: the id as the client wrote it.
-        for (text, id) in [
-            ("job_1", "job_1"),
-            ("job_1:17", "job_1"),
-            ("a:b", "a:b"),
-            ("a:b:7", "a:b"),
-            ("job_1:07", "job_1:07"),
-            (":7", ""),
-        ] {
-            assert_eq!(followed_id(text), id, "{text:?}");
         }
     }
 

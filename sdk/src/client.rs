@@ -213,7 +213,7 @@ impl Client {
                             "timeout",
                             format!(
                                 "job {job_id} did not finish within {} ms",
-                                js::decimal(ms.trunc())
+                                js::decimal(ms.max(0.0).trunc())
                             ),
                         ))
                     };
@@ -586,6 +586,8 @@ impl Client {
                 ..Policy::default()
             };
             let call = Call::get(&path).policy(&policy);
+            // A request that cannot be made is taken for this client's own failure: the
+            // usual cause is its token (a character a header cannot carry).
             let Ok(request) = call.request(&self.inner.base_url, &token) else {
                 return fall_back("the live stream's request could not be made", true);
             };
@@ -614,9 +616,13 @@ impl Client {
                     Ok(body) => wasm_bindgen_futures::JsFuture::from(body).await.ok(),
                     Err(_) => None,
                 };
-                // A job that left meanwhile is gone either way: reopen with the rest.
+                // A job that left meanwhile is gone either way: reopen with the rest. A
+                // name that matches no job here counts as a failure, so that the same
+                // refusal cannot loop without backoff.
                 if let Some(job) = named.and_then(|p| js::get_string(&p, "job_id")) {
-                    let _ = watching.borrow_mut().poll_one(&job);
+                    if !watching.borrow_mut().poll_one(&job) {
+                        failures += 1;
+                    }
                     continue;
                 }
             }

@@ -175,7 +175,11 @@ fn heard(watching: &mut Watching, message: &JsValue) {
         // may reach first.
         Some("poll") => {
             if let Some(job_id) = js::get_string(message, "job") {
-                let _ = watching.poll_one(&job_id);
+                // Leading, the connection reopens without it (or closes, if it was the
+                // last): it may have been sent with it already.
+                if watching.poll_one(&job_id) && watching.leading.is_some() {
+                    watching.interrupt();
+                }
             }
         }
         _ => {}

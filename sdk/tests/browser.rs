@@ -658,7 +658,7 @@ async fn naming_the_kinds_primary_provider_is_the_same_intent_as_naming_none() {
 // Issue 8, item 6: a D1 error is a 503 that the SDK retries with the same key.
 #[wasm_bindgen_test]
 async fn a_d1_write_whose_reply_was_lost_is_retried_with_the_same_key_into_one_job() {
-    let (id, c, job) = one_job(
+    let (id, _, job) = one_job(
         "d1-after",
         "d1-fault-once",
         "D1 committed, its reply was lost.",
@@ -1199,7 +1199,8 @@ async fn a_stream_that_fails_for_every_tab_makes_the_other_tabs_poll_too() {
         let text = format!("{id}: the tabs' stream never answers, job {n}.");
         jobs.push(ok(c.submit("summarize".into(), input(&text), None)).await);
     }
-    let first = succeeds(&leader, &jobs[0], 1_000);
+    const FIRST_EVENT_MS: u32 = 2_000;
+    let first = succeeds(&leader, &jobs[0], FIRST_EVENT_MS);
     futures_util::pin_mut!(first);
     // The leader's connection is asked for before the other tab waits.
     let started = seen_until(&id, |log| !live_streams(log).is_empty());
@@ -1210,20 +1211,25 @@ async fn a_stream_that_fails_for_every_tab_makes_the_other_tabs_poll_too() {
             panic!("the wait ended before its stream was asked for")
         }
     };
-    futures_util::future::join(first, succeeds(&other, &jobs[1], 1_000)).await;
+    futures_util::future::join(first, succeeds(&other, &jobs[1], FIRST_EVENT_MS)).await;
     let log = seen(&id).await;
     let (one, two) = (id_of(&jobs[0]), id_of(&jobs[1]));
+    let polls = to_path(&log, &format!("/v1/jobs/{two}"));
+    assert!(!polls.is_empty(), "the other tab's job was polled");
+    let first_poll = get(&polls[0], "at_ms").as_f64().unwrap();
+    // The other tab may take the lock before it hears the word to poll, and open its
+    // stream with its job; it then drops it as the word comes, and polls at once,
+    // instead of leading into the same failure for `firstEventMs`.
     for stream in live_streams(&log) {
         let named: Vec<String> = followed(&stream).into_iter().map(|(j, _)| j).collect();
-        assert!(
-            !named.contains(&two) || named.contains(&one),
-            "the other tab never led into the same failure: {log:?}"
-        );
+        if named.contains(&two) && !named.contains(&one) {
+            let led = first_poll - get(&stream, "at_ms").as_f64().unwrap();
+            assert!(
+                led < f64::from(FIRST_EVENT_MS) / 2.0,
+                "the other tab led into the same failure for {led} ms: {log:?}"
+            );
+        }
     }
-    assert!(
-        !to_path(&log, &format!("/v1/jobs/{two}")).is_empty(),
-        "the other tab's job was polled"
-    );
 }
 
 // Issue 24: a tab restored from the back/forward cache announces its jobs again, since

@@ -12,6 +12,10 @@
 //! - `GET /_calls?contains=M` — every call whose prompt contains M
 //! - `GET /_calls/wait?contains=M&count=N&timeout_ms=T` — waits for N such calls
 //!
+//! A call that asks for `"stream": true` gets the same answer streamed
+//! (`text/event-stream`, chunk by chunk, as OpenAI-compatible providers send it), which
+//! its step can stall, cut off or end early (`stream_fault`).
+//!
 //! Every call is recorded with its `Idempotency-Key`, so tests can count provider calls.
 
 use axum::extract::{Path, Query, State};
@@ -61,6 +65,22 @@ pub struct Step {
     /// With `ok`: the summary to send (default: the first half of the text).
     #[serde(default)]
     pub summary: Option<String>,
+    /// A streamed answer (the call asked `"stream": true`): the code points of content
+    /// per chunk (default 8).
+    #[serde(default)]
+    pub chunk_chars: Option<usize>,
+    /// A streamed answer: the pause before each chunk of content.
+    #[serde(default)]
+    pub chunk_ms: u64,
+    /// A streamed answer that goes wrong after `fault_after` chunks of content (default:
+    /// half of them): `stall` (comments every 100 ms and no chunk, until the client
+    /// goes or 60 s pass), `cut` (the connection breaks), `length` or `content_filter`
+    /// (that finish reason), `error` (an error object), `refusal` (a refusal, no content).
+    #[serde(default)]
+    pub stream_fault: Option<String>,
+    /// With `stream_fault`: after how many chunks of content.
+    #[serde(default)]
+    pub fault_after: Option<usize>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -80,6 +100,12 @@ pub struct Call {
     pub temperature: Option<f64>,
     pub prompt: String,
     pub has_response_format: bool,
+    /// Whether the call asked for a streamed answer (`"stream": true`), and for its
+    /// usage chunk (`stream_options.include_usage`).
+    #[serde(default)]
+    pub stream: bool,
+    #[serde(default)]
+    pub include_usage: bool,
     /// A held-open call (`hold_open_ms`) whose client closed the connection before the
     /// answer: how long after the call came, in ms.
     #[serde(default)]
@@ -211,6 +237,8 @@ async fn chat(
             temperature: body["temperature"].as_f64(),
             prompt: prompt.clone(),
             has_response_format: body["response_format"]["json_schema"]["schema"].is_object(),
+            stream: body["stream"] == true,
+            include_usage: body["stream_options"]["include_usage"] == true,
             closed_after_ms: None,
         });
         let step = inner
@@ -226,7 +254,8 @@ async fn chat(
         (step.unwrap_or_default(), index)
     };
     mock.changed.notify_waiters();
-    if step.hold_open_ms > 0 {
+    let stream = body["stream"] == true;
+    if step.hold_open_ms > 0 && !stream {
         return held_open(mock, index, came, &step, &text_of(&body));
     }
 
@@ -244,6 +273,17 @@ async fn chat(
             }
         })
         .await;
+    }
+    let failing = step.status.is_some_and(|s| s != 200);
+    if stream && !failing {
+        let usage = body["stream_options"]["include_usage"] == true;
+        let watched = Watched {
+            mock,
+            index,
+            came,
+            answered: false,
+        };
+        return streamed(watched, &step, &text_of(&body), &prompt, usage);
     }
     answer(&step, &text_of(&body), &prompt)
 }
@@ -329,18 +369,8 @@ fn answer(step: &Step, text: &str, prompt: &str) -> Response {
         }
         return response;
     }
-    let half: String = text.chars().take(text.chars().count() / 2).collect();
-    let summary = step.summary.clone().unwrap_or(half);
+    let content = content_of(step, text);
     let content = match step.reply.as_deref().unwrap_or("ok") {
-        "malformed" => "{\"summary\": \"cut off".to_owned(),
-        "extra_key" => {
-            json!({"summary": summary, "sentiment": "neutral", "confidence": 0.9}).to_string()
-        }
-        "wrong_shape" => json!({"summary": summary, "sentiment": "ecstatic"}).to_string(),
-        "long_summary" => {
-            json!({"summary": format!("{text} and then some more"), "sentiment": "neutral"})
-                .to_string()
-        }
         "bad_envelope" => return Json(json!({"output": "not a chat completion"})).into_response(),
         "cut_off" => {
             use futures::StreamExt;
@@ -360,7 +390,7 @@ fn answer(step: &Step, text: &str, prompt: &str) -> Response {
                 .body(axum::body::Body::from_stream(broken))
                 .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response());
         }
-        _ => json!({"summary": summary, "sentiment": "neutral"}).to_string(),
+        _ => content,
     };
     Json(json!({
         "id": "chatcmpl-mock",
@@ -369,6 +399,182 @@ fn answer(step: &Step, text: &str, prompt: &str) -> Response {
         "usage": usage(prompt, &content),
     }))
     .into_response()
+}
+
+/// The content a 200 carries for `step` (its `reply`), for the text to summarize.
+fn content_of(step: &Step, text: &str) -> String {
+    let half: String = text.chars().take(text.chars().count() / 2).collect();
+    let summary = step.summary.clone().unwrap_or(half);
+    match step.reply.as_deref().unwrap_or("ok") {
+        "malformed" => "{\"summary\": \"cut off".to_owned(),
+        "extra_key" => {
+            json!({"summary": summary, "sentiment": "neutral", "confidence": 0.9}).to_string()
+        }
+        "wrong_shape" => json!({"summary": summary, "sentiment": "ecstatic"}).to_string(),
+        "long_summary" => {
+            json!({"summary": format!("{text} and then some more"), "sentiment": "neutral"})
+                .to_string()
+        }
+        _ => json!({"summary": summary, "sentiment": "neutral"}).to_string(),
+    }
+}
+
+/// One server-sent event of a streamed answer.
+fn sse(data: &Value) -> String {
+    format!("data: {data}\n\n")
+}
+
+/// A chunk whose choice 0 has `delta` and `finish_reason`.
+fn chunk(delta: Value, finish_reason: Option<&str>) -> String {
+    sse(
+        &json!({"id": "chatcmpl-mock", "object": "chat.completion.chunk",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}]}),
+    )
+}
+
+/// What a streamed answer sends next.
+enum Piece {
+    /// These bytes, after this pause.
+    Send(u64, String),
+    /// A comment every 100 ms, and no chunk, until this long after the call came (so
+    /// each is a write that finds a connection the client closed).
+    Comments(Duration),
+    /// The connection breaks.
+    Break,
+}
+
+/// A streamed answer (`text/event-stream`) of `step`'s content, chunk by chunk, as an
+/// OpenAI-compatible provider sends it: a comment, a role chunk, the content, the
+/// finish reason, the usage chunk if asked for, `[DONE]`; each chunk of content written
+/// in two halves, cut in its `data:` line. `hold_open_ms` holds it open with comments
+/// first; `stream_fault` breaks it after `fault_after` chunks of content. `watched`
+/// records a client that goes before the end.
+fn streamed(watched: Watched, step: &Step, text: &str, prompt: &str, usage: bool) -> Response {
+    use futures::StreamExt;
+    let content = content_of(step, text);
+    let chars: Vec<char> = content.chars().collect();
+    let pieces: Vec<String> = chars
+        .chunks(step.chunk_chars.unwrap_or(8).max(1))
+        .map(|c| c.iter().collect())
+        .collect();
+    // A whole answer's faults, streamed: `cut_off` breaks after the first chunk, and
+    // `bad_envelope` sends a chunk that is no chat-completion chunk.
+    let (fault, fault_after) = match step.reply.as_deref() {
+        Some("cut_off") => (Some("cut"), 1),
+        _ => (
+            step.stream_fault.as_deref(),
+            step.fault_after.unwrap_or(pieces.len() / 2),
+        ),
+    };
+    let mut plan = vec![Piece::Send(0, ": mock processing\n\n".to_owned())];
+    if step.reply.as_deref() == Some("bad_envelope") {
+        plan.push(Piece::Send(
+            0,
+            sse(&json!({"output": "not a chat completion"})),
+        ));
+    }
+    if step.hold_open_ms > 0 {
+        plan.push(Piece::Comments(Duration::from_millis(step.hold_open_ms)));
+    }
+    plan.push(Piece::Send(
+        0,
+        chunk(json!({"role": "assistant", "content": ""}), None),
+    ));
+    let mut finish = "stop";
+    let mut ended = false;
+    for (n, piece) in pieces.iter().enumerate() {
+        if n == fault_after {
+            match fault {
+                Some("stall") => plan.push(Piece::Comments(MAX_HOLD)),
+                Some("cut") => plan.push(Piece::Break),
+                Some("error") => plan.push(Piece::Send(
+                    0,
+                    sse(&json!({"error": {"message": "the mock failed mid-stream", "code": 502}})),
+                )),
+                Some("refusal") => plan.push(Piece::Send(
+                    0,
+                    chunk(
+                        json!({"refusal": "The mock will not summarize this."}),
+                        None,
+                    ),
+                )),
+                Some(reason) => finish = reason,
+                None => {}
+            }
+            if fault.is_some() {
+                ended = matches!(fault, Some("stall" | "cut" | "error"));
+                break;
+            }
+        }
+        let data = chunk(json!({"content": piece}), None);
+        // Cut in the middle of its `data:` line: a client reads lines across reads.
+        let (a, b) = data.split_at(data.len() / 2);
+        plan.push(Piece::Send(step.chunk_ms, a.to_owned()));
+        plan.push(Piece::Send(0, b.to_owned()));
+    }
+    if !ended {
+        plan.push(Piece::Send(0, chunk(json!({}), Some(finish))));
+        if usage {
+            let usage = self::usage(prompt, &content);
+            plan.push(Piece::Send(
+                0,
+                sse(
+                    &json!({"id": "chatcmpl-mock", "object": "chat.completion.chunk",
+                            "choices": [], "usage": usage}),
+                ),
+            ));
+        }
+        plan.push(Piece::Send(0, "data: [DONE]\n\n".to_owned()));
+    }
+    let last = plan.len();
+    let state = (plan.into_iter().enumerate().peekable(), Some(watched));
+    let body = futures::stream::unfold(state, move |(mut plan, watched)| async move {
+        let mut watched = watched?;
+        let (n, piece) = plan.peek()?;
+        match piece {
+            Piece::Comments(until) => {
+                if watched.came.elapsed() < *until {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    return Some((Ok(": waiting\n\n".to_owned()), (plan, Some(watched))));
+                }
+                // A stall ends with the bound, unfinished; a hold goes on.
+                let n = *n;
+                plan.next();
+                if n + 1 == last {
+                    watched.answered = true;
+                    return None;
+                }
+                Some((Ok(String::new()), (plan, Some(watched))))
+            }
+            Piece::Send(pause, _) => {
+                if *pause > 0 {
+                    tokio::time::sleep(Duration::from_millis(*pause).min(MAX_HOLD)).await;
+                }
+                let Some((n, Piece::Send(_, bytes))) = plan.next() else {
+                    return None;
+                };
+                watched.answered = n + 1 == last;
+                Some((Ok::<_, std::io::Error>(bytes), (plan, Some(watched))))
+            }
+            Piece::Break => {
+                // A moment first, so that the client has surely read the head and the
+                // chunks before the connection breaks (as `cut_off` does).
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                // The mock's own doing, not the client's.
+                watched.answered = true;
+                Some((
+                    Err(std::io::Error::other("the provider went away mid-stream")),
+                    (plan, None),
+                ))
+            }
+        }
+    })
+    .boxed();
+    Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "text/event-stream")
+        .body(axum::body::Body::from_stream(body))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
 /// A chat completion's `usage`, as the mock estimates it: a token per four characters
@@ -443,10 +649,14 @@ async fn wait_calls(State(mock): State<Mock>, Query(q): Query<CallQuery>) -> Res
     }
 }
 
-/// Providers for a Worker that talks to a mock on `port`, as the `PROVIDERS` var.
+/// Providers for a Worker that talks to a mock on `port`, as the `PROVIDERS` var:
+/// `primary` answers whole, `fallback` streams.
 pub fn providers_var(port: u16, timeout_ms: u64, fallback_abandon_after_ms: Option<u64>) -> String {
+    // `fallback` streams its answers: every test that reaches it runs the streamed path,
+    // `primary` the whole answer.
     let mut fallback = json!({"name": "fallback", "base_url": format!("http://127.0.0.1:{port}/fallback/v1"),
-                              "model": "mock-large", "timeout_ms": timeout_ms, "api_key_secret": "FALLBACK_API_KEY"});
+                              "model": "mock-large", "timeout_ms": timeout_ms, "api_key_secret": "FALLBACK_API_KEY",
+                              "stream": true});
     if let Some(ms) = fallback_abandon_after_ms {
         fallback["abandon_after_ms"] = json!(ms);
     }

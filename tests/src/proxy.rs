@@ -50,6 +50,17 @@ struct Seen {
     dropped: bool,
     /// For a held request: the browser closed the connection before the bound.
     client_closed: bool,
+    /// When the request came, in ms since the proxy started.
+    at_ms: u64,
+}
+
+/// Milliseconds since the proxy's first request: the log's clock.
+fn now_ms() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_millis() as u64
 }
 
 type Log = Arc<Mutex<HashMap<String, Vec<Seen>>>>;
@@ -182,6 +193,7 @@ async fn handle(
     let key = header("idempotency-key");
     let last_event_id = header("last-event-id");
     let post = req.method == "POST";
+    let came = now_ms();
     let drop_answer = match mode {
         "drop-once" => !preflight && take_once(&used, id),
         "drop-attempts-once" => post && rest.ends_with("/attempts") && take_once(&used, id),
@@ -198,6 +210,7 @@ async fn handle(
                 status,
                 dropped,
                 client_closed: false,
+                at_ms: came,
             });
         }
     };

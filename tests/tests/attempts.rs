@@ -623,3 +623,94 @@ async fn contract_violations_name_what_was_wrong() {
         assert!(message.contains(expected), "{reply}: {message}");
     }
 }
+
+// Issue 25: `fallback` streams (`"stream": true` in its PROVIDERS entry). Its answer is
+// read completely: only a finish reason of `stop` makes the joined text an output, which
+// the kind's contract then checks as a whole answer's; a stream cut off, or silent past
+// `timeout_ms`, leaves the attempt `unknown`, and a stall's connection is closed.
+#[tokio::test]
+async fn a_streamed_answer_is_read_completely_and_classified() {
+    let (api, mock) = (Api::from_env(), Mock::from_env());
+    api.ensure_certified("fallback").await;
+    let token = api.token("streamed");
+    let summary = "Café, 会议 and 😀: the meeting ran long";
+    let cases = [
+        (
+            json!({"summary": summary, "chunk_chars": 3}),
+            "succeeded",
+            None,
+        ),
+        (
+            json!({"stream_fault": "length"}),
+            "failed",
+            Some(("provider_output_incomplete", false)),
+        ),
+        (
+            json!({"stream_fault": "content_filter"}),
+            "failed",
+            Some(("provider_output_incomplete", false)),
+        ),
+        (
+            json!({"stream_fault": "error"}),
+            "failed",
+            Some(("provider_stream_error", true)),
+        ),
+        (
+            json!({"stream_fault": "refusal"}),
+            "failed",
+            Some(("provider_refused", false)),
+        ),
+        (
+            json!({"reply": "wrong_shape"}),
+            "failed",
+            Some(("contract_violation", false)),
+        ),
+        (
+            json!({"reply": "bad_envelope"}),
+            "failed",
+            Some(("contract_violation", false)),
+        ),
+        (
+            json!({"stream_fault": "cut"}),
+            "unknown",
+            Some(("provider_answer_cut_off", false)),
+        ),
+        (
+            json!({"stream_fault": "stall"}),
+            "unknown",
+            Some(("provider_stalled", false)),
+        ),
+    ];
+    let mut jobs = Vec::new();
+    for (step, status, error) in cases {
+        let marker = unique("streamed");
+        mock.script("fallback", &marker, json!([step])).await;
+        let job = create(&api, &token, "summarize", &marker, Some("fallback")).await;
+        jobs.push((marker, job, step, status, error));
+    }
+    for (marker, job, step, status, error) in jobs {
+        let done = api
+            .wait_job(&token, &id(&job), |j| {
+                j["status"] != "queued" && j["status"] != "running"
+            })
+            .await;
+        assert_eq!(done["status"], status, "{step}: {done}");
+        let calls = mock.calls(&marker).await;
+        assert_eq!(calls.len(), 1, "{step}: one call");
+        assert_eq!(calls[0]["stream"], true, "{step}: asked for a stream");
+        assert_eq!(calls[0]["include_usage"], true, "{step}: and its usage");
+        match error {
+            None => assert_eq!(done["result"]["summary"], summary, "{done}"),
+            Some((code, retryable)) => {
+                let error = &attempt(&done, 1)["error"];
+                assert_eq!(error["code"], code, "{step}: {done}");
+                assert_eq!(error["retryable"], retryable, "{step}: {done}");
+                assert_eq!(done["result"], Value::Null, "{step}: no result");
+            }
+        }
+        if step["stream_fault"] == "stall" {
+            let closed = mock.calls(&marker).await[0]["closed_after_ms"].clone();
+            assert!(closed.is_u64(), "the stalled stream was closed: {closed}");
+        }
+    }
+}

@@ -456,8 +456,8 @@ async fn a_stream_of_several_jobs_refuses_a_bad_query_and_a_job_it_may_not_see()
         (format!("job={mine}&job={mine}"), Some(mine.clone())),
         (format!("job={mine}:07"), Some(format!("{mine}:07"))),
         (format!("job={mine}:x"), Some(format!("{mine}:x"))),
-        (format!("job={mine}&job=a%3Ab:7"), Some("a:b".to_owned())),
-        ("job=:7".to_owned(), None),
+        (format!("job={mine}&job=a%3Ab:7"), Some("a:b:7".to_owned())),
+        ("job=:7".to_owned(), Some(":7".to_owned())),
         (format!("job={mine}&after=7"), None),
         (
             many.iter()

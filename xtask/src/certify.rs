@@ -164,6 +164,8 @@ mod tests {
             timeout_ms: 1000,
             abandon_after_ms: None,
             max_prompt_tokens: max,
+            stream: false,
+            total_timeout_ms: None,
         }
     }
 
