@@ -101,7 +101,15 @@ pub(crate) async fn call(
             Either::Right(((), _)) => return Err(Ambiguous(timed_out(provider))),
         };
         let status = response.status_code();
-        if provider.stream && (200..=299).contains(&status) {
+        // A provider that answers a stream request with a whole completion (it ignores
+        // `stream`) is read as one.
+        let streamed = response
+            .headers()
+            .get("Content-Type")
+            .ok()
+            .flatten()
+            .is_some_and(|t| t.trim_start().starts_with("text/event-stream"));
+        if provider.stream && streamed && (200..=299).contains(&status) {
             return read_stream(provider, &mut response)
                 .await
                 .map(|chat| Answer::Streamed(Box::new(chat)));
@@ -122,7 +130,14 @@ pub(crate) async fn call(
         Ok::<_, Broke>(Answer::Whole(status, retry_after, text))
     };
     futures_util::pin_mut!(exchange);
-    match select(exchange, delay(provider.total_ms())).await {
+    // A streamed call keeps its total limit itself (so that an answer already finished
+    // is kept); this bound is then a backstop.
+    let slack = if provider.stream {
+        provider.timeout_ms
+    } else {
+        0
+    };
+    match select(exchange, delay(provider.total_ms() + slack)).await {
         Either::Left((Ok(Answer::Whole(status, retry_after, text)), _)) => {
             classify(provider, kind, input, status, retry_after, &text)
         }
@@ -179,23 +194,43 @@ async fn read_stream(
         return Ok(chat);
     };
     let mut pending = Vec::new();
+    let deadline = crate::clock::now_ms() + provider.total_ms() as f64;
     // Silence is no chunk for `timeout_ms`: comments keep a connection alive, and say
-    // nothing of the answer.
-    let mut quiet_until = crate::clock::now_ms() + provider.timeout_ms as f64;
+    // nothing of the answer. Once the finish reason has come, only the usage chunk and
+    // `[DONE]` may follow, and they get a short grace.
+    let quiet_ms = |chat: &ChatStream| match chat.finished() {
+        false => provider.timeout_ms as f64,
+        true => provider.timeout_ms.min(FINISHED_GRACE_MS) as f64,
+    };
+    let mut quiet_until = crate::clock::now_ms() + quiet_ms(&chat);
     while !chat.is_over() {
         let next = body.next();
         futures_util::pin_mut!(next);
-        let left = (quiet_until - crate::clock::now_ms()).max(0.0) as u64;
+        let left = (quiet_until.min(deadline) - crate::clock::now_ms()).max(0.0) as u64;
         match select(next, delay(left)).await {
             Either::Left((Some(Ok(bytes)), _)) => {
                 pending.extend_from_slice(&bytes);
                 let before = chat.chunks();
                 chat.feed(&decoded(&mut pending));
                 if chat.chunks() > before {
-                    quiet_until = crate::clock::now_ms() + provider.timeout_ms as f64;
+                    quiet_until = crate::clock::now_ms() + quiet_ms(&chat);
                 }
             }
             Either::Left((Some(Err(_)) | None, _)) => break,
+            // A finished answer stands, however its connection ends.
+            Either::Right(((), _)) if chat.finished() => break,
+            Either::Right(((), _)) if crate::clock::now_ms() >= deadline => {
+                return Err(Ambiguous(AttemptError::new(
+                    "provider_timeout",
+                    format!(
+                        "{} did not finish its streamed answer within {} ms ({} characters came); it may still be working",
+                        provider.name,
+                        provider.total_ms(),
+                        chat.chars()
+                    ),
+                    false,
+                )))
+            }
             Either::Right(((), _)) => {
                 return Err(Ambiguous(AttemptError::new(
                     "provider_stalled",
@@ -213,14 +248,29 @@ async fn read_stream(
     Ok(chat)
 }
 
+/// How long a streamed answer whose finish reason came may take for its usage chunk
+/// and `[DONE]`, at most.
+const FINISHED_GRACE_MS: u64 = 1_000;
+
 /// The text of `pending`'s bytes, less an unfinished character at the end, which waits
 /// there for the next read. Bytes that are no UTF-8 read as U+FFFD, as a browser's
 /// decoder reads them.
 fn decoded(pending: &mut Vec<u8>) -> String {
-    let unfinished = match std::str::from_utf8(pending) {
-        Err(e) if e.error_len().is_none() => pending.len() - e.valid_up_to(),
-        _ => 0,
-    };
+    // The last character's first byte, among the last four: if it says more bytes than
+    // are there, the character is unfinished.
+    let unfinished = (1..=pending.len().min(4))
+        .find_map(|back| {
+            let byte = pending[pending.len() - back];
+            let needs = match byte {
+                0x00..=0x7f => return Some(0),
+                0x80..=0xbf => return None, // a continuation: look further back
+                0xc0..=0xdf => 2,
+                0xe0..=0xef => 3,
+                _ => 4,
+            };
+            Some(if back < needs { back } else { 0 })
+        })
+        .unwrap_or(0);
     let rest = pending.split_off(pending.len() - unfinished);
     let text = String::from_utf8_lossy(pending).into_owned();
     *pending = rest;
@@ -368,10 +418,13 @@ fn classify_stream(
             format!("{name} refused: {why}"),
             false,
         ),
+        // Retryable only if no text came: text means the provider did (and billed)
+        // work, which a failover would pay for twice. A new attempt is then the owner's
+        // choice.
         Ending::Error(message) => failed(
             "provider_stream_error",
             format!("{name} reported an error in its streamed answer after {got} characters: {message}"),
-            true,
+            got == 0,
         ),
         Ending::Malformed(why) => failed("contract_violation", format!("{name}: {why}"), false),
         Ending::CutOff => CallOutcome::Unknown(AttemptError::new(
@@ -399,7 +452,31 @@ fn output_of(text: &str) -> Result<(Value, Option<Tokens>), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{output_of, Tokens};
+    use super::{decoded, output_of, Tokens};
+
+    #[test]
+    fn bytes_cut_anywhere_decode_to_the_same_text() {
+        let text = "Café, 会议 and 😀: done";
+        let bytes = text.as_bytes();
+        for cut in 0..=bytes.len() {
+            for second in cut..=bytes.len() {
+                let mut pending = Vec::new();
+                let mut out = String::new();
+                for part in [&bytes[..cut], &bytes[cut..second], &bytes[second..]] {
+                    pending.extend_from_slice(part);
+                    out.push_str(&decoded(&mut pending));
+                }
+                assert_eq!(out, text, "cut at {cut} and {second}");
+                assert!(pending.is_empty());
+            }
+        }
+        // Bytes that are no UTF-8 read as U+FFFD; an unfinished character after them
+        // still waits for its rest.
+        let mut pending = vec![b'a', 0xff, b'b', 0xe4, 0xbc];
+        assert_eq!(decoded(&mut pending), "a\u{fffd}b");
+        pending.push(0x9a);
+        assert_eq!(decoded(&mut pending), "会");
+    }
 
     fn envelope(usage: &str) -> String {
         format!(r#"{{"choices": [{{"message": {{"content": "{{\"summary\": \"s\"}}"}}}}]{usage}}}"#)

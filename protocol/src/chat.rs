@@ -66,6 +66,14 @@ pub enum Ending {
     CutOff,
 }
 
+/// The longest answer read, in code points: past it the answer ends as
+/// [`Ending::Malformed`] (no kind's output comes near it, and the Worker's memory is
+/// bounded).
+pub const MAX_CHARS: u64 = 1 << 20;
+
+/// The longest line of the stream read, in bytes, and the longest refusal.
+pub const MAX_LINE: usize = 1 << 20;
+
 /// The reader of one streamed answer.
 #[derive(Debug, Default)]
 pub struct ChatStream {
@@ -89,14 +97,29 @@ impl ChatStream {
         self.events.feed(text, &mut items);
         let mut deltas = Vec::new();
         for item in items {
-            if self.over.is_some() || self.done {
+            if self.is_over() {
                 break;
             }
-            if let Item::Event { data, .. } = item {
+            // Events of another name are not chat chunks (a gateway's own): ignored, as
+            // EventSource leaves an event nobody listens for.
+            if let Item::Event { event, data, .. } = item {
+                if event != "message" {
+                    continue;
+                }
                 if let Some(delta) = self.chunk(&data) {
                     deltas.push(delta);
                 }
             }
+        }
+        if self.chars > MAX_CHARS || self.refusal.len() > MAX_LINE {
+            self.over = Some(Ending::Malformed(format!(
+                "the answer is longer than {MAX_CHARS} characters"
+            )));
+        }
+        if self.events.unended() > MAX_LINE {
+            self.over = Some(Ending::Malformed(format!(
+                "a line of the stream is longer than {MAX_LINE} bytes"
+            )));
         }
         deltas
     }
@@ -126,7 +149,11 @@ impl ChatStream {
             self.tokens = Some(tokens);
         }
         let Some(choices) = chunk.get("choices").and_then(Value::as_array) else {
-            self.over = Some(Ending::Malformed("a chunk has no choices array".to_owned()));
+            // A usage chunk, or an empty ping, may come without `choices`.
+            let empty = chunk.as_object().is_some_and(|o| o.is_empty());
+            if !empty && chunk.get("usage").is_none() {
+                self.over = Some(Ending::Malformed("a chunk has no choices array".to_owned()));
+            }
             return None;
         };
         // One answer is asked for (no `n`): choice 0 is the answer.
@@ -179,20 +206,24 @@ impl ChatStream {
         self.done || self.over.is_some()
     }
 
+    /// Whether a finish reason came: the text is all there (or all there will be), and
+    /// only the usage chunk and `[DONE]` may follow.
+    pub fn finished(&self) -> bool {
+        self.finish.is_some()
+    }
+
     /// How the answer ended, once the body has (or [`is_over`](Self::is_over)). A
-    /// finish reason decides, whether `[DONE]` followed or not: it is the provider's
-    /// word that the text is complete, or is not.
+    /// finish reason decides, whether `[DONE]` followed or not, and whatever came after
+    /// it: it is the provider's word that the text is complete, or is not.
     pub fn end(&self) -> Ending {
-        if let Some(over) = &self.over {
-            return over.clone();
-        }
         if !self.refusal.is_empty() {
             return Ending::Refused(self.refusal.clone());
         }
-        match self.finish.as_deref() {
-            Some("stop") => Ending::Complete,
-            Some(reason) => Ending::Incomplete(reason.to_owned()),
-            None => Ending::CutOff,
+        match (self.finish.as_deref(), &self.over) {
+            (Some("stop"), _) => Ending::Complete,
+            (Some(reason), _) => Ending::Incomplete(reason.to_owned()),
+            (None, Some(over)) => over.clone(),
+            (None, None) => Ending::CutOff,
         }
     }
 }
@@ -293,6 +324,19 @@ mod tests {
         assert_eq!(deltas.len(), 1, "nothing after the error is read");
         assert!(stream.is_over());
 
+        // After the finish, the answer stands whatever follows.
+        let (stream, _) = read(&[&chunk("{}"), &finish("stop"), error]);
+        assert_eq!(stream.end(), Ending::Complete);
+        // A usage chunk or a ping without choices, and another event's name, are not
+        // malformed.
+        let ping = "data: {}\n\nevent: gateway\ndata: nonsense\n\n";
+        let (stream, _) = read(&[
+            ping,
+            &chunk("{}"),
+            "data: {\"usage\": {}}\n\n",
+            &finish("stop"),
+        ]);
+        assert_eq!(stream.end(), Ending::Complete);
         for bad in ["data: {\"choices\": [\n\n", "data: {\"output\": 1}\n\n"] {
             let (stream, _) = read(&[&chunk("{"), bad, &finish("stop")]);
             assert!(
@@ -317,5 +361,21 @@ mod tests {
         assert_eq!(stream.chunks(), 3, "the content, the finish and [DONE]");
         assert!(stream.is_over());
         assert_eq!(stream.end(), Ending::Complete);
+    }
+
+    #[test]
+    fn a_line_or_an_answer_past_its_bound_ends_it() {
+        let mut stream = ChatStream::default();
+        let long = "x".repeat(MAX_LINE / 4);
+        stream.feed("data: ");
+        for _ in 0..5 {
+            stream.feed(&long);
+        }
+        assert!(
+            matches!(stream.end(), Ending::Malformed(_)),
+            "{:?}",
+            stream.end()
+        );
+        assert!(stream.is_over());
     }
 }

@@ -16,6 +16,7 @@ pub mod jcs;
 mod key;
 pub mod live;
 pub mod moving;
+pub mod partial;
 pub mod shard;
 pub mod sse;
 mod state;

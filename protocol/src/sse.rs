@@ -35,6 +35,11 @@ impl Events {
     /// Reads `text`, pushing every item it completes onto `out`.
     pub fn feed(&mut self, text: &str, out: &mut Vec<Item>) {
         self.pending.push_str(text);
+        // Only text that ends a line is read: a long line that comes in many reads is
+        // read once, not once a read.
+        if !text.contains('\n') {
+            return;
+        }
         let pending = std::mem::take(&mut self.pending);
         let mut rest = pending.as_str();
         while let Some((line, more)) = rest.split_once('\n') {
@@ -42,6 +47,12 @@ impl Events {
             rest = more;
         }
         self.pending = rest.to_owned();
+    }
+
+    /// The bytes of the line not yet ended: a reader bounds it, since a stream that
+    /// never ends its line would grow it without end.
+    pub fn unended(&self) -> usize {
+        self.pending.len()
     }
 
     fn line(&mut self, line: &str, out: &mut Vec<Item>) {

@@ -61,8 +61,7 @@ pub(crate) fn sharing_owner(token: &str) -> String {
 
 fn sub_of(token: &str) -> Option<String> {
     let payload = token.split('.').nth(1).unwrap_or_default();
-    // base64url to base64; `atob` needs no padding (it decodes forgivingly).
-    let b64: String = payload
+    let mut b64: String = payload
         .chars()
         .map(|c| match c {
             '-' => '+',
@@ -70,6 +69,9 @@ fn sub_of(token: &str) -> Option<String> {
             c => c,
         })
         .collect();
+    while b64.len() % 4 != 0 {
+        b64.push('=');
+    }
     js::call(&js::global(), "atob", &[b64.into()])
         .ok()
         .and_then(|s| s.as_string())

@@ -76,6 +76,9 @@ pub struct Step {
     /// half of them): `stall` (comments every 100 ms and no chunk, until the client
     /// goes or 60 s pass), `cut` (the connection breaks), `length` or `content_filter`
     /// (that finish reason), `error` (an error object), `refusal` (a refusal, no content).
+    /// `no_done` sends the whole answer and its finish reason, then holds the connection
+    /// open with comments instead of sending `[DONE]`. `ignore` answers a stream request
+    /// with a whole completion, as a provider that does not stream does.
     #[serde(default)]
     pub stream_fault: Option<String>,
     /// With `stream_fault`: after how many chunks of content.
@@ -275,7 +278,7 @@ async fn chat(
         .await;
     }
     let failing = step.status.is_some_and(|s| s != 200);
-    if stream && !failing {
+    if stream && !failing && step.stream_fault.as_deref() != Some("ignore") {
         let usage = body["stream_options"]["include_usage"] == true;
         let watched = Watched {
             mock,
@@ -435,12 +438,16 @@ fn chunk(delta: Value, finish_reason: Option<&str>) -> String {
 /// What a streamed answer sends next.
 enum Piece {
     /// These bytes, after this pause.
-    Send(u64, String),
+    Send(u64, Vec<u8>),
     /// A comment every 100 ms, and no chunk, until this long after the call came (so
     /// each is a write that finds a connection the client closed).
     Comments(Duration),
     /// The connection breaks.
     Break,
+}
+
+fn send(pause: u64, bytes: impl Into<Vec<u8>>) -> Piece {
+    Piece::Send(pause, bytes.into())
 }
 
 /// A streamed answer (`text/event-stream`) of `step`'s content, chunk by chunk, as an
@@ -466,17 +473,14 @@ fn streamed(watched: Watched, step: &Step, text: &str, prompt: &str, usage: bool
             step.fault_after.unwrap_or(pieces.len() / 2),
         ),
     };
-    let mut plan = vec![Piece::Send(0, ": mock processing\n\n".to_owned())];
+    let mut plan = vec![send(0, ": mock processing\n\n")];
     if step.reply.as_deref() == Some("bad_envelope") {
-        plan.push(Piece::Send(
-            0,
-            sse(&json!({"output": "not a chat completion"})),
-        ));
+        plan.push(send(0, sse(&json!({"output": "not a chat completion"}))));
     }
     if step.hold_open_ms > 0 {
         plan.push(Piece::Comments(Duration::from_millis(step.hold_open_ms)));
     }
-    plan.push(Piece::Send(
+    plan.push(send(
         0,
         chunk(json!({"role": "assistant", "content": ""}), None),
     ));
@@ -487,36 +491,38 @@ fn streamed(watched: Watched, step: &Step, text: &str, prompt: &str, usage: bool
             match fault {
                 Some("stall") => plan.push(Piece::Comments(MAX_HOLD)),
                 Some("cut") => plan.push(Piece::Break),
-                Some("error") => plan.push(Piece::Send(
+                Some("error") => plan.push(send(
                     0,
                     sse(&json!({"error": {"message": "the mock failed mid-stream", "code": 502}})),
                 )),
-                Some("refusal") => plan.push(Piece::Send(
+                Some("refusal") => plan.push(send(
                     0,
                     chunk(
                         json!({"refusal": "The mock will not summarize this."}),
                         None,
                     ),
                 )),
+                Some("no_done") => {}
                 Some(reason) => finish = reason,
                 None => {}
             }
-            if fault.is_some() {
+            if fault.is_some_and(|f| f != "no_done") {
                 ended = matches!(fault, Some("stall" | "cut" | "error"));
                 break;
             }
         }
-        let data = chunk(json!({"content": piece}), None);
-        // Cut in the middle of its `data:` line: a client reads lines across reads.
+        let data = chunk(json!({"content": piece}), None).into_bytes();
+        // Cut in the middle of its `data:` line, by bytes (so maybe in a character): a
+        // client reads lines, and characters, across reads.
         let (a, b) = data.split_at(data.len() / 2);
-        plan.push(Piece::Send(step.chunk_ms, a.to_owned()));
-        plan.push(Piece::Send(0, b.to_owned()));
+        plan.push(send(step.chunk_ms, a.to_vec()));
+        plan.push(send(0, b.to_vec()));
     }
     if !ended {
-        plan.push(Piece::Send(0, chunk(json!({}), Some(finish))));
+        plan.push(send(0, chunk(json!({}), Some(finish))));
         if usage {
             let usage = self::usage(prompt, &content);
-            plan.push(Piece::Send(
+            plan.push(send(
                 0,
                 sse(
                     &json!({"id": "chatcmpl-mock", "object": "chat.completion.chunk",
@@ -524,7 +530,10 @@ fn streamed(watched: Watched, step: &Step, text: &str, prompt: &str, usage: bool
                 ),
             ));
         }
-        plan.push(Piece::Send(0, "data: [DONE]\n\n".to_owned()));
+        match fault {
+            Some("no_done") => plan.push(Piece::Comments(MAX_HOLD)),
+            _ => plan.push(send(0, "data: [DONE]\n\n")),
+        }
     }
     let last = plan.len();
     let state = (plan.into_iter().enumerate().peekable(), Some(watched));
@@ -535,7 +544,7 @@ fn streamed(watched: Watched, step: &Step, text: &str, prompt: &str, usage: bool
             Piece::Comments(until) => {
                 if watched.came.elapsed() < *until {
                     tokio::time::sleep(Duration::from_millis(100)).await;
-                    return Some((Ok(": waiting\n\n".to_owned()), (plan, Some(watched))));
+                    return Some((Ok(b": waiting\n\n".to_vec()), (plan, Some(watched))));
                 }
                 // A stall ends with the bound, unfinished; a hold goes on.
                 let n = *n;
@@ -544,7 +553,7 @@ fn streamed(watched: Watched, step: &Step, text: &str, prompt: &str, usage: bool
                     watched.answered = true;
                     return None;
                 }
-                Some((Ok(String::new()), (plan, Some(watched))))
+                Some((Ok(Vec::new()), (plan, Some(watched))))
             }
             Piece::Send(pause, _) => {
                 if *pause > 0 {

@@ -650,10 +650,28 @@ async fn a_streamed_answer_is_read_completely_and_classified() {
             "failed",
             Some(("provider_output_incomplete", false)),
         ),
+        // An error after text: the provider did work, which a failover would pay twice.
         (
             json!({"stream_fault": "error"}),
             "failed",
+            Some(("provider_stream_error", false)),
+        ),
+        (
+            json!({"stream_fault": "error", "fault_after": 0}),
+            "failed",
             Some(("provider_stream_error", true)),
+        ),
+        // A finish reason and no `[DONE]`, the connection held open: the answer stands.
+        (
+            json!({"summary": summary, "stream_fault": "no_done"}),
+            "succeeded",
+            None,
+        ),
+        // A whole completion to a stream request is read as one.
+        (
+            json!({"summary": summary, "stream_fault": "ignore"}),
+            "succeeded",
+            None,
         ),
         (
             json!({"stream_fault": "refusal"}),
@@ -699,6 +717,13 @@ async fn a_streamed_answer_is_read_completely_and_classified() {
         assert_eq!(calls.len(), 1, "{step}: one call");
         assert_eq!(calls[0]["stream"], true, "{step}: asked for a stream");
         assert_eq!(calls[0]["include_usage"], true, "{step}: and its usage");
+        if step["stream_fault"] == "no_done" {
+            let closed = &mock.calls(&marker).await[0]["closed_after_ms"];
+            assert!(
+                closed.is_u64(),
+                "the connection held open was closed: {closed}"
+            );
+        }
         match error {
             None => assert_eq!(done["result"]["summary"], summary, "{done}"),
             Some((code, retryable)) => {
