@@ -23,6 +23,9 @@ pub enum Mutant {
     /// The store tells a job's live streams its document under the next position, not
     /// its own: a stream would show one change under two positions.
     NotifyUnderTheNextPosition,
+    /// A streamed answer that reported an error after some text fails retryably: a
+    /// failover would pay for the work twice.
+    StreamErrorAfterTextRetries,
 }
 
 #[cfg(target_arch = "wasm32")]

@@ -391,7 +391,7 @@ fn offer(
 /// How a streamed answer that was read to its end came out. Only a finish reason of
 /// `stop` makes its text an output; the text is then parsed and checked as a whole
 /// answer's content is.
-fn classify_stream(
+pub(crate) fn classify_stream(
     provider: &ProviderConfig,
     kind: &Kind,
     input: &Value,
@@ -424,7 +424,7 @@ fn classify_stream(
         Ending::Error(message) => failed(
             "provider_stream_error",
             format!("{name} reported an error in its streamed answer after {got} characters: {message}"),
-            got == 0,
+            got == 0 || crate::mutant::on(crate::mutant::Mutant::StreamErrorAfterTextRetries),
         ),
         Ending::Malformed(why) => failed("contract_violation", format!("{name}: {why}"), false),
         Ending::CutOff => CallOutcome::Unknown(AttemptError::new(

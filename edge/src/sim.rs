@@ -21,6 +21,18 @@ mod native {
     use serde_json::Value;
     use std::rc::Rc;
 
+    /// How the Worker classifies a streamed answer read to its end
+    /// (`openai::classify_stream`): the simulated provider streams its answers through
+    /// the protocol's reader and this, as the real call does.
+    pub fn classify_stream(
+        provider: &onceclick_protocol::contract::ProviderConfig,
+        kind: &onceclick_protocol::contract::Kind,
+        input: &Value,
+        chat: &onceclick_protocol::chat::ChatStream,
+    ) -> super::CallOutcome {
+        crate::openai::classify_stream(provider, kind, input, chat)
+    }
+
     /// The migrations, in order, as the shards apply them (and D1, by wrangler).
     pub fn migrations() -> &'static [(&'static str, &'static str)] {
         crate::shard::MIGRATIONS

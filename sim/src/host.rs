@@ -24,13 +24,90 @@ pub(crate) enum Script {
     Late,
     /// Answers with its status, then the body is cut off (`unknown`): paid for.
     CutOff,
+    /// Streams its answer (after the delay, within the timeout), ending as this says;
+    /// read through the protocol's reader and classified as the Worker's call does.
+    Streamed(StreamEnd),
+}
+
+/// How a streamed answer ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum StreamEnd {
+    /// `finish_reason: stop`: an output.
+    Stop,
+    /// `finish_reason: length` after some text: failed, and paid for.
+    Length,
+    /// An error object after some text: failed, paid for, never retryable.
+    ErrorAfterText,
+    /// An error object before any text: failed retryably, no work done.
+    ErrorBeforeText,
+    /// Cut off after some text, before its finish reason: `unknown`, paid for.
+    Cut,
+    /// A refusal: failed, and paid for.
+    Refusal,
 }
 
 impl Script {
     /// Whether the provider did (and bills) the work.
     pub(crate) fn paid(self) -> bool {
-        matches!(self, Script::Answer | Script::Late | Script::CutOff)
+        match self {
+            Script::Answer | Script::Late | Script::CutOff => true,
+            Script::Streamed(end) => end != StreamEnd::ErrorBeforeText,
+            Script::FailRetryable | Script::FailForGood | Script::Hang => false,
+        }
     }
+
+    /// Whether the call fails for good on its own record: its attempt's error says what
+    /// was paid for (a streamed answer that ended unfinished, refused, or in an error).
+    pub(crate) fn fails_on_record(self) -> bool {
+        matches!(
+            self,
+            Script::Streamed(StreamEnd::Length | StreamEnd::ErrorAfterText | StreamEnd::Refusal)
+        )
+    }
+}
+
+/// The body of a streamed answer whose content is `content`, ending as `end`.
+fn stream_body(content: &str, end: StreamEnd) -> String {
+    let chunk = |delta: serde_json::Value, finish: Option<&str>| {
+        let chunk = json!({"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
+        format!("data: {chunk}\n\n")
+    };
+    let chars: Vec<char> = content.chars().collect();
+    let half = chars.len() / 2;
+    let mut body = String::from(": processing\n\n");
+    body.push_str(&chunk(json!({"role": "assistant", "content": ""}), None));
+    let error = "data: {\"error\": {\"message\": \"overloaded\"}}\n\n";
+    if end == StreamEnd::ErrorBeforeText {
+        body.push_str(error);
+        return body;
+    }
+    if end == StreamEnd::Refusal {
+        body.push_str(&chunk(json!({"refusal": "no"}), Some("stop")));
+        body.push_str("data: [DONE]\n\n");
+        return body;
+    }
+    let sent = if end == StreamEnd::Stop {
+        chars.len()
+    } else {
+        half.max(1)
+    };
+    for piece in chars[..sent.min(chars.len())].chunks(3) {
+        body.push_str(&chunk(
+            json!({"content": piece.iter().collect::<String>()}),
+            None,
+        ));
+    }
+    match end {
+        StreamEnd::Stop => body.push_str(&chunk(json!({}), Some("stop"))),
+        StreamEnd::Length => body.push_str(&chunk(json!({}), Some("length"))),
+        StreamEnd::ErrorAfterText => body.push_str(error),
+        _ => return body, // cut off
+    }
+    body.push_str(
+        "data: {\"choices\": [], \"usage\": {\"prompt_tokens\": 9, \"completion_tokens\": 4}}\n\n",
+    );
+    body.push_str("data: [DONE]\n\n");
+    body
 }
 
 /// One provider call, as the world remembers it.
@@ -152,6 +229,31 @@ impl Host for SimHost {
                     json!("the answer broke off after its status").to_string(),
                     true,
                 )),
+                // Silent past the limit before its first chunk: as a slow answer.
+                Script::Streamed(_) if delay > timeout => timed_out("slow stream"),
+                Script::Streamed(end) => {
+                    let content = world.output(world.serial()).to_string();
+                    let body = stream_body(&content, end);
+                    // Read in reads of any length, cut anywhere between characters.
+                    let mut chat = onceclick_protocol::chat::ChatStream::default();
+                    let mut rest = body.as_str();
+                    while !rest.is_empty() && !chat.is_over() {
+                        let n = 1 + world.below(rest.len() as u64) as usize;
+                        let cut = (n..=rest.len())
+                            .find(|&i| rest.is_char_boundary(i))
+                            .unwrap_or(rest.len());
+                        chat.feed(&rest[..cut]);
+                        rest = &rest[cut..];
+                    }
+                    let outcome = onceclick_edge::sim::classify_stream(
+                        call.provider,
+                        call.kind,
+                        call.input,
+                        &chat,
+                    );
+                    world.check_streamed(&attempt_id, end, chat.chars(), &outcome);
+                    outcome
+                }
             }
         })
     }

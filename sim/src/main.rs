@@ -345,6 +345,11 @@ const MUTANTS: &[Planted] = &[
         AnyMutant::Rust(Mutant::NotifyUnderTheNextPosition),
         &["two documents at position"],
     ),
+    (
+        "stream-error-after-text-retries",
+        AnyMutant::Rust(Mutant::StreamErrorAfterTextRetries),
+        &["streamed answer of"],
+    ),
 ];
 
 fn mutant(name: &str) -> Result<AnyMutant> {

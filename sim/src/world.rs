@@ -4,7 +4,7 @@
 
 use crate::db::{self, AnyMutant, Db, FaultRates, SimPlaces};
 use crate::exec::{Exec, Role};
-use crate::host::{CallRecord, Script, SimHost};
+use crate::host::{CallRecord, Script, SimHost, StreamEnd};
 use crate::live::{Live, LiveFigures};
 use crate::rng::Rng;
 use onceclick_edge::sim::{self, Answer, Dispatch, Layout};
@@ -373,6 +373,11 @@ impl World {
         *self.db.mutant_ran.borrow()
     }
 
+    /// A number below `n`, from the run's seed.
+    pub(crate) fn below(&self, n: u64) -> u64 {
+        self.rng.borrow_mut().below(n)
+    }
+
     pub(crate) fn serial(&self) -> u64 {
         let n = self.serial.get() + 1;
         self.serial.set(n);
@@ -479,6 +484,12 @@ impl World {
             (8, Script::Hang),
             (10, Script::Late),
             (5, Script::CutOff),
+            (5, Script::Streamed(StreamEnd::Stop)),
+            (1, Script::Streamed(StreamEnd::Length)),
+            (1, Script::Streamed(StreamEnd::ErrorAfterText)),
+            (1, Script::Streamed(StreamEnd::ErrorBeforeText)),
+            (1, Script::Streamed(StreamEnd::Cut)),
+            (1, Script::Streamed(StreamEnd::Refusal)),
         ]);
         let delay = 20 + rng.below(1_100);
         drop(rng);
@@ -489,7 +500,8 @@ impl World {
                 attempt_id.to_owned(),
                 CallRecord {
                     script,
-                    output: script == Script::Answer && delay <= timeout,
+                    output: matches!(script, Script::Answer | Script::Streamed(StreamEnd::Stop))
+                        && delay <= timeout,
                     task: crate::exec::current(),
                     delivered: false,
                     orphaned: false,
@@ -506,6 +518,34 @@ impl World {
 
     /// A call is stopped only for a reason: its attempt is `cancelled`, or its job has
     /// succeeded with another attempt.
+    /// A streamed answer's classification: what its end makes of it, and never a
+    /// retryable failure once text came (a failover would pay for the work twice).
+    pub(crate) fn check_streamed(
+        &self,
+        attempt_id: &str,
+        end: StreamEnd,
+        chars: u64,
+        outcome: &onceclick_edge::sim::CallOutcome,
+    ) {
+        use onceclick_edge::sim::CallOutcome;
+        let fits = match (end, outcome) {
+            (StreamEnd::Stop, CallOutcome::Output(..))
+            | (StreamEnd::Cut, CallOutcome::Unknown(_)) => true,
+            (StreamEnd::ErrorBeforeText, CallOutcome::Failed(e)) => e.retryable,
+            (
+                StreamEnd::Length | StreamEnd::ErrorAfterText | StreamEnd::Refusal,
+                CallOutcome::Failed(e),
+            ) => !e.retryable,
+            _ => false,
+        };
+        let retried_paid = matches!(outcome, CallOutcome::Failed(e) if e.retryable && chars > 0);
+        if !fits || retried_paid {
+            self.violate(format!(
+                "streamed answer of {attempt_id} ending {end:?} after {chars} characters was classified {outcome:?}"
+            ));
+        }
+    }
+
     fn check_stop_reason(&self, attempt_id: &str) {
         let Some(place) = self.place_of(attempt_id) else {
             return;
@@ -1809,6 +1849,8 @@ impl World {
                 || recorded.contains(attempt)
                 || (purged && self.purged_lines.borrow().contains(attempt));
             let held = call.output && call.delivered && !call.orphaned;
+            // A call that failed on its own record: its attempt's error is the record.
+            let kept = kept || (call.script.fails_on_record() && state == "failed");
             let ok = if held && !self.given_up.borrow().contains(attempt) {
                 // The dispatcher had the output and lived: it must have recorded it.
                 kept
