@@ -81,6 +81,8 @@ pub(crate) async fn call(
     let controller = AbortController::default();
     let signal = controller.signal();
     let _abort = AbortOnDrop(Some(controller));
+    // A streamed call's total limit runs from here, as the backstop below does.
+    let deadline = crate::clock::now_ms() + provider.total_ms() as f64;
     let exchange = async {
         let request =
             build_request(provider, api_key, kind, input, attempt_id).map_err(Definite)?;
@@ -108,9 +110,13 @@ pub(crate) async fn call(
             .get("Content-Type")
             .ok()
             .flatten()
-            .is_some_and(|t| t.trim_start().starts_with("text/event-stream"));
+            .is_some_and(|t| {
+                t.trim_start()
+                    .to_ascii_lowercase()
+                    .starts_with("text/event-stream")
+            });
         if provider.stream && streamed && (200..=299).contains(&status) {
-            return read_stream(provider, &mut response)
+            return read_stream(provider, &mut response, deadline)
                 .await
                 .map(|chat| Answer::Streamed(Box::new(chat)));
         }
@@ -133,7 +139,7 @@ pub(crate) async fn call(
     // A streamed call keeps its total limit itself (so that an answer already finished
     // is kept); this bound is then a backstop.
     let slack = if provider.stream {
-        provider.timeout_ms
+        FINISHED_GRACE_MS + 1_000
     } else {
         0
     };
@@ -188,13 +194,13 @@ enum Answer {
 async fn read_stream(
     provider: &ProviderConfig,
     response: &mut Response,
+    deadline: f64,
 ) -> Result<ChatStream, Broke> {
     let mut chat = ChatStream::default();
     let Ok(mut body) = response.stream() else {
         return Ok(chat);
     };
     let mut pending = Vec::new();
-    let deadline = crate::clock::now_ms() + provider.total_ms() as f64;
     // Silence is no chunk for `timeout_ms`: comments keep a connection alive, and say
     // nothing of the answer. Once the finish reason has come, only the usage chunk and
     // `[DONE]` may follow, and they get a short grace.
@@ -204,9 +210,42 @@ async fn read_stream(
     };
     let mut quiet_until = crate::clock::now_ms() + quiet_ms(&chat);
     while !chat.is_over() {
+        // The limits are read off the clock here, not left to the timer to win its race:
+        // in workerd the clock moves with I/O, so a timer that comes due with the next
+        // comment would lose to it every time, and a stream of comments never stall.
+        let now = crate::clock::now_ms();
+        if now >= quiet_until.min(deadline) {
+            // A finished answer stands, however its connection ends.
+            if chat.finished() {
+                break;
+            }
+            let error = match now >= deadline {
+                true => AttemptError::new(
+                    "provider_timeout",
+                    format!(
+                        "{} did not finish its streamed answer within {} ms ({} characters came); it may still be working",
+                        provider.name,
+                        provider.total_ms(),
+                        chat.chars()
+                    ),
+                    false,
+                ),
+                false => AttemptError::new(
+                    "provider_stalled",
+                    format!(
+                        "{} said nothing for {} ms after {} characters of its streamed answer; it may still be working",
+                        provider.name,
+                        provider.timeout_ms,
+                        chat.chars()
+                    ),
+                    false,
+                ),
+            };
+            return Err(Ambiguous(error));
+        }
         let next = body.next();
         futures_util::pin_mut!(next);
-        let left = (quiet_until.min(deadline) - crate::clock::now_ms()).max(0.0) as u64;
+        let left = (quiet_until.min(deadline) - now).ceil().max(1.0) as u64;
         match select(next, delay(left)).await {
             Either::Left((Some(Ok(bytes)), _)) => {
                 pending.extend_from_slice(&bytes);
@@ -217,32 +256,8 @@ async fn read_stream(
                 }
             }
             Either::Left((Some(Err(_)) | None, _)) => break,
-            // A finished answer stands, however its connection ends.
-            Either::Right(((), _)) if chat.finished() => break,
-            Either::Right(((), _)) if crate::clock::now_ms() >= deadline => {
-                return Err(Ambiguous(AttemptError::new(
-                    "provider_timeout",
-                    format!(
-                        "{} did not finish its streamed answer within {} ms ({} characters came); it may still be working",
-                        provider.name,
-                        provider.total_ms(),
-                        chat.chars()
-                    ),
-                    false,
-                )))
-            }
-            Either::Right(((), _)) => {
-                return Err(Ambiguous(AttemptError::new(
-                    "provider_stalled",
-                    format!(
-                        "{} said nothing for {} ms after {} characters of its streamed answer; it may still be working",
-                        provider.name,
-                        provider.timeout_ms,
-                        chat.chars()
-                    ),
-                    false,
-                )))
-            }
+            // A limit came due: the top of the loop says which.
+            Either::Right(((), _)) => {}
         }
     }
     Ok(chat)

@@ -71,7 +71,7 @@ pub enum Ending {
 /// bounded).
 pub const MAX_CHARS: u64 = 1 << 20;
 
-/// The longest line of the stream read, in bytes, and the longest refusal.
+/// The longest event of the stream read, in bytes, and the longest refusal.
 pub const MAX_LINE: usize = 1 << 20;
 
 /// The reader of one streamed answer.
@@ -116,9 +116,9 @@ impl ChatStream {
                 "the answer is longer than {MAX_CHARS} characters"
             )));
         }
-        if self.events.unended() > MAX_LINE {
+        if self.events.buffered() > MAX_LINE {
             self.over = Some(Ending::Malformed(format!(
-                "a line of the stream is longer than {MAX_LINE} bytes"
+                "an event of the stream is longer than {MAX_LINE} bytes"
             )));
         }
         deltas
@@ -163,6 +163,11 @@ impl ChatStream {
         let delta = choice.get("delta");
         if let Some(refusal) = delta.and_then(|d| d.get("refusal")).and_then(Value::as_str) {
             self.refusal.push_str(refusal);
+        }
+        // Once the provider has said the text is at its end, it is: content in a later
+        // chunk is none of the answer (the chunk that says so may still carry some).
+        if self.finish.is_some() {
+            return None;
         }
         if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
             self.finish = Some(reason.to_owned());
@@ -345,6 +350,25 @@ mod tests {
                 stream.end()
             );
         }
+    }
+
+    #[test]
+    fn the_finishing_chunk_may_carry_text_and_nothing_after_it_is_text() {
+        let last = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"}\"},\"finish_reason\":\"stop\"}]}\n\n";
+        let (stream, _) = read(&[&chunk("{\"a\": 1"), last, &chunk(" and more")]);
+        assert_eq!(stream.text(), "{\"a\": 1}");
+        assert_eq!(stream.end(), Ending::Complete);
+        // Data lines that never end their event are bounded too.
+        let mut stream = ChatStream::default();
+        let line = format!("data: {}\n", "x".repeat(MAX_LINE / 4));
+        for _ in 0..5 {
+            stream.feed(&line);
+        }
+        assert!(
+            matches!(stream.end(), Ending::Malformed(_)),
+            "{:?}",
+            stream.end()
+        );
     }
 
     #[test]

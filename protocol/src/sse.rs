@@ -49,10 +49,11 @@ impl Events {
         self.pending = rest.to_owned();
     }
 
-    /// The bytes of the line not yet ended: a reader bounds it, since a stream that
-    /// never ends its line would grow it without end.
-    pub fn unended(&self) -> usize {
-        self.pending.len()
+    /// The bytes held for the event not yet dispatched (its data lines so far, and the
+    /// line not yet ended): a reader bounds it, since a stream that never ends its line,
+    /// or its event, would grow it without end.
+    pub fn buffered(&self) -> usize {
+        self.pending.len() + self.data.len()
     }
 
     fn line(&mut self, line: &str, out: &mut Vec<Item>) {

@@ -55,15 +55,6 @@ impl Script {
             Script::FailRetryable | Script::FailForGood | Script::Hang => false,
         }
     }
-
-    /// Whether the call fails for good on its own record: its attempt's error says what
-    /// was paid for (a streamed answer that ended unfinished, refused, or in an error).
-    pub(crate) fn fails_on_record(self) -> bool {
-        matches!(
-            self,
-            Script::Streamed(StreamEnd::Length | StreamEnd::ErrorAfterText | StreamEnd::Refusal)
-        )
-    }
 }
 
 /// The body of a streamed answer whose content is `content`, ending as `end`.
@@ -103,9 +94,8 @@ fn stream_body(content: &str, end: StreamEnd) -> String {
         StreamEnd::ErrorAfterText => body.push_str(error),
         _ => return body, // cut off
     }
-    body.push_str(
-        "data: {\"choices\": [], \"usage\": {\"prompt_tokens\": 9, \"completion_tokens\": 4}}\n\n",
-    );
+    // The usage chunk without `choices`, as some gateways send it.
+    body.push_str("data: {\"usage\": {\"prompt_tokens\": 9, \"completion_tokens\": 4}}\n\n");
     body.push_str("data: [DONE]\n\n");
     body
 }
@@ -124,6 +114,9 @@ pub(crate) struct CallRecord {
     pub(crate) orphaned: bool,
     /// The dispatcher dropped the call before its answer (a stop): when, virtual ms.
     pub(crate) stopped_at: Option<u64>,
+    /// The call failed for good on its own record: a streamed answer classified as a
+    /// failure that is not retryable, whose attempt's error says what was paid for.
+    pub(crate) failed_on_record: bool,
 }
 
 /// Marks a call stopped if its future is dropped before the provider answers: what
@@ -232,7 +225,8 @@ impl Host for SimHost {
                 // Silent past the limit before its first chunk: as a slow answer.
                 Script::Streamed(_) if delay > timeout => timed_out("slow stream"),
                 Script::Streamed(end) => {
-                    let content = world.output(world.serial()).to_string();
+                    let expected = world.streamed_output(world.serial());
+                    let content = expected.to_string();
                     let body = stream_body(&content, end);
                     // Read in reads of any length, cut anywhere between characters.
                     let mut chat = onceclick_protocol::chat::ChatStream::default();
@@ -251,7 +245,7 @@ impl Host for SimHost {
                         call.input,
                         &chat,
                     );
-                    world.check_streamed(&attempt_id, end, chat.chars(), &outcome);
+                    world.check_streamed(&attempt_id, end, &expected, chat.chars(), &outcome);
                     outcome
                 }
             }

@@ -389,6 +389,12 @@ impl World {
         json!({"summary": format!("s{n}"), "sentiment": "neutral"})
     }
 
+    /// A streamed provider's output: as [`World::output`], with text beyond ASCII, so
+    /// that the reads' cuts fall inside characters' encodings.
+    pub(crate) fn streamed_output(&self, n: u64) -> Value {
+        json!({"summary": format!("s{n} é会😀"), "sentiment": "neutral"})
+    }
+
     fn store(&self, layout: Layout, scope: &str) -> sim::Store {
         let places: Rc<dyn sim::Places> = self.places.clone();
         match sim::Store::new(places, layout, "", scope) {
@@ -506,6 +512,7 @@ impl World {
                     delivered: false,
                     orphaned: false,
                     stopped_at: None,
+                    failed_on_record: false,
                 },
             )
             .is_some()
@@ -516,28 +523,50 @@ impl World {
         (script, delay)
     }
 
-    /// A call is stopped only for a reason: its attempt is `cancelled`, or its job has
-    /// succeeded with another attempt.
-    /// A streamed answer's classification: what its end makes of it, and never a
-    /// retryable failure once text came (a failover would pay for the work twice).
+    /// A streamed answer's classification: what its end makes of it (the whole output
+    /// and its usage, `unknown`, or a failure with its code), and never a retryable
+    /// failure once text came (a failover would pay for the work twice). A failure for
+    /// good is marked as the call's own record of what was paid for.
     pub(crate) fn check_streamed(
         &self,
         attempt_id: &str,
         end: StreamEnd,
+        expected: &Value,
         chars: u64,
         outcome: &onceclick_edge::sim::CallOutcome,
     ) {
         use onceclick_edge::sim::CallOutcome;
+        let usage = Some(onceclick_protocol::chat::Tokens {
+            prompt: 9,
+            completion: 4,
+        });
+        let code = |e: &onceclick_protocol::AttemptError, code: &str| e.code == code;
         let fits = match (end, outcome) {
-            (StreamEnd::Stop, CallOutcome::Output(..))
-            | (StreamEnd::Cut, CallOutcome::Unknown(_)) => true,
-            (StreamEnd::ErrorBeforeText, CallOutcome::Failed(e)) => e.retryable,
-            (
-                StreamEnd::Length | StreamEnd::ErrorAfterText | StreamEnd::Refusal,
-                CallOutcome::Failed(e),
-            ) => !e.retryable,
+            (StreamEnd::Stop, CallOutcome::Output(output, tokens)) => {
+                output == expected && *tokens == usage
+            }
+            (StreamEnd::Cut, CallOutcome::Unknown(e)) => code(e, "provider_answer_cut_off"),
+            (StreamEnd::ErrorBeforeText, CallOutcome::Failed(e)) => {
+                e.retryable && code(e, "provider_stream_error")
+            }
+            (StreamEnd::ErrorAfterText, CallOutcome::Failed(e)) => {
+                !e.retryable && code(e, "provider_stream_error")
+            }
+            (StreamEnd::Length, CallOutcome::Failed(e)) => {
+                !e.retryable && code(e, "provider_output_incomplete")
+            }
+            (StreamEnd::Refusal, CallOutcome::Failed(e)) => {
+                !e.retryable && code(e, "provider_refused")
+            }
             _ => false,
         };
+        if let CallOutcome::Failed(e) = outcome {
+            if !e.retryable {
+                if let Some(call) = self.calls.borrow_mut().get_mut(attempt_id) {
+                    call.failed_on_record = true;
+                }
+            }
+        }
         let retried_paid = matches!(outcome, CallOutcome::Failed(e) if e.retryable && chars > 0);
         if !fits || retried_paid {
             self.violate(format!(
@@ -546,6 +575,8 @@ impl World {
         }
     }
 
+    /// A call is stopped only for a reason: its attempt is `cancelled`, or its job has
+    /// succeeded with another attempt.
     fn check_stop_reason(&self, attempt_id: &str) {
         let Some(place) = self.place_of(attempt_id) else {
             return;
@@ -1850,7 +1881,7 @@ impl World {
                 || (purged && self.purged_lines.borrow().contains(attempt));
             let held = call.output && call.delivered && !call.orphaned;
             // A call that failed on its own record: its attempt's error is the record.
-            let kept = kept || (call.script.fails_on_record() && state == "failed");
+            let kept = kept || (call.failed_on_record && state == "failed");
             let ok = if held && !self.given_up.borrow().contains(attempt) {
                 // The dispatcher had the output and lived: it must have recorded it.
                 kept
