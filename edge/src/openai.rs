@@ -8,16 +8,13 @@
 
 use futures_util::future::{select, Either};
 use futures_util::StreamExt;
-use onceclick_protocol::chat::{ChatStream, Ending};
+use onceclick_protocol::chat::{ChatStream, Ending, Tokens};
 use onceclick_protocol::contract::Kind;
 use onceclick_protocol::contract::ProviderConfig;
 use onceclick_protocol::{ijson, AttemptError};
 use serde_json::{json, Value};
 use std::time::Duration;
 use worker::{AbortController, Delay, Fetch, Headers, Method, Request, RequestInit, Response};
-
-/// What a provider says it billed for one answer (a chat completion's `usage`).
-use onceclick_protocol::chat::Tokens;
 
 /// How one provider call ended.
 #[derive(Debug)]

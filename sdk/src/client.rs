@@ -556,29 +556,30 @@ impl Client {
     /// failure is this client's own (its token).
     async fn run_stream(self, first_ms: f64) {
         let watching = &self.inner.watching;
-        // `alone`: the failure is this client's own (see `Watching::fall_back`).
-        let fall_back = |why: &str, alone: bool| {
+        // `everyone`: the failure is the stream's, not this client's own (see
+        // `Watching::fall_back`).
+        let fall_back = |why: &str, everyone: bool| {
             live::note_polling(why);
-            watching.borrow_mut().fall_back(!alone);
+            watching.borrow_mut().fall_back(everyone);
         };
         let mut failures = 0;
         loop {
             if failures >= crate::http::MAX_TRIES {
-                return fall_back("the live stream keeps failing", false);
+                return fall_back("the live stream keeps failing", true);
             }
             if failures > 0 {
                 let pause = crate::http::delay_ms(failures, None, js_sys::Math::random());
                 js::sleep(pause).await;
             }
             let Ok((abort, signal)) = js::abort_controller() else {
-                return fall_back("this browser cannot abort a request", false);
+                return fall_back("this browser cannot abort a request", true);
             };
             let Some((query, interrupt)) = watching.borrow_mut().connect(abort.clone()) else {
                 return; // no job left
             };
             // A token that cannot be had: the polls say why, as every call would.
             let Ok(token) = self.token().await else {
-                return fall_back("no token for the live stream", true);
+                return fall_back("no token for the live stream", false);
             };
             let path = format!("/v1/stream?{query}");
             let policy = Policy {
@@ -589,7 +590,7 @@ impl Client {
             // A request that cannot be made is taken for this client's own failure: the
             // usual cause is its token (a character a header cannot carry).
             let Ok(request) = call.request(&self.inner.base_url, &token) else {
-                return fall_back("the live stream's request could not be made", true);
+                return fall_back("the live stream's request could not be made", false);
             };
             // An answer that does not come within `first_ms` is a proxy that holds the
             // stream back, as one that sends nothing after its head is.
@@ -597,7 +598,7 @@ impl Client {
                 Ok(Some(response)) => response,
                 Ok(None) => {
                     let _ = js::call(&abort, "abort", &[]);
-                    return fall_back("the live stream did not answer in time", false);
+                    return fall_back("the live stream did not answer in time", true);
                 }
                 // Aborted because the jobs changed: reopen at once.
                 Err(_) => {
@@ -640,13 +641,13 @@ impl Client {
                 }
                 // A refusal of this client's token (which its polls then report as it
                 // is): the other tabs' jobs wait for a leader whose token passes.
-                401 | 403 => return fall_back("the live stream refused the token", true),
+                401 | 403 => return fall_back("the live stream refused the token", false),
                 // A server without the stream (404, 405), or a refusal of the stream as
                 // a whole (the owner's rate limit, which the poll's backoff honours).
-                _ => return fall_back("the live stream was refused", false),
+                _ => return fall_back("the live stream was refused", true),
             }
             let Some(mut stream) = live::Stream::of(&response) else {
-                return fall_back("this browser cannot read a response as it comes", false);
+                return fall_back("this browser cannot read a response as it comes", true);
             };
             let mut heard = false;
             loop {
@@ -666,9 +667,7 @@ impl Client {
                         failures += 1;
                         break;
                     }
-                    live::Next::Quiet => {
-                        return fall_back("the stream said nothing in time", false)
-                    }
+                    live::Next::Quiet => return fall_back("the stream said nothing in time", true),
                 };
                 // A connection that lives past its first item, or brings a change, is
                 // healthy: only connections cut before either count as failures.

@@ -334,10 +334,7 @@ impl Watching {
     /// word: the next tab to lead takes them up when they announce them again.
     pub(crate) fn fall_back(&mut self, everyone: bool) {
         let channel = self.leading.clone().filter(|_| everyone);
-        for mut job in self.jobs.drain(..) {
-            if channel.is_none() {
-                job.tabs.clear();
-            }
+        for job in self.jobs.drain(..) {
             tell_poll(job, channel.as_ref());
         }
         self.running = false;
