@@ -712,7 +712,14 @@ async fn a_streamed_answer_is_read_completely_and_classified() {
                 j["status"] != "queued" && j["status"] != "running"
             })
             .await;
-        assert_eq!(done["status"], status, "{step}: {done}");
+        if status == "unknown" {
+            // `fallback` is abandoned 200 ms after its call, and the abandon test's cron
+            // may run while this one waits: `abandoned` is reached only from `unknown`.
+            let state = &attempt(&done, 1)["state"];
+            assert!(state == "unknown" || state == "abandoned", "{step}: {done}");
+        } else {
+            assert_eq!(done["status"], status, "{step}: {done}");
+        }
         let calls = mock.calls(&marker).await;
         assert_eq!(calls.len(), 1, "{step}: one call");
         assert_eq!(calls[0]["stream"], true, "{step}: asked for a stream");
