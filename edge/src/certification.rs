@@ -47,6 +47,7 @@ pub(crate) async fn run(
                         kind,
                         input,
                         attempt_id: &call_id,
+                        job: None,
                     };
                     match host.call(call).await {
                         CallOutcome::Output(..) => None,

@@ -342,6 +342,7 @@ async fn call_and_record(host: &dyn Host, store: &Store, p: &Prepared<'_>) -> Ap
         kind: p.kind,
         input: &p.input,
         attempt_id: &p.attempt.id,
+        job: Some((&p.attempt.job_id, p.attempt.n)),
     });
     let Some(outcome) = unless_stopped(host, store, p, call, started).await? else {
         return Ok(());

@@ -55,6 +55,9 @@ pub struct ProviderCall<'a> {
     pub input: &'a Value,
     /// The attempt: the call's `Idempotency-Key`.
     pub attempt_id: &'a str,
+    /// The attempt's job and its `n`, where its streamed text goes as it comes (none
+    /// for a certification's calls).
+    pub job: Option<(&'a str, u32)>,
 }
 
 /// What the core asks of its platform.
@@ -135,12 +138,20 @@ impl Host for WorkerHost<'_> {
     }
 
     fn call<'a>(&'a self, call: ProviderCall<'a>) -> LocalBoxFuture<'a, CallOutcome> {
+        let sink = call
+            .job
+            .filter(|_| call.provider.stream)
+            .and_then(|(job_id, n)| {
+                let hubs = crate::live::Hubs::from_env(self.env)?;
+                Some(crate::openai::TextSink { hubs, job_id, n })
+            });
         Box::pin(crate::openai::call(
             call.provider,
             call.api_key,
             call.kind,
             call.input,
             call.attempt_id,
+            sink,
         ))
     }
 

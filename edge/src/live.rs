@@ -27,7 +27,8 @@
 use crate::error::{ApiResult, AppError};
 use crate::store::Store;
 use futures_util::future::LocalBoxFuture;
-use onceclick_protocol::live::{Hub, Position};
+use onceclick_protocol::chat::MAX_CHARS;
+use onceclick_protocol::live::{Hub, Piece, Place, Position};
 use onceclick_protocol::Job;
 use std::cell::RefCell;
 use std::time::Duration;
@@ -61,10 +62,48 @@ pub(crate) fn frame(seq: u64, doc: &str) -> String {
     format!("{seq}\n{doc}")
 }
 
-/// The change counter and the document of a frame, if it is one.
-pub(crate) fn unframe(text: &str) -> Option<(u64, &str)> {
-    let (seq, doc) = text.split_once('\n')?;
-    Some((Position::parse(seq)?.0, doc))
+/// A piece of an attempt's text as the hub sends it to a stream:
+/// `+<n> <offset> <attempt_id>\n<text>`.
+pub(crate) fn text_frame(piece: &Piece<'_>) -> String {
+    format!(
+        "+{} {} {}\n{}",
+        piece.n, piece.offset, piece.attempt_id, piece.text
+    )
+}
+
+/// What a hub sent a stream.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Frame<'a> {
+    /// A change: its counter and the document.
+    Doc(u64, &'a str),
+    /// A piece of an attempt's text.
+    Text(Piece<'a>),
+}
+
+/// A frame's content, if it is one.
+pub(crate) fn unframe(text: &str) -> Option<Frame<'_>> {
+    let (head, body) = text.split_once('\n')?;
+    let Some(head) = head.strip_prefix('+') else {
+        return Some(Frame::Doc(Position::parse(head)?.0, body));
+    };
+    let mut parts = head.splitn(3, ' ');
+    let mut number = || Some(Position::parse(parts.next()?)?.0);
+    let (n, offset) = (u32::try_from(number()?).ok()?, number()?);
+    Some(Frame::Text(Piece {
+        n,
+        offset,
+        attempt_id: parts.next().filter(|id| !id.is_empty())?,
+        text: body,
+    }))
+}
+
+/// What a hub answered a piece of text.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Taken {
+    /// It has this many code points of the attempt's text: send on from there.
+    Have(u64),
+    /// The attempt may stream no more (the job's document says it ended): send nothing.
+    Stop,
 }
 
 /// The Worker's side of the hubs: the store's [`crate::host::Notify`], and a stream's
@@ -109,10 +148,44 @@ impl Hubs {
         JsFuture::from(promise).await.map_err(text)
     }
 
-    /// Opens a WebSocket to the hub of `job_id` for a stream that has seen change
-    /// `since`: the hub sends every newer change it hears of. `429
-    /// too_many_subscribers` when the job has its fill of streams.
-    pub(crate) async fn subscribe(&self, job_id: &str, since: u64) -> ApiResult<WebSocket> {
+    /// Hands the hub of `job_id` the piece of attempt `n`'s text that begins at code
+    /// point `offset`.
+    pub(crate) async fn text(
+        &self,
+        job_id: &str,
+        n: u32,
+        attempt_id: &str,
+        offset: u64,
+        text: &str,
+    ) -> std::result::Result<Taken, String> {
+        let show = |e: JsValue| format!("{e:?}");
+        let init = Object::new();
+        Reflect::set(&init, &"method".into(), &"POST".into()).map_err(show)?;
+        Reflect::set(&init, &"body".into(), &text.into()).map_err(show)?;
+        let path = format!("/text?attempt={attempt_id}&n={n}&offset={offset}");
+        let reply = self.send(job_id, &path, &init).await?;
+        let status = Reflect::get(&reply, &"status".into())
+            .ok()
+            .and_then(|s| s.as_f64())
+            .unwrap_or(0.0);
+        let body: Promise = Reflect::get(&reply, &"text".into())
+            .and_then(|f| f.dyn_into::<Function>())
+            .and_then(|f| f.call0(&reply))
+            .and_then(|p| p.dyn_into())
+            .map_err(show)?;
+        let body = JsFuture::from(body).await.map_err(show)?;
+        let have = body.as_string().and_then(|b| Position::parse(&b));
+        match (status as u16, have) {
+            (410, _) => Ok(Taken::Stop),
+            (200 | 409, Some(have)) => Ok(Taken::Have(have.0)),
+            _ => Err(format!("the hub answered {status}: {body:?}")),
+        }
+    }
+
+    /// Opens a WebSocket to the hub of `job_id` for a stream at `since`: the hub sends
+    /// the text it has past that place, then every newer change and piece of text it
+    /// hears of. `429 too_many_subscribers` when the job has its fill of streams.
+    pub(crate) async fn subscribe(&self, job_id: &str, since: &Place) -> ApiResult<WebSocket> {
         let unavailable = |why: String| AppError::unavailable(format!("live hub: {why}"));
         let init = Object::new();
         let headers = Object::new();
@@ -175,9 +248,27 @@ impl crate::host::Notify for Hubs {
 pub struct Live {
     state: State,
     env: Env,
-    /// The newest change heard of since this instance began (`protocol::live::Hub`).
+    /// The newest change heard of since this instance began, and the text of each
+    /// attempt that streams (`protocol::live::Hub`).
     latest: RefCell<Hub>,
+    /// The attempts that the newest document says have ended: their text is refused.
+    ended: RefCell<Vec<String>>,
+    /// How much of each attempt's text (by `n`) is in the hub's storage.
+    kept: RefCell<Place>,
+    /// Whether the kept text has been read back since this instance began.
+    loaded: std::cell::Cell<bool>,
 }
+
+/// The key of attempt `n`'s kept text in the hub's storage (its value:
+/// `<attempt_id>\n<text>`).
+fn kept_key(n: u32) -> String {
+    format!("text/{n}")
+}
+
+/// How often an attempt's text is written to the hub's storage, in code points: at most
+/// one row per this much text (about a kilobyte), so a restarted hub can tell a stream
+/// what came before, and the operator what an `unknown` attempt said.
+const KEEP_EVERY_CHARS: u64 = 1_024;
 
 /// What a stream's socket carries for the hub's alarm: the job it follows.
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -192,11 +283,120 @@ impl Live {
         if !self.latest.borrow_mut().offer(seq, doc) {
             return;
         }
-        let text = frame(seq, doc);
+        self.broadcast(&frame(seq, doc));
+        let Ok(job) = serde_json::from_str::<Job>(doc) else {
+            return;
+        };
+        *self.ended.borrow_mut() = job
+            .attempts
+            .iter()
+            .filter(|a| !a.state.is_in_flight())
+            .map(|a| a.id.clone())
+            .collect();
+        // The result is stored, or the job ended without one: its text is done with.
+        if job.is_settled() {
+            self.latest.borrow_mut().drop_text();
+            let kept = std::mem::take(&mut self.kept.borrow_mut().texts);
+            if !kept.is_empty() {
+                // Not awaited: nobody's answer waits for it. A delete that fails leaves
+                // the text in the hub's storage, said in the log; nothing is sent of it,
+                // since a settled job's stream subscribes to no hub.
+                let keys: Vec<String> = kept.iter().map(|(n, _)| kept_key(*n)).collect();
+                let storage = self.state.storage();
+                worker::wasm_bindgen_futures::spawn_local(async move {
+                    if let Err(e) = storage.delete_multiple(keys).await {
+                        crate::log::error(serde_json::json!({"event": "live_text_unkept",
+                            "job_id": job.id, "cause": e.to_string()}));
+                    }
+                });
+            }
+        }
+    }
+
+    fn broadcast(&self, text: &str) {
         for socket in self.state.get_websockets() {
             // A socket that is closing takes nothing; its stream has ended.
-            let _ = socket.send_with_str(&text);
+            let _ = socket.send_with_str(text);
         }
+    }
+
+    /// Reads back the text kept in storage, once per instance (after a restart, the
+    /// hub's memory is empty).
+    async fn load(&self) -> Result<()> {
+        if self.loaded.replace(true) {
+            return Ok(());
+        }
+        let stored = self.state.storage().list().await?;
+        for entry in stored.entries() {
+            let Ok(entry) = entry else { continue };
+            let pair = worker::js_sys::Array::from(&entry);
+            let (Some(key), Some(value)) = (pair.get(0).as_string(), pair.get(1).as_string())
+            else {
+                continue;
+            };
+            let n = key
+                .strip_prefix("text/")
+                .and_then(|n| n.parse::<u32>().ok());
+            let (Some(n), Some((attempt_id, text))) = (n, value.split_once('\n')) else {
+                continue;
+            };
+            let mut hub = self.latest.borrow_mut();
+            if hub.text(n, attempt_id, 0, text, MAX_CHARS).is_ok() {
+                self.kept.borrow_mut().set(n, hub.chars(n));
+            }
+        }
+        Ok(())
+    }
+
+    /// `POST /text?attempt=ID&n=N&offset=O`: a piece of attempt `n`'s text, from the
+    /// call that streams it. Answers the code points the hub has of it (200, or 409 for
+    /// a piece past them: send from there), or 410 when the attempt has ended.
+    async fn text(&self, mut req: Request) -> Result<Response> {
+        let query =
+            crate::http::query(&req, &["attempt", "n", "offset"]).map_err(|e| e.detail.clone())?;
+        let number = |name| crate::http::param(&query, name).and_then(Position::parse);
+        let attempt = crate::http::param(&query, "attempt").map(str::to_owned);
+        let (Some(attempt), Some(n), Some(offset)) = (attempt, number("n"), number("offset"))
+        else {
+            return Response::error("attempt, n and offset", 400);
+        };
+        let Ok(n) = u32::try_from(n.0) else {
+            return Response::error("n", 400);
+        };
+        let text = req.text().await?;
+        self.load().await?;
+        let have = |hub: &Hub| hub.chars(n).to_string();
+        if self.ended.borrow().contains(&attempt) {
+            return Ok(Response::ok(have(&self.latest.borrow()))?.with_status(410));
+        }
+        let taken = {
+            let mut hub = self.latest.borrow_mut();
+            match hub.text(n, &attempt, offset.0, &text, MAX_CHARS) {
+                Ok(Some(piece)) => Ok(text_frame(&piece)),
+                Ok(None) => Err(200),
+                Err(_) => Err(409),
+            }
+        };
+        match taken {
+            Ok(frame) => self.broadcast(&frame),
+            Err(status) => {
+                return Ok(Response::ok(have(&self.latest.borrow()))?.with_status(status))
+            }
+        }
+        // Kept about once per kilobyte: a restart loses at most the text since.
+        let chars = self.latest.borrow().chars(n);
+        if chars >= self.kept.borrow().chars(n) + KEEP_EVERY_CHARS {
+            let value = {
+                let hub = self.latest.borrow();
+                let whole = hub.text_after(&Place::at(0)).find(|p| p.n == n);
+                whole.map(|p| format!("{attempt}\n{}", p.text))
+            };
+            if let Some(value) = value {
+                self.state.storage().put_raw(&kept_key(n), value).await?;
+                self.kept.borrow_mut().set(n, chars);
+            }
+        }
+        Response::ok(have(&self.latest.borrow()))
     }
 
     async fn subscribe(&self, req: &Request) -> Result<Response> {
@@ -205,8 +405,8 @@ impl Live {
         let query = crate::http::query(req, &["job", "since"]).map_err(|e| e.detail.clone())?;
         let job = crate::http::param(&query, "job").map(str::to_owned);
         let since = crate::http::param(&query, "since")
-            .and_then(Position::parse)
-            .map_or(0, |p| p.0);
+            .and_then(Place::parse)
+            .unwrap_or_default();
         let Some(job) = job else {
             return Response::error("no job", 400);
         };
@@ -218,12 +418,22 @@ impl Live {
         if self.state.get_websockets().len() as u64 >= max {
             return Response::error("too many subscribers", 429);
         }
+        self.load().await?;
+        // From here to the catch-up nothing awaits: the socket gets each later change
+        // and piece from `offer` and `text`, and what came before from here.
         let pair = WebSocketPair::new()?;
         self.state.accept_web_socket(&pair.server);
         pair.server.serialize_attachment(Attachment { job })?;
-        // A change heard of between the stream's own read and now.
-        if let Some((seq, doc)) = self.latest.borrow().catch_up(since) {
-            let _ = pair.server.send_with_str(frame(seq, doc));
+        // A change heard of between the stream's own read and now, and the text the
+        // stream lacks.
+        {
+            let hub = self.latest.borrow();
+            if let Some((seq, doc)) = hub.catch_up(since.seq) {
+                let _ = pair.server.send_with_str(frame(seq, doc));
+            }
+            for piece in hub.text_after(&since) {
+                let _ = pair.server.send_with_str(text_frame(&piece));
+            }
         }
         let storage = self.state.storage();
         if storage.get_alarm().await?.is_none() {
@@ -275,6 +485,9 @@ impl DurableObject for Live {
             state,
             env,
             latest: RefCell::new(Hub::default()),
+            ended: RefCell::new(Vec::new()),
+            kept: RefCell::new(Place::default()),
+            loaded: std::cell::Cell::new(false),
         }
     }
 
@@ -283,13 +496,14 @@ impl DurableObject for Live {
             "/notify" => {
                 let body = req.text().await?;
                 match unframe(&body) {
-                    Some((seq, doc)) => {
+                    Some(Frame::Doc(seq, doc)) => {
                         self.offer(seq, doc);
                         Ok(Response::empty()?.with_status(204))
                     }
-                    None => Response::error("not a frame", 400),
+                    _ => Response::error("not a frame", 400),
                 }
             }
+            "/text" => self.text(req).await,
             "/subscribe" => self.subscribe(&req).await,
             _ => Response::error("not found", 404),
         }
@@ -337,9 +551,24 @@ mod tests {
     #[test]
     fn a_frame_reads_back_and_anything_else_is_refused() {
         let text = frame(7, "{\"id\":\"job_1\"}");
-        assert_eq!(unframe(&text), Some((7, "{\"id\":\"job_1\"}")));
-        assert_eq!(unframe("7"), None);
-        assert_eq!(unframe("x\n{}"), None);
-        assert_eq!(unframe("-1\n{}"), None);
+        assert_eq!(unframe(&text), Some(Frame::Doc(7, "{\"id\":\"job_1\"}")));
+        let piece = Piece {
+            n: 2,
+            offset: 40,
+            attempt_id: "att_1",
+            text: "a\nb 😀",
+        };
+        assert_eq!(unframe(&text_frame(&piece)), Some(Frame::Text(piece)));
+        for bad in [
+            "7",
+            "x\n{}",
+            "-1\n{}",
+            "+2 40\nab",
+            "+2 40 \nab",
+            "+x 40 att\nab",
+            "+2\nab",
+        ] {
+            assert_eq!(unframe(bad), None, "{bad:?}");
+        }
     }
 }

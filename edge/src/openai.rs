@@ -66,14 +66,28 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// Calls the provider once for attempt `attempt_id` and classifies the answer. Dropped
-/// before it ends, it aborts the fetch ([`AbortOnDrop`]).
+/// Where a streamed call's text goes as it comes: the hub of the attempt's job.
+pub(crate) struct TextSink<'a> {
+    pub(crate) hubs: crate::live::Hubs,
+    pub(crate) job_id: &'a str,
+    /// The attempt's `n`.
+    pub(crate) n: u32,
+}
+
+/// How long one hand-off of text to the hub may take before the call stops handing
+/// its text on (the answer is still read, and recorded, whatever the hub does).
+const HAND_OFF_MS: u64 = 2_000;
+
+/// Calls the provider once for attempt `attempt_id` and classifies the answer; a
+/// streamed answer's text goes to `sink` as it comes. Dropped before it ends, it aborts
+/// the fetch ([`AbortOnDrop`]).
 pub(crate) async fn call(
     provider: &ProviderConfig,
     api_key: Option<&str>,
     kind: &Kind,
     input: &Value,
     attempt_id: &str,
+    sink: Option<TextSink<'_>>,
 ) -> CallOutcome {
     let controller = AbortController::default();
     let signal = controller.signal();
@@ -113,7 +127,7 @@ pub(crate) async fn call(
                     .starts_with("text/event-stream")
             });
         if provider.stream && streamed && (200..=299).contains(&status) {
-            return read_stream(provider, &mut response, deadline)
+            return read_stream(provider, &mut response, deadline, sink.as_ref(), attempt_id)
                 .await
                 .map(|chat| Answer::Streamed(Box::new(chat)));
         }
@@ -185,17 +199,88 @@ enum Answer {
     Streamed(Box<ChatStream>),
 }
 
-/// Reads a streamed answer's body chunk by chunk, each within `timeout_ms` of the last.
-/// A body that fails or ends early is not an error here: [`ChatStream::end`] tells a
+/// Reads a streamed answer's body chunk by chunk, each within `timeout_ms` of the last,
+/// and hands its text to `sink` meanwhile ([`hand_on`]); returns once both are done. A
+/// body that fails or ends early is not an error here: [`ChatStream::end`] tells a
 /// cut-off from a finished answer. A stall is: the provider may still be working.
 async fn read_stream(
     provider: &ProviderConfig,
     response: &mut Response,
     deadline: f64,
+    sink: Option<&TextSink<'_>>,
+    attempt_id: &str,
 ) -> Result<ChatStream, Broke> {
-    let mut chat = ChatStream::default();
+    let chat = std::cell::RefCell::new(ChatStream::default());
+    let (wake, woken) = futures_channel::mpsc::unbounded::<()>();
+    let read = read_body(provider, response, deadline, &chat, wake);
+    let (read, ()) =
+        futures_util::future::join(read, hand_on(sink, attempt_id, &chat, woken)).await;
+    read.map(|()| chat.into_inner())
+}
+
+/// Hands the text of `chat` on to `sink` each time `woken` says more came, one piece at
+/// a time: each piece is what the hub lacks, so text that came while a piece was on its
+/// way goes with the next, and a hub that restarted and lost text is sent it again.
+/// Ends when the body is read and the hub has all of it, or when the hub says the
+/// attempt has ended, fails, or does not answer within [`HAND_OFF_MS`] (said in the
+/// log: the stream's clients then see the text only in the result).
+async fn hand_on(
+    sink: Option<&TextSink<'_>>,
+    attempt_id: &str,
+    chat: &std::cell::RefCell<ChatStream>,
+    mut woken: futures_channel::mpsc::UnboundedReceiver<()>,
+) {
+    let Some(sink) = sink else { return };
+    let mut sent = 0;
+    let mut idle = 0;
+    while woken.next().await.is_some() {
+        while woken.try_recv().is_ok() {}
+        loop {
+            let piece = {
+                let chat = chat.borrow();
+                if chat.chars() <= sent {
+                    break;
+                }
+                onceclick_protocol::live::after_chars(chat.text(), sent).to_owned()
+            };
+            let send = sink
+                .hubs
+                .text(sink.job_id, sink.n, attempt_id, sent, &piece);
+            futures_util::pin_mut!(send);
+            let why = match select(send, delay(HAND_OFF_MS)).await {
+                Either::Left((Ok(crate::live::Taken::Have(have)), _)) => {
+                    // A hub that takes nothing twice in a row (it holds no more): stop.
+                    idle = if have > sent { 0 } else { idle + 1 };
+                    sent = have;
+                    if idle < 2 {
+                        continue;
+                    }
+                    "the hub takes no more".to_owned()
+                }
+                Either::Left((Ok(crate::live::Taken::Stop), _)) => return,
+                Either::Left((Err(e), _)) => e,
+                Either::Right(_) => format!("the hub did not answer within {HAND_OFF_MS} ms"),
+            };
+            crate::log::error(
+                json!({"event": "text_hand_off_failed", "job_id": sink.job_id,
+                                     "attempt_id": attempt_id, "sent": sent, "cause": why}),
+            );
+            return;
+        }
+    }
+}
+
+/// The reading half of [`read_stream`]: feeds the body to `chat`, and says on `wake`
+/// whenever text came.
+async fn read_body(
+    provider: &ProviderConfig,
+    response: &mut Response,
+    deadline: f64,
+    chat: &std::cell::RefCell<ChatStream>,
+    wake: futures_channel::mpsc::UnboundedSender<()>,
+) -> Result<(), Broke> {
     let Ok(mut body) = response.stream() else {
-        return Ok(chat);
+        return Ok(());
     };
     let mut pending = Vec::new();
     // Silence is no chunk for `timeout_ms`: comments keep a connection alive, and say
@@ -205,14 +290,15 @@ async fn read_stream(
         false => provider.timeout_ms as f64,
         true => provider.timeout_ms.min(FINISHED_GRACE_MS) as f64,
     };
-    let mut quiet_until = crate::clock::now_ms() + quiet_ms(&chat);
-    while !chat.is_over() {
+    let mut quiet_until = crate::clock::now_ms() + quiet_ms(&chat.borrow());
+    while !chat.borrow().is_over() {
         // The limits are read off the clock here, not left to the timer to win its race:
         // in workerd the clock moves with I/O, so a timer that comes due with the next
         // comment would lose to it every time, and a stream of comments never stall.
         let now = crate::clock::now_ms();
         if now >= quiet_until.min(deadline) {
             // A finished answer stands, however its connection ends.
+            let chat = chat.borrow();
             if chat.finished() {
                 break;
             }
@@ -246,8 +332,11 @@ async fn read_stream(
         match select(next, delay(left)).await {
             Either::Left((Some(Ok(bytes)), _)) => {
                 pending.extend_from_slice(&bytes);
+                let mut chat = chat.borrow_mut();
                 let before = chat.chunks();
-                chat.feed(&decoded(&mut pending));
+                if !chat.feed(&decoded(&mut pending)).is_empty() {
+                    let _ = wake.unbounded_send(());
+                }
                 if chat.chunks() > before {
                     quiet_until = crate::clock::now_ms() + quiet_ms(&chat);
                 }
@@ -257,7 +346,7 @@ async fn read_stream(
             Either::Right(((), _)) => {}
         }
     }
-    Ok(chat)
+    Ok(())
 }
 
 /// How long a streamed answer whose finish reason came may take for its usage chunk

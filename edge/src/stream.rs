@@ -27,11 +27,11 @@
 use crate::auth::Caller;
 use crate::error::{ApiResult, AppError};
 use crate::http::Ctx;
-use crate::live::{self, Hubs};
+use crate::live::{self, Frame, Hubs};
 use futures_channel::mpsc::{unbounded, UnboundedReceiver, UnboundedSender};
 use futures_util::future::{join_all, select, Either};
 use futures_util::StreamExt;
-use onceclick_protocol::live::{parse_followed, Follower, Position, MAX_STREAM_JOBS};
+use onceclick_protocol::live::{parse_followed, Place, Position, MAX_STREAM_JOBS};
 use onceclick_protocol::ErrorCode;
 use std::cell::Cell;
 use std::rc::Rc;
@@ -47,8 +47,9 @@ const KEEP_ALIVE_MS: u64 = 15_000;
 /// reconnects from its positions (and with a fresh token).
 const DEFAULT_MAX_STREAM_MS: u64 = 300_000;
 
-/// Changes that may wait for a slow reader before its stream is cut off.
-const MAX_BUFFERED: usize = 32;
+/// Frames (changes and pieces of text) that may wait for a slow reader before its
+/// stream is cut off.
+const MAX_BUFFERED: usize = 256;
 
 /// The comment a stream sends first when the client is already up to date.
 const LIVE: &str = ": live\n\n";
@@ -57,7 +58,7 @@ const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
 
 /// One event, its data split into `data:` lines (a document has none, but a frame
 /// must never end early).
-fn event(id: u64, name: &str, data: &str) -> String {
+fn event(id: impl std::fmt::Display, name: &str, data: &str) -> String {
     let mut out = format!("id: {id}\nevent: {name}\n");
     for line in data.split('\n') {
         out.push_str("data: ");
@@ -71,31 +72,31 @@ fn event(id: u64, name: &str, data: &str) -> String {
 /// The position the client has, from `Last-Event-ID`: `None` without the header (or
 /// with an empty one, which EventSource sends to mean none), 400 for one this stream
 /// never wrote.
-fn last_event_id(req: &Request) -> ApiResult<Option<Position>> {
+fn last_event_id(req: &Request) -> ApiResult<Option<Place>> {
     let Some(text) = req.headers().get("Last-Event-ID").ok().flatten() else {
         return Ok(None);
     };
     if text.trim().is_empty() {
         return Ok(None);
     }
-    Position::parse(text.trim()).map(Some).ok_or_else(|| {
+    Place::parse(text.trim()).map(Some).ok_or_else(|| {
         AppError::new(
             ErrorCode::InvalidLastEventId,
-            format!("Last-Event-ID {text:?} is not a position of this stream; positions are the event ids it sent (decimal digits)"),
+            format!("Last-Event-ID {text:?} is not a position of this stream; positions are the event ids it sent (7, or 7/1:40 once text came)"),
         )
     })
 }
 
 /// The jobs of `GET /v1/stream`, from its `job` parameters, each once, with the
 /// position the client has.
-fn followed(req: &Request) -> ApiResult<Vec<(String, Option<Position>)>> {
+fn followed(req: &Request) -> ApiResult<Vec<(String, Option<Place>)>> {
     let query = crate::http::query_repeating(req, &["job"], &["job"])?;
     if query.len() > MAX_STREAM_JOBS {
         return Err(crate::http::invalid_query(format!(
             "one stream follows at most {MAX_STREAM_JOBS} jobs; open another for the rest"
         )));
     }
-    let mut jobs: Vec<(String, Option<Position>)> = Vec::new();
+    let mut jobs: Vec<(String, Option<Place>)> = Vec::new();
     for (_, value) in &query {
         // A refusal names the job at fault, so that a client follows that one some other
         // way and the rest live. One that does not parse is named whole: a client sends a
@@ -155,7 +156,7 @@ pub(crate) async fn jobs(req: &Request, ctx: &Ctx<'_>, caller: &Caller) -> ApiRe
 async fn serve(
     ctx: &Ctx<'_>,
     caller: &Caller,
-    jobs: Vec<(String, Option<Position>)>,
+    jobs: Vec<(String, Option<Place>)>,
 ) -> ApiResult<Response> {
     let reads = join_all(
         jobs.iter()
@@ -163,8 +164,8 @@ async fn serve(
     )
     .await;
     let mut first = String::new();
-    // The jobs whose changes are still to come, with the change each was read at.
-    let mut open: Vec<(&str, u64)> = Vec::new();
+    // The jobs whose changes are still to come, with the place each stream starts at.
+    let mut open: Vec<(&str, Place)> = Vec::new();
     for ((id, after), read) in jobs.iter().zip(reads) {
         // The refusal names its job, so a client following several drops that one.
         let stored = read?.ok_or_else(|| AppError::not_found(&format!("job {id}")).with_job(id))?;
@@ -173,12 +174,15 @@ async fn serve(
         })?;
         // A position at or ahead of the job's (a client that cannot be ahead, but says
         // so) gets nothing older than it claims to have.
-        if after.is_none_or(|a| a < at) {
-            first.push_str(&event(at.0, "job", &stored.doc));
+        // The text the client has stays its own: the hub sends what it lacks.
+        let mut place = after.clone().unwrap_or_default();
+        if after.as_ref().is_none_or(|a| a.seq < at.0) {
+            place.seq = at.0;
+            first.push_str(&event(&place, "job", &stored.doc));
         }
         if !stored.job.is_settled() {
             // Changes from the later of the two on: never one the client has.
-            open.push((id, after.map_or(at.0, |a| a.0.max(at.0))));
+            open.push((id, place));
         }
     }
     if open.is_empty() && first.is_empty() {
@@ -199,14 +203,14 @@ async fn serve(
     }
     let hubs = Hubs::from_env(ctx.env)
         .ok_or_else(|| AppError::internal("the LIVE binding is not configured"))?;
-    let subscribed = join_all(open.iter().map(|(id, at)| hubs.subscribe(id, *at))).await;
+    let subscribed = join_all(open.iter().map(|(id, at)| hubs.subscribe(id, at))).await;
     let max_ms = live::number_var(ctx.env, "LIVE_MAX_STREAM_MS", DEFAULT_MAX_STREAM_MS);
     let mut relay = Relay::new(crate::clock::now_ms() + max_ms as f64);
     let mut refused = None;
-    for ((_, at), socket) in open.iter().zip(subscribed) {
+    for ((id, at), socket) in open.into_iter().zip(subscribed) {
         match socket {
             Ok(socket) if refused.is_none() => {
-                if let Err(e) = relay.follow(socket, *at) {
+                if let Err(e) = relay.follow(socket, id, at) {
                     refused = Some(e);
                 }
             }
@@ -241,12 +245,15 @@ enum Heard {
     Behind,
 }
 
-/// One job's hub socket, with the last change sent for it.
+/// One job's hub socket, with the place it was last sent.
 struct Watch {
     socket: WebSocket,
     /// The listeners, kept alive as long as the socket is.
     _listeners: [Closure<dyn FnMut(worker::web_sys::MessageEvent)>; 2],
-    sent: Follower,
+    job: String,
+    /// The last change sent, and each attempt's text as far as it was sent: a change
+    /// is sent only if newer, and of a piece of text only what the client lacks.
+    sent: Place,
     /// Its settling change is sent, and its socket closed.
     done: bool,
 }
@@ -286,8 +293,8 @@ impl Relay {
         }
     }
 
-    /// Listens on `socket`, the hub of a job last sent at change `sent`.
-    fn follow(&mut self, socket: WebSocket, sent: u64) -> ApiResult<()> {
+    /// Listens on `socket`, the hub of job `job`, last sent at `sent`.
+    fn follow(&mut self, socket: WebSocket, job: &str, sent: Place) -> ApiResult<()> {
         let index = self.watches.len();
         let on_message = {
             let (tx, waiting) = (self.tx.clone(), self.waiting.clone());
@@ -322,7 +329,8 @@ impl Relay {
         self.watches.push(Watch {
             socket,
             _listeners: [on_message, on_close],
-            sent: Follower { at: Some(sent) },
+            job: job.to_owned(),
+            sent,
             done: false,
         });
         accepted.map_err(|e| AppError::unavailable(format!("live hub: {e}")))
@@ -361,21 +369,39 @@ impl Relay {
                 Heard::End => continue,
             };
             self.waiting.set(self.waiting.get().saturating_sub(1));
-            let Some((seq, doc)) = live::unframe(&text) else {
+            let Some(frame) = live::unframe(&text) else {
                 continue;
             };
             let Some(watch) = self.watches.get_mut(index) else {
                 continue;
             };
-            if watch.done || !watch.sent.take(seq) {
+            if watch.done {
                 continue;
             }
-            if live::ends_stream(doc) {
-                watch.done = true;
-                watch.close("job settled");
-            }
+            let out = match frame {
+                Frame::Doc(seq, _) if seq <= watch.sent.seq => continue,
+                Frame::Doc(seq, doc) => {
+                    watch.sent.seq = seq;
+                    if live::ends_stream(doc) {
+                        watch.done = true;
+                        watch.close("job settled");
+                    }
+                    event(&watch.sent, "job", doc)
+                }
+                Frame::Text(piece) => match watch.sent.take(piece.n, piece.offset, piece.text) {
+                    Ok(Some((offset, text))) => {
+                        let data = serde_json::json!({"job_id": watch.job,
+                            "attempt_id": piece.attempt_id, "offset": offset, "text": text});
+                        event(&watch.sent, "delta", &data.to_string())
+                    }
+                    Ok(None) => continue,
+                    // A gap (the hub lost text it had sent): the client resumes from
+                    // its place, and the hub sends what it lacks.
+                    Err(_) => return None,
+                },
+            };
             self.wrote_ms = crate::clock::now_ms();
-            return Some((Ok(event(seq, "job", doc).into_bytes()), self));
+            return Some((Ok(out.into_bytes()), self));
         }
     }
 }

@@ -42,15 +42,127 @@ impl std::fmt::Display for Position {
     }
 }
 
+/// The most streaming attempts a [`Place`] holds: a job's hedges and failovers are
+/// far fewer.
+pub const MAX_TEXTS: usize = 16;
+
+/// Where a client stands in a job's stream once text has come: the document's change
+/// counter, and for each attempt that streamed, how many code points of its text the
+/// client has. Written `SEQ/N:CHARS/N:CHARS…` (`7/1:1024/2:40`: the document as of
+/// change 7, the first 1,024 code points of attempt 1's text and 40 of attempt 2's),
+/// attempts in ascending `n`, none at 0; a place without text is its `SEQ` alone, as
+/// [`Position`] writes it. Opaque to clients, like a position.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Place {
+    /// The document's change counter ([`Position`]).
+    pub seq: u64,
+    /// `(n, chars)` by ascending `n`, each `chars > 0`.
+    pub texts: Vec<(u32, u64)>,
+}
+
+impl Place {
+    /// The place of a document at change `seq`, with no text.
+    pub fn at(seq: u64) -> Self {
+        Self {
+            seq,
+            texts: Vec::new(),
+        }
+    }
+
+    /// Reads a place as [`Display`](std::fmt::Display) writes it; `None` for anything
+    /// else (a part that is no [`Position`], an `n` of 0 or out of order, `chars` of 0,
+    /// more than [`MAX_TEXTS`] attempts).
+    pub fn parse(text: &str) -> Option<Self> {
+        let mut parts = text.split('/');
+        let mut place = Self::at(Position::parse(parts.next()?)?.0);
+        for part in parts {
+            let (n, chars) = part.split_once(':')?;
+            let (n, chars) = (Position::parse(n)?.0, Position::parse(chars)?.0);
+            let n = u32::try_from(n).ok().filter(|n| *n > 0)?;
+            let ascending = place.texts.last().is_none_or(|(last, _)| *last < n);
+            if !ascending || chars == 0 || place.texts.len() == MAX_TEXTS {
+                return None;
+            }
+            place.texts.push((n, chars));
+        }
+        Some(place)
+    }
+
+    /// The code points of attempt `n`'s text the holder has.
+    pub fn chars(&self, n: u32) -> u64 {
+        self.texts
+            .iter()
+            .find(|(m, _)| *m == n)
+            .map_or(0, |(_, chars)| *chars)
+    }
+
+    /// Takes the piece of attempt `n`'s text that begins at code point `offset`: the
+    /// part of it the holder lacks, with its offset, which the holder now has; `Ok(None)`
+    /// when it has all of it; `Err(chars)` when the piece begins past the holder's
+    /// `chars` (a gap: nothing is taken).
+    pub fn take<'t>(
+        &mut self,
+        n: u32,
+        offset: u64,
+        text: &'t str,
+    ) -> Result<Option<(u64, &'t str)>, u64> {
+        let have = self.chars(n);
+        if offset > have {
+            return Err(have);
+        }
+        let new = after_chars(text, have - offset);
+        if new.is_empty() {
+            return Ok(None);
+        }
+        if !self.set(n, have + new.chars().count() as u64) {
+            return Err(have); // a place holds no more; the client resumes
+        }
+        Ok(Some((have, new)))
+    }
+
+    /// Says the holder has `chars` code points of attempt `n`'s text; `false` (and
+    /// nothing changed) when that is a new attempt and the place holds [`MAX_TEXTS`].
+    pub fn set(&mut self, n: u32, chars: u64) -> bool {
+        let (at, full) = (
+            self.texts.partition_point(|(m, _)| *m < n),
+            self.texts.len() == MAX_TEXTS,
+        );
+        match self.texts.get_mut(at) {
+            Some(entry) if entry.0 == n => entry.1 = chars,
+            _ if full => return false,
+            _ => self.texts.insert(at, (n, chars)),
+        }
+        true
+    }
+}
+
+impl std::fmt::Display for Place {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.seq)?;
+        for (n, chars) in &self.texts {
+            write!(f, "/{n}:{chars}")?;
+        }
+        Ok(())
+    }
+}
+
+/// `text` less its first `chars` code points.
+pub fn after_chars(text: &str, chars: u64) -> &str {
+    let skip = usize::try_from(chars).unwrap_or(usize::MAX);
+    text.char_indices()
+        .nth(skip)
+        .map_or("", |(at, _)| &text[at..])
+}
+
 /// The most jobs one stream (`GET /v1/stream?job=…`) may follow.
 pub const MAX_STREAM_JOBS: usize = 20;
 
 /// One `job` parameter of `GET /v1/stream`: a job's id, alone or followed by `:` and
-/// the position the client has (`job_…:7`), since one `Last-Event-ID` cannot hold the
+/// the place the client has (`job_…:7`, `job_…:7/1:40`), since one `Last-Event-ID` cannot hold the
 /// positions of several jobs. `None` when the id is empty or the position is not one.
-pub fn parse_followed(text: &str) -> Option<(&str, Option<Position>)> {
+pub fn parse_followed(text: &str) -> Option<(&str, Option<Place>)> {
     let (id, position) = match text.split_once(':') {
-        Some((id, position)) => (id, Some(Position::parse(position)?)),
+        Some((id, position)) => (id, Some(Place::parse(position)?)),
         None => (text, None),
     };
     (!id.is_empty()).then_some((id, position))
@@ -82,6 +194,31 @@ impl Job {
 #[derive(Clone, Debug, Default)]
 pub struct Hub {
     latest: Option<(u64, String)>,
+    /// The text of each attempt that streams, as far as it came without a gap.
+    texts: Vec<Streamed>,
+    /// Their lengths in code points, by `n`.
+    have: Place,
+}
+
+/// One attempt's text in a hub.
+#[derive(Clone, Debug)]
+struct Streamed {
+    n: u32,
+    attempt_id: String,
+    text: String,
+}
+
+/// One piece of an attempt's text, as a hub sends it on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Piece<'a> {
+    /// The attempt's `n`.
+    pub n: u32,
+    /// The attempt's id.
+    pub attempt_id: &'a str,
+    /// The code points of the attempt's text before it.
+    pub offset: u64,
+    /// The piece itself.
+    pub text: &'a str,
 }
 
 impl Hub {
@@ -93,6 +230,74 @@ impl Hub {
         }
         self.latest = Some((seq, doc.to_owned()));
         true
+    }
+
+    /// Takes the piece of attempt `n`'s text that begins at code point `offset`: the
+    /// part that is new, to send to every stream (`Ok(None)` when the hub has it all);
+    /// `Err(chars)`, the code points the hub has, when the piece begins past them (the
+    /// sender sends again from there) or the text would pass `max_chars`.
+    pub fn text(
+        &mut self,
+        n: u32,
+        attempt_id: &str,
+        offset: u64,
+        text: &str,
+        max_chars: u64,
+    ) -> Result<Option<Piece<'_>>, u64> {
+        let have = self.have.chars(n);
+        if offset.saturating_add(text.chars().count() as u64) > max_chars {
+            return Err(have);
+        }
+        let Some((offset, new)) = self.have.take(n, offset, text)? else {
+            return Ok(None);
+        };
+        let at = match self.texts.iter().position(|t| t.n == n) {
+            Some(at) => at,
+            None => {
+                self.texts.push(Streamed {
+                    n,
+                    attempt_id: attempt_id.to_owned(),
+                    text: String::new(),
+                });
+                self.texts.len() - 1
+            }
+        };
+        let streamed = &mut self.texts[at];
+        let start = streamed.text.len();
+        streamed.text.push_str(new);
+        Ok(Some(Piece {
+            n,
+            attempt_id: &streamed.attempt_id,
+            offset,
+            text: &streamed.text[start..],
+        }))
+    }
+
+    /// The text a stream at `place` lacks, attempt by attempt: each text after the
+    /// code points the place has of it.
+    pub fn text_after<'a>(&'a self, place: &Place) -> impl Iterator<Item = Piece<'a>> + 'a {
+        let place = place.clone();
+        self.texts.iter().filter_map(move |t| {
+            let offset = place.chars(t.n).min(self.have.chars(t.n));
+            let text = after_chars(&t.text, offset);
+            (!text.is_empty()).then_some(Piece {
+                n: t.n,
+                attempt_id: &t.attempt_id,
+                offset,
+                text,
+            })
+        })
+    }
+
+    /// The code points of attempt `n`'s text the hub has.
+    pub fn chars(&self, n: u32) -> u64 {
+        self.have.chars(n)
+    }
+
+    /// Forgets the text: the job's result is stored, or its stream has ended.
+    pub fn drop_text(&mut self) {
+        self.texts.clear();
+        self.have.texts.clear();
     }
 
     /// What a stream subscribing after change `since` is sent at once: the newest
@@ -190,17 +395,127 @@ mod tests {
     }
 
     #[test]
+    fn a_place_is_a_position_and_each_attempts_text_in_code_points() {
+        let place = Place::parse("7/1:1024/3:40").unwrap();
+        assert_eq!(place.seq, 7);
+        assert_eq!(
+            (place.chars(1), place.chars(2), place.chars(3)),
+            (1024, 0, 40)
+        );
+        assert_eq!(place.to_string(), "7/1:1024/3:40");
+        assert_eq!(Place::parse("7"), Some(Place::at(7)));
+        assert_eq!(Place::at(7).to_string(), "7");
+        let most = (1..=MAX_TEXTS)
+            .map(|n| format!("/{n}:1"))
+            .collect::<String>();
+        assert!(Place::parse(&format!("1{most}")).is_some());
+        for bad in [
+            "",
+            "7/",
+            "/1:2",
+            "7/1",
+            "7/1:0",
+            "7/0:3",
+            "7/2:1/1:1",
+            "7/1:1/1:2",
+            "7/1:01",
+            "7/1:-1",
+            "7/4294967296:1",
+            &format!("1{most}/99:1"),
+        ] {
+            assert_eq!(Place::parse(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_place_takes_only_the_text_it_lacks() {
+        let mut place = Place::at(3);
+        assert_eq!(place.take(2, 0, "Café"), Ok(Some((0, "Café"))));
+        assert_eq!(place.take(2, 2, "fé 😀"), Ok(Some((4, " 😀"))), "overlap");
+        assert_eq!(place.take(2, 0, "Ca"), Ok(None), "had it");
+        assert_eq!(place.take(2, 9, "x"), Err(6), "a gap");
+        assert_eq!(place.take(1, 0, "a"), Ok(Some((0, "a"))));
+        assert_eq!(place.to_string(), "3/1:1/2:6");
+        assert_eq!(after_chars("😀ab", 1), "ab");
+        assert_eq!(after_chars("ab", 5), "");
+    }
+
+    #[test]
+    fn a_hub_keeps_each_attempts_text_and_catches_a_stream_up() {
+        let mut hub = Hub::default();
+        let piece = hub.text(1, "att_a", 0, "{\"sum", 100).unwrap().unwrap();
+        assert_eq!(
+            (piece.offset, piece.text, piece.attempt_id),
+            (0, "{\"sum", "att_a")
+        );
+        assert_eq!(
+            hub.text(1, "att_a", 9, "x", 100),
+            Err(5),
+            "a gap: send from 5"
+        );
+        assert_eq!(
+            hub.text(1, "att_a", 3, "um\": \"", 100)
+                .unwrap()
+                .unwrap()
+                .text,
+            "\": \""
+        );
+        assert_eq!(hub.text(1, "att_a", 0, "{\"s", 100), Ok(None));
+        assert_eq!(
+            hub.text(1, "att_a", 8, &"x".repeat(93), 100),
+            Err(9),
+            "too long"
+        );
+        hub.text(2, "att_b", 0, "ab", 100).unwrap();
+        let all: Vec<_> = hub
+            .text_after(&Place::at(0))
+            .map(|p| (p.n, p.offset, p.text.to_owned()))
+            .collect();
+        assert_eq!(
+            all,
+            [(1, 0, "{\"sum\": \"".to_owned()), (2, 0, "ab".to_owned())]
+        );
+        let rest: Vec<_> = hub
+            .text_after(&Place::parse("4/1:8/2:2").unwrap())
+            .map(|p| (p.n, p.offset, p.text.to_owned()))
+            .collect();
+        assert_eq!(rest, [(1, 8, "\"".to_owned())]);
+        // A client ahead of the hub (its text was lost) is sent nothing it has.
+        assert_eq!(
+            hub.text_after(&Place::parse("4/1:50").unwrap())
+                .filter(|p| p.n == 1)
+                .count(),
+            0
+        );
+        hub.drop_text();
+        assert_eq!(hub.text_after(&Place::at(0)).count(), 0);
+        assert_eq!(hub.chars(1), 0);
+    }
+
+    #[test]
     fn a_followed_job_is_its_id_and_maybe_its_position() {
         assert_eq!(parse_followed("job_1"), Some(("job_1", None)));
         assert_eq!(
             parse_followed("job_1:17"),
-            Some(("job_1", Some(Position(17))))
+            Some(("job_1", Some(Place::at(17))))
         );
         assert_eq!(
             parse_followed("job_1:0"),
-            Some(("job_1", Some(Position(0))))
+            Some(("job_1", Some(Place::at(0))))
         );
-        for bad in ["", ":7", "job_1:", "job_1:07", "job_1:x", "job_1:7:8"] {
+        assert_eq!(
+            parse_followed("job_1:7/2:40"),
+            Some(("job_1", Place::parse("7/2:40")))
+        );
+        for bad in [
+            "",
+            ":7",
+            "job_1:",
+            "job_1:07",
+            "job_1:x",
+            "job_1:7:8",
+            "job_1:7/2",
+        ] {
             assert_eq!(parse_followed(bad), None, "{bad:?}");
         }
     }

@@ -22,7 +22,8 @@ pub enum Item {
 /// An open stream.
 pub struct Stream {
     response: reqwest::Response,
-    buffer: String,
+    /// Bytes not yet read into an event: a chunk may end inside a character.
+    buffer: Vec<u8>,
     pending: Vec<Item>,
 }
 
@@ -86,7 +87,7 @@ pub async fn open_path(api: &Api, token: Option<&str>, path: &str, last: Option<
         body: None,
         stream: Some(Stream {
             response,
-            buffer: String::new(),
+            buffer: Vec::new(),
             pending: Vec::new(),
         }),
     }
@@ -105,19 +106,36 @@ impl Stream {
                 .expect("the stream stayed silent for 20 s")
                 .expect("the stream broke");
             let chunk = chunk?;
-            self.buffer.push_str(&String::from_utf8_lossy(&chunk));
-            while let Some(end) = self.buffer.find("\n\n") {
-                let block: String = self.buffer.drain(..end + 2).collect();
-                self.pending.extend(parse(&block));
+            self.buffer.extend_from_slice(&chunk);
+            while let Some(end) = self.buffer.windows(2).position(|w| w == b"\n\n") {
+                let block: Vec<u8> = self.buffer.drain(..end + 2).collect();
+                self.pending
+                    .extend(parse(&String::from_utf8(block).expect("UTF-8")));
             }
         }
     }
 
-    /// The next event, skipping comments; `None` at the stream's end.
+    /// The next event of any type, skipping comments: its id, type and data as JSON;
+    /// `None` at the stream's end.
+    pub async fn next_typed(&mut self) -> Option<(String, String, serde_json::Value)> {
+        loop {
+            match self.next().await? {
+                Item::Comment(_) => continue,
+                Item::Event { id, event, data } => {
+                    let id = id.expect("every event has an id");
+                    return Some((id, event, serde_json::from_str(&data).unwrap()));
+                }
+            }
+        }
+    }
+
+    /// The next `job` event, skipping comments and a streaming provider's `delta`s;
+    /// `None` at the stream's end.
     pub async fn next_event(&mut self) -> Option<(String, serde_json::Value)> {
         loop {
             match self.next().await? {
                 Item::Comment(_) => continue,
+                Item::Event { event, .. } if event == "delta" => continue,
                 Item::Event { id, event, data } => {
                     assert_eq!(event, "job", "an event type this test does not know");
                     return Some((

@@ -616,3 +616,131 @@ async fn a_stream_ends_at_its_maximum_duration_and_resumes_where_it_was() {
         "resumed where it was: nothing again, live at once"
     );
 }
+
+/// The deltas of one stream, in order: `(id, attempt_id, offset, text)`.
+type Deltas = Vec<(String, String, u64, String)>;
+
+/// Reads `stream` until `enough` says so or it ends, sorting its events into deltas and
+/// job documents; `true` if the stream ended.
+async fn read_text(
+    stream: &mut sse::Stream,
+    deltas: &mut Deltas,
+    docs: &mut Vec<Value>,
+    enough: impl Fn(&Deltas) -> bool,
+) -> bool {
+    while !enough(deltas) {
+        let Some((position, event, data)) = stream.next_typed().await else {
+            return true;
+        };
+        match event.as_str() {
+            "delta" => deltas.push((
+                position,
+                data["attempt_id"].as_str().unwrap().to_owned(),
+                data["offset"].as_u64().unwrap(),
+                data["text"].as_str().unwrap().to_owned(),
+            )),
+            "job" => docs.push(data),
+            other => panic!("an event this test does not know: {other}"),
+        }
+    }
+    false
+}
+
+/// Each delta begins where the one before it ended, in code points, from `from`; its id
+/// says the attempt's text as far as it. The text they make.
+fn joined(deltas: &[(String, String, u64, String)], from: u64) -> String {
+    let mut text = String::new();
+    let mut at = from;
+    for (position, _, offset, piece) in deltas {
+        assert_eq!(*offset, at, "no gap and nothing twice: {deltas:?}");
+        at += piece.chars().count() as u64;
+        assert!(
+            position.ends_with(&format!("/1:{at}")),
+            "the id says how far the text came: {position} at {at}"
+        );
+        text.push_str(piece);
+    }
+    text
+}
+
+// Issue 25: a streamed answer's text reaches the job's streams as it is written, as
+// `delta` events whose offsets count code points; a stream that reconnects with the
+// last delta's id continues after exactly that chunk; one that comes late gets the text
+// so far first. The winner's `job` event then carries the result.
+#[tokio::test]
+async fn a_streamed_answer_reaches_the_stream_as_it_is_written_and_resumes_after_its_last_chunk() {
+    let (api, mock) = (Api::from_env(), Mock::from_env());
+    let token = api.token("deltas");
+    let marker = unique("deltas");
+    let summary =
+        "Café, 会议 and 😀: the meeting ran long, and the numbers came in above the forecast";
+    mock.script(
+        "fallback",
+        &marker,
+        json!([{"summary": summary, "chunk_chars": 3, "chunk_ms": 40}]),
+    )
+    .await;
+    let content = json!({"summary": summary, "sentiment": "neutral"}).to_string();
+    let job = api
+        .create_job(&token, "summarize", &marked_text(&marker), Some("fallback"))
+        .await;
+    let job_id = id(&job);
+    let attempt_id = id(&job["attempts"][0]);
+
+    let mut first = sse::open(&api, Some(&token), &job_id, None)
+        .await
+        .stream
+        .unwrap();
+    let (mut deltas, mut docs) = (Vec::new(), Vec::new());
+    let ended = read_text(&mut first, &mut deltas, &mut docs, |d| d.len() >= 3).await;
+    assert!(!ended, "the stream ended before three deltas: {docs:?}");
+    drop(first);
+    let had = joined(&deltas, 0);
+
+    // A late subscriber: the text so far in one piece (or more), then the rest.
+    let mut late = sse::open(&api, Some(&token), &job_id, None)
+        .await
+        .stream
+        .unwrap();
+    let (mut late_deltas, mut late_docs) = (Vec::new(), Vec::new());
+    // A reconnect with the last delta's id: the text after exactly that chunk.
+    let last = deltas.last().unwrap().0.clone();
+    let mut resumed = sse::open(&api, Some(&token), &job_id, Some(&last))
+        .await
+        .stream
+        .unwrap();
+    let (mut rest, mut rest_docs) = (Vec::new(), Vec::new());
+    let (late_ended, rest_ended) = tokio::join!(
+        read_text(&mut late, &mut late_deltas, &mut late_docs, |_| false),
+        read_text(&mut resumed, &mut rest, &mut rest_docs, |_| false),
+    );
+    assert!(late_ended && rest_ended);
+
+    let had_chars = had.chars().count() as u64;
+    assert_eq!(had.clone() + &joined(&rest, had_chars), content, "{rest:?}");
+    assert!(
+        late_deltas.first().is_some_and(|d| d.2 == 0),
+        "a late stream starts at the text's start: {late_deltas:?}"
+    );
+    assert_eq!(joined(&late_deltas, 0), content);
+    for (_, attempt, _, _) in deltas.iter().chain(&rest).chain(&late_deltas) {
+        assert_eq!(attempt, &attempt_id);
+    }
+    for docs in [&rest_docs, &late_docs] {
+        let done = docs.last().unwrap();
+        assert_eq!(done["status"], "succeeded", "{done}");
+        assert_eq!(done["result"]["summary"], summary);
+    }
+    let calls = mock.calls(&marker).await;
+    assert_eq!(calls.len(), 1, "one call");
+    // The text is dropped once the result is stored: a stream opened now has the
+    // document alone.
+    let mut after = sse::open(&api, Some(&token), &job_id, None)
+        .await
+        .stream
+        .unwrap();
+    let (mut none, mut settled) = (Vec::new(), Vec::new());
+    assert!(read_text(&mut after, &mut none, &mut settled, |_| false).await);
+    assert!(none.is_empty(), "{none:?}");
+    assert_eq!(settled.len(), 1);
+}

@@ -14,6 +14,8 @@ use serde_json::Value;
 #[derive(Debug, Clone, Deserialize)]
 pub(crate) struct ClaimedAttempt {
     pub(crate) id: String,
+    /// 1, 2, 3… within its job: its text's name in a stream's place.
+    pub(crate) n: u32,
     pub(crate) job_id: String,
     pub(crate) provider: String,
     /// The provider of the job's first attempt: it needs no certification.

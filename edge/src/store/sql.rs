@@ -247,7 +247,7 @@ pub(crate) const CLAIM_SUPERSEDE: &str = concat!(
 );
 
 pub(crate) const CLAIMED: &str =
-    "SELECT a.id, a.job_id, a.provider, j.provider AS job_provider, a.state,
+    "SELECT a.id, a.n, a.job_id, a.provider, j.provider AS job_provider, a.state,
             a.claim_token, j.kind, j.input
        FROM attempts AS a JOIN jobs AS j ON j.id = a.job_id
       WHERE a.id = ?1";
