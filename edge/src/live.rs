@@ -28,7 +28,7 @@ use crate::error::{ApiResult, AppError};
 use crate::store::Store;
 use futures_util::future::LocalBoxFuture;
 use onceclick_protocol::chat::MAX_CHARS;
-use onceclick_protocol::live::{Hub, Piece, Place, Position};
+use onceclick_protocol::live::{Hub, Piece, Place, Position, Refused};
 use onceclick_protocol::Job;
 use std::cell::RefCell;
 use std::time::Duration;
@@ -251,8 +251,6 @@ pub struct Live {
     /// The newest change heard of since this instance began, and the text of each
     /// attempt that streams (`protocol::live::Hub`).
     latest: RefCell<Hub>,
-    /// The attempts that the newest document says have ended: their text is refused.
-    ended: RefCell<Vec<String>>,
     /// How much of each attempt's text (by `n`) is in the hub's storage.
     kept: RefCell<Place>,
     /// Whether the kept text has been read back since this instance began.
@@ -284,18 +282,9 @@ impl Live {
             return;
         }
         self.broadcast(&frame(seq, doc));
-        let Ok(job) = serde_json::from_str::<Job>(doc) else {
-            return;
-        };
-        *self.ended.borrow_mut() = job
-            .attempts
-            .iter()
-            .filter(|a| !a.state.is_in_flight())
-            .map(|a| a.id.clone())
-            .collect();
-        // The result is stored, or the job ended without one: its text is done with.
-        if job.is_settled() {
-            self.latest.borrow_mut().drop_text();
+        // The result is stored, or the job ended without one: its text is done with
+        // (`Hub::offer` dropped it from memory).
+        if ends_stream(doc) {
             let kept = std::mem::take(&mut self.kept.borrow_mut().texts);
             if !kept.is_empty() {
                 // Not awaited: nobody's answer waits for it. A delete that fails leaves
@@ -306,7 +295,7 @@ impl Live {
                 worker::wasm_bindgen_futures::spawn_local(async move {
                     if let Err(e) = storage.delete_multiple(keys).await {
                         crate::log::error(serde_json::json!({"event": "live_text_unkept",
-                            "job_id": job.id, "cause": e.to_string()}));
+                            "cause": e.to_string()}));
                     }
                 });
             }
@@ -366,15 +355,13 @@ impl Live {
         let text = req.text().await?;
         self.load().await?;
         let have = |hub: &Hub| hub.chars(n).to_string();
-        if self.ended.borrow().contains(&attempt) {
-            return Ok(Response::ok(have(&self.latest.borrow()))?.with_status(410));
-        }
         let taken = {
             let mut hub = self.latest.borrow_mut();
             match hub.text(n, &attempt, offset.0, &text, MAX_CHARS) {
                 Ok(Some(piece)) => Ok(text_frame(&piece)),
                 Ok(None) => Err(200),
-                Err(_) => Err(409),
+                Err(Refused::Gap(_)) => Err(409),
+                Err(Refused::Ended) => Err(410),
             }
         };
         match taken {
@@ -485,7 +472,6 @@ impl DurableObject for Live {
             state,
             env,
             latest: RefCell::new(Hub::default()),
-            ended: RefCell::new(Vec::new()),
             kept: RefCell::new(Place::default()),
             loaded: std::cell::Cell::new(false),
         }

@@ -31,8 +31,9 @@ use crate::live::{self, Frame, Hubs};
 use futures_channel::mpsc::{unbounded, UnboundedReceiver, UnboundedSender};
 use futures_util::future::{join_all, select, Either};
 use futures_util::StreamExt;
-use onceclick_protocol::live::{parse_followed, Place, Position, MAX_STREAM_JOBS};
+use onceclick_protocol::live::{parse_followed, Follower, Place, Position, MAX_STREAM_JOBS};
 use onceclick_protocol::ErrorCode;
+use onceclick_protocol::Job;
 use std::cell::Cell;
 use std::rc::Rc;
 use wasm_bindgen::closure::Closure;
@@ -164,8 +165,8 @@ async fn serve(
     )
     .await;
     let mut first = String::new();
-    // The jobs whose changes are still to come, with the place each stream starts at.
-    let mut open: Vec<(&str, Place)> = Vec::new();
+    // The jobs whose changes are still to come, with where each stream stands.
+    let mut open: Vec<(&str, Follower)> = Vec::new();
     for ((id, after), read) in jobs.iter().zip(reads) {
         // The refusal names its job, so a client following several drops that one.
         let stored = read?.ok_or_else(|| AppError::not_found(&format!("job {id}")).with_job(id))?;
@@ -175,14 +176,13 @@ async fn serve(
         // A position at or ahead of the job's (a client that cannot be ahead, but says
         // so) gets nothing older than it claims to have.
         // The text the client has stays its own: the hub sends what it lacks.
-        let mut place = after.clone().unwrap_or_default();
-        if after.as_ref().is_none_or(|a| a.seq < at.0) {
-            place.seq = at.0;
-            first.push_str(&event(&place, "job", &stored.doc));
+        let mut sent = Follower::after(after.clone());
+        if sent.take_job(at.0, &stored.job) {
+            first.push_str(&event(sent.place(), "job", &stored.doc));
         }
         if !stored.job.is_settled() {
             // Changes from the later of the two on: never one the client has.
-            open.push((id, place));
+            open.push((id, sent));
         }
     }
     if open.is_empty() && first.is_empty() {
@@ -203,7 +203,7 @@ async fn serve(
     }
     let hubs = Hubs::from_env(ctx.env)
         .ok_or_else(|| AppError::internal("the LIVE binding is not configured"))?;
-    let subscribed = join_all(open.iter().map(|(id, at)| hubs.subscribe(id, at))).await;
+    let subscribed = join_all(open.iter().map(|(id, at)| hubs.subscribe(id, at.place()))).await;
     let max_ms = live::number_var(ctx.env, "LIVE_MAX_STREAM_MS", DEFAULT_MAX_STREAM_MS);
     let mut relay = Relay::new(crate::clock::now_ms() + max_ms as f64);
     let mut refused = None;
@@ -253,7 +253,7 @@ struct Watch {
     job: String,
     /// The last change sent, and each attempt's text as far as it was sent: a change
     /// is sent only if newer, and of a piece of text only what the client lacks.
-    sent: Place,
+    sent: Follower,
     /// Its settling change is sent, and its socket closed.
     done: bool,
 }
@@ -294,7 +294,7 @@ impl Relay {
     }
 
     /// Listens on `socket`, the hub of job `job`, last sent at `sent`.
-    fn follow(&mut self, socket: WebSocket, job: &str, sent: Place) -> ApiResult<()> {
+    fn follow(&mut self, socket: WebSocket, job: &str, sent: Follower) -> ApiResult<()> {
         let index = self.watches.len();
         let on_message = {
             let (tx, waiting) = (self.tx.clone(), self.waiting.clone());
@@ -379,20 +379,24 @@ impl Relay {
                 continue;
             }
             let out = match frame {
-                Frame::Doc(seq, _) if seq <= watch.sent.seq => continue,
                 Frame::Doc(seq, doc) => {
-                    watch.sent.seq = seq;
-                    if live::ends_stream(doc) {
+                    let Ok(job) = serde_json::from_str::<Job>(doc) else {
+                        continue;
+                    };
+                    if !watch.sent.take_job(seq, &job) {
+                        continue;
+                    }
+                    if job.is_settled() {
                         watch.done = true;
                         watch.close("job settled");
                     }
-                    event(&watch.sent, "job", doc)
+                    event(watch.sent.place(), "job", doc)
                 }
-                Frame::Text(piece) => match watch.sent.take(piece.n, piece.offset, piece.text) {
+                Frame::Text(piece) => match watch.sent.take_text(&piece) {
                     Ok(Some((offset, text))) => {
                         let data = serde_json::json!({"job_id": watch.job,
                             "attempt_id": piece.attempt_id, "offset": offset, "text": text});
-                        event(&watch.sent, "delta", &data.to_string())
+                        event(watch.sent.place(), "delta", &data.to_string())
                     }
                     Ok(None) => continue,
                     // A gap (the hub lost text it had sent): the client resumes from

@@ -198,6 +198,19 @@ pub struct Hub {
     texts: Vec<Streamed>,
     /// Their lengths in code points, by `n`.
     have: Place,
+    /// The attempts the newest document says have ended.
+    ended: Vec<String>,
+}
+
+/// Why a hub took nothing of a piece of text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// It begins past the code points the hub has (these: send from there), or the
+    /// text would pass its bound.
+    Gap(u64),
+    /// The newest document says the attempt has ended: a stop publishes nothing after
+    /// the document that says `cancelled`, nor a loser after its `superseded`.
+    Ended,
 }
 
 /// One attempt's text in a hub.
@@ -223,19 +236,31 @@ pub struct Piece<'a> {
 
 impl Hub {
     /// Takes change `seq` with its document if it is newer than any heard of: `true`
-    /// means "send it to every stream", `false` that it is dropped.
+    /// means "send it to every stream", `false` that it is dropped. The document also
+    /// says which attempts have ended (their text is refused from now on), and a
+    /// settled one that the text is done with (dropped).
     pub fn offer(&mut self, seq: u64, doc: &str) -> bool {
         if self.latest.as_ref().is_some_and(|(heard, _)| *heard >= seq) {
             return false;
         }
         self.latest = Some((seq, doc.to_owned()));
+        if let Ok(job) = serde_json::from_str::<Job>(doc) {
+            self.ended = job
+                .attempts
+                .iter()
+                .filter(|a| !a.state.is_in_flight())
+                .map(|a| a.id.clone())
+                .collect();
+            if job.is_settled() {
+                self.drop_text();
+            }
+        }
         true
     }
 
     /// Takes the piece of attempt `n`'s text that begins at code point `offset`: the
-    /// part that is new, to send to every stream (`Ok(None)` when the hub has it all);
-    /// `Err(chars)`, the code points the hub has, when the piece begins past them (the
-    /// sender sends again from there) or the text would pass `max_chars`.
+    /// part that is new, to send to every stream (`Ok(None)` when the hub has it all),
+    /// or why it took nothing ([`Refused`]).
     pub fn text(
         &mut self,
         n: u32,
@@ -243,12 +268,15 @@ impl Hub {
         offset: u64,
         text: &str,
         max_chars: u64,
-    ) -> Result<Option<Piece<'_>>, u64> {
+    ) -> Result<Option<Piece<'_>>, Refused> {
+        if self.ended.iter().any(|id| id == attempt_id) {
+            return Err(Refused::Ended);
+        }
         let have = self.have.chars(n);
         if offset.saturating_add(text.chars().count() as u64) > max_chars {
-            return Err(have);
+            return Err(Refused::Gap(have));
         }
-        let Some((offset, new)) = self.have.take(n, offset, text)? else {
+        let Some((offset, new)) = self.have.take(n, offset, text).map_err(Refused::Gap)? else {
             return Ok(None);
         };
         let at = match self.texts.iter().position(|t| t.n == n) {
@@ -313,17 +341,27 @@ impl Hub {
 /// One stream's view of one job: the position it last sent. A change is sent only if
 /// it is newer, so a stream never sends an older document after a newer one, nor one
 /// change twice, whatever order its sources (its own read, the hub) deliver in.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+///
+/// Of each attempt's text it sends only what the client lacks, and nothing of an
+/// attempt that a document it has seen says has ended: the hub refuses such text once
+/// it has heard of that document, but a stream may have read it from the store first.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Follower {
     /// The position of the last document sent, or the client's own.
     pub at: Option<u64>,
+    /// Each attempt's text as far as sent, or as the client has it.
+    pub text: Place,
+    /// The attempts that a document seen has ended (an ended attempt never runs again).
+    pub ended: Vec<String>,
 }
 
 impl Follower {
-    /// A stream that resumes after `at` (the client's position), or from the start.
-    pub fn after(at: Option<Position>) -> Self {
+    /// A stream that resumes after `at` (the client's place), or from the start.
+    pub fn after(at: Option<Place>) -> Self {
         Self {
-            at: at.map(|p| p.0),
+            at: at.as_ref().map(|p| p.seq),
+            text: at.unwrap_or_default(),
+            ended: Vec::new(),
         }
     }
 
@@ -333,7 +371,33 @@ impl Follower {
             return false;
         }
         self.at = Some(seq);
+        self.text.seq = seq;
         true
+    }
+
+    /// [`take`](Self::take) for `job`'s document at `seq`; whether sent or not, the
+    /// attempts it shows ended are remembered.
+    pub fn take_job(&mut self, seq: u64, job: &Job) -> bool {
+        for a in job.attempts.iter().filter(|a| !a.state.is_in_flight()) {
+            if !self.ended.contains(&a.id) {
+                self.ended.push(a.id.clone());
+            }
+        }
+        self.take(seq)
+    }
+
+    /// The part of `piece` to send, with its offset (`Ok(None)`: nothing, the client
+    /// has it or its attempt has ended); `Err` for a gap ([`Place::take`]).
+    pub fn take_text<'t>(&mut self, piece: &Piece<'t>) -> Result<Option<(u64, &'t str)>, u64> {
+        if self.ended.iter().any(|id| id == piece.attempt_id) {
+            return Ok(None);
+        }
+        self.text.take(piece.n, piece.offset, piece.text)
+    }
+
+    /// The place to write as the next event's id.
+    pub fn place(&self) -> &Place {
+        &self.text
     }
 }
 
@@ -361,7 +425,7 @@ mod tests {
         assert!(!f.take(1));
         assert!(f.take(4));
         assert!(!f.take(2), "older after newer");
-        let mut resumed = Follower::after(Some(Position(4)));
+        let mut resumed = Follower::after(Some(Place::at(4)));
         assert!(!resumed.take(4), "the client has it");
         assert!(resumed.take(5));
         assert_eq!(resumed.at, Some(5));
@@ -450,7 +514,7 @@ mod tests {
         );
         assert_eq!(
             hub.text(1, "att_a", 9, "x", 100),
-            Err(5),
+            Err(Refused::Gap(5)),
             "a gap: send from 5"
         );
         assert_eq!(
@@ -463,7 +527,7 @@ mod tests {
         assert_eq!(hub.text(1, "att_a", 0, "{\"s", 100), Ok(None));
         assert_eq!(
             hub.text(1, "att_a", 8, &"x".repeat(93), 100),
-            Err(9),
+            Err(Refused::Gap(9)),
             "too long"
         );
         hub.text(2, "att_b", 0, "ab", 100).unwrap();
@@ -490,6 +554,32 @@ mod tests {
         hub.drop_text();
         assert_eq!(hub.text_after(&Place::at(0)).count(), 0);
         assert_eq!(hub.chars(1), 0);
+    }
+
+    #[test]
+    fn a_hub_refuses_an_ended_attempts_text_and_drops_a_settled_jobs() {
+        let doc = |status: &str, first: &str, second: &str| {
+            let attempt = |n: u32, state: &str| {
+                serde_json::json!({"id": format!("att_{n}"), "n": n, "provider": "p",
+                    "state": state, "started_at": "t", "finished_at": null, "error": null})
+            };
+            serde_json::json!({"id": "job_1", "kind": "summarize", "status": status,
+                "version": 1, "input": {}, "provider": "p", "result": null,
+                "completed_by": null, "created_at": "t", "updated_at": "t",
+                "attempts": [attempt(1, first), attempt(2, second)]})
+            .to_string()
+        };
+        let mut hub = Hub::default();
+        assert!(hub.offer(2, &doc("running", "running", "running")));
+        hub.text(1, "att_1", 0, "ab", 100).unwrap();
+        hub.text(2, "att_2", 0, "cd", 100).unwrap();
+        assert!(hub.offer(5, &doc("succeeded", "succeeded", "running")));
+        assert_eq!(hub.text(1, "att_1", 2, "x", 100), Err(Refused::Ended));
+        assert_eq!(hub.chars(2), 2, "the loser still runs: its text stays");
+        assert!(hub.text(2, "att_2", 2, "e", 100).unwrap().is_some());
+        assert!(hub.offer(6, &doc("succeeded", "succeeded", "superseded")));
+        assert_eq!(hub.text_after(&Place::at(0)).count(), 0, "settled: dropped");
+        assert_eq!(hub.text(2, "att_2", 3, "f", 100), Err(Refused::Ended));
     }
 
     #[test]

@@ -236,8 +236,13 @@ impl Host for SimHost {
                         let cut = (n..=rest.len())
                             .find(|&i| rest.is_char_boundary(i))
                             .unwrap_or(rest.len());
-                        chat.feed(&rest[..cut]);
+                        let fed = !chat.feed(&rest[..cut]).is_empty();
                         rest = &rest[cut..];
+                        if let (true, Some((job_id, n))) = (fed, call.job) {
+                            world
+                                .live()
+                                .hand(job_id, n, &attempt_id, chat.text(), &content);
+                        }
                     }
                     let outcome = onceclick_edge::sim::classify_stream(
                         call.provider,

@@ -11,12 +11,19 @@
 //!   document of that position, and ends only at a settled document;
 //! - nothing is lost for good: once the world settles, every stream still open shows
 //!   the job's current document (through a notification or the re-read), and every
-//!   other one gets it, or `204`, when it reconnects from its last position.
+//!   other one gets it, or `204`, when it reconnects from its last position;
+//! - streamed text (issue 25), handed to the hub as the Worker's call hands it (each
+//!   piece from what the sender knows the hub has; a hub that restarted is sent what
+//!   it lost; one hand-off in `HAND_LOST_ONE_IN` fails, and that call hands no more):
+//!   what a stream holds of an attempt's text, across reconnects, is always a prefix of
+//!   what the provider sent, each piece beginning where the last ended, and no piece of
+//!   an attempt comes after a document the stream had that says it ended.
 
 use crate::rng::Rng;
 use futures_util::future::{self, LocalBoxFuture};
 use onceclick_edge::sim::Notify;
-use onceclick_protocol::live::{Follower, Hub, Position};
+use onceclick_protocol::chat::MAX_CHARS;
+use onceclick_protocol::live::{after_chars, Follower, Hub, Piece, Place, Refused};
 use onceclick_protocol::Job;
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -30,6 +37,11 @@ const LATE_MS: u64 = 400;
 const LOST_ONE_IN: u64 = 8;
 /// Streams the model opens on one job.
 const STREAMS_PER_JOB: usize = 4;
+/// One hand-off of text in this many fails (the hub did not answer in time).
+const HAND_LOST_ONE_IN: u64 = 16;
+/// Before one hand-off in this many the hub is evicted: its memory is gone, and its
+/// (hibernatable) sockets stay open.
+const EVICTED_ONE_IN: u64 = 6;
 
 /// The model's reading of a job from the store: its position and document, as a
 /// stream's first read (or the hub's re-read) gets them; `None` once it is gone.
@@ -48,6 +60,12 @@ pub struct LiveFigures {
     /// Re-reads of a hub, and restarts of one (its memory and sockets gone).
     pub rereads: u64,
     pub restarts: u64,
+    /// Hand-offs of text to a hub, those that failed, and pieces streams sent.
+    pub handed: u64,
+    pub hand_failed: u64,
+    pub pieces: u64,
+    /// Hubs evicted between hand-offs (memory gone, sockets open).
+    pub evictions: u64,
 }
 
 impl LiveFigures {
@@ -59,6 +77,10 @@ impl LiveFigures {
         self.events += o.events;
         self.rereads += o.rereads;
         self.restarts += o.restarts;
+        self.handed += o.handed;
+        self.hand_failed += o.hand_failed;
+        self.pieces += o.pieces;
+        self.evictions += o.evictions;
     }
 }
 
@@ -74,6 +96,8 @@ struct Note {
 #[derive(Default)]
 struct Watcher {
     sent: Follower,
+    /// The text it holds of each attempt (by id), as its client shows it.
+    texts: BTreeMap<String, String>,
     /// The position of the last event it sent (its document was checked when sent).
     last: Option<u64>,
     connected: bool,
@@ -95,6 +119,11 @@ pub(crate) struct Live {
     truth: RefCell<BTreeMap<(String, u64), String>>,
     notes: RefCell<Vec<Note>>,
     homes: RefCell<BTreeMap<String, Home>>,
+    /// Each streamed attempt's whole text, as its provider sent it.
+    contents: RefCell<BTreeMap<String, String>>,
+    /// What each call knows its hub has of its text, in code points; `None` once its
+    /// hand-off has stopped.
+    handing: RefCell<BTreeMap<String, Option<u64>>>,
     problems: RefCell<Vec<String>>,
     figures: Cell<LiveFigures>,
 }
@@ -147,6 +176,8 @@ impl Live {
             truth: RefCell::new(BTreeMap::new()),
             notes: RefCell::new(Vec::new()),
             homes: RefCell::new(BTreeMap::new()),
+            contents: RefCell::new(BTreeMap::new()),
+            handing: RefCell::new(BTreeMap::new()),
             problems: RefCell::new(Vec::new()),
             figures: Cell::new(LiveFigures::default()),
         })
@@ -207,7 +238,12 @@ impl Live {
 
     /// One stream sends change `seq` if it is newer than what it sent: checked.
     fn send(&self, job: &str, w: &mut Watcher, seq: u64, doc: &str) {
-        if !w.sent.take(seq) {
+        let Ok(parsed) = serde_json::from_str::<Job>(doc) else {
+            return self.problem(format!(
+                "a stream of job {job} got a document that is not one: {doc}"
+            ));
+        };
+        if !w.sent.take_job(seq, &parsed) {
             return;
         }
         if let Some(at) = w.last {
@@ -245,10 +281,10 @@ impl Live {
     /// A stream of `job` opens (or a watcher reopens) after position `from`, as
     /// `stream.rs` serves it: the store's read first, then, unless that settled it, the
     /// hub's catch-up and its live changes.
-    fn open(&self, job: &str, home: &mut Home, w: &mut Watcher, from: Option<u64>, read: Read) {
+    fn open(&self, job: &str, home: &mut Home, w: &mut Watcher, from: Option<Place>, read: Read) {
         w.connected = false;
         w.ended = false;
-        w.sent = Follower::after(from.map(Position));
+        w.sent = Follower::after(from);
         let Some((seq, doc)) = read(job) else {
             w.ended = true; // the purge took it: 404
             return;
@@ -267,6 +303,122 @@ impl Live {
             let doc = doc.to_owned();
             self.send(job, w, seq, &doc);
         }
+        let pieces: Vec<(u32, String, u64, String)> = home
+            .hub
+            .text_after(w.sent.place())
+            .map(|p| (p.n, p.attempt_id.to_owned(), p.offset, p.text.to_owned()))
+            .collect();
+        for (n, attempt_id, offset, text) in pieces {
+            let piece = Piece {
+                n,
+                attempt_id: &attempt_id,
+                offset,
+                text: &text,
+            };
+            self.piece(job, w, &piece);
+        }
+    }
+
+    /// Where a stream stands, to reconnect from.
+    fn place_of(w: &Watcher) -> Option<Place> {
+        w.sent.at.map(|_| w.sent.place().clone())
+    }
+
+    /// A stream gets a piece of text from its hub: what it sends of it is checked.
+    fn piece(&self, job: &str, w: &mut Watcher, piece: &Piece<'_>) {
+        if !w.connected {
+            return;
+        }
+        let ended = w.sent.ended.iter().any(|id| id == piece.attempt_id);
+        let (offset, text) = match w.sent.take_text(piece) {
+            Ok(Some(taken)) => taken,
+            Ok(None) => return,
+            Err(_) => {
+                w.connected = false; // a gap: the stream ends, the client resumes
+                return;
+            }
+        };
+        if ended {
+            self.problem(format!(
+                "a stream of job {job} sent text of attempt {} after a document that ended it",
+                piece.attempt_id
+            ));
+        }
+        self.count(|f| f.pieces += 1);
+        let mine = w.texts.entry(piece.attempt_id.to_owned()).or_default();
+        let had = mine.chars().count() as u64;
+        if offset != had {
+            self.problem(format!(
+                "a stream of job {job} sent attempt {}'s text at {offset}, its client has {had}",
+                piece.attempt_id
+            ));
+        }
+        mine.push_str(text);
+        let whole = self.contents.borrow().get(piece.attempt_id).cloned();
+        if !whole.is_some_and(|whole| whole.starts_with(mine.as_str())) {
+            self.problem(format!(
+                "a stream of job {job} holds {mine:?} of attempt {}: not what its provider sent",
+                piece.attempt_id
+            ));
+        }
+    }
+
+    /// A streaming call of attempt `n` (`attempt_id`) of `job` has read `so_far` of
+    /// `whole`, and hands it on as `openai::hand_on` does.
+    pub(crate) fn hand(&self, job: &str, n: u32, attempt_id: &str, so_far: &str, whole: &str) {
+        self.contents
+            .borrow_mut()
+            .insert(attempt_id.to_owned(), whole.to_owned());
+        let mut handing = self.handing.borrow_mut();
+        let Some(sent) = *handing.entry(attempt_id.to_owned()).or_insert(Some(0)) else {
+            return;
+        };
+        let mut homes = self.homes.borrow_mut();
+        let home = homes.entry(job.to_owned()).or_default();
+        let mut from = sent;
+        if self.rng.borrow_mut().below(EVICTED_ONE_IN) == 0 {
+            self.count(|f| f.evictions += 1);
+            home.hub = Hub::default();
+        }
+        // At most twice: a gap says where the hub stands, and the piece goes again.
+        for _ in 0..2 {
+            let text = after_chars(so_far, from);
+            if text.is_empty() {
+                break;
+            }
+            self.count(|f| f.handed += 1);
+            if self.rng.borrow_mut().below(HAND_LOST_ONE_IN) == 0 {
+                self.count(|f| f.hand_failed += 1);
+                handing.insert(attempt_id.to_owned(), None);
+                return;
+            }
+            let piece = match home.hub.text(n, attempt_id, from, text, MAX_CHARS) {
+                Ok(Some(p)) => (p.offset, p.text.to_owned()),
+                Ok(None) => {
+                    from = home.hub.chars(n);
+                    continue;
+                }
+                Err(Refused::Gap(have)) => {
+                    from = have;
+                    continue;
+                }
+                Err(Refused::Ended) => {
+                    handing.insert(attempt_id.to_owned(), None);
+                    return;
+                }
+            };
+            from = home.hub.chars(n);
+            let piece = Piece {
+                n,
+                attempt_id,
+                offset: piece.0,
+                text: &piece.1,
+            };
+            for w in &mut home.watchers {
+                self.piece(job, w, &piece);
+            }
+        }
+        handing.insert(attempt_id.to_owned(), Some(from));
     }
 
     /// What a client does to the live channel: open a stream on `job`, from the start
@@ -283,7 +435,7 @@ impl Live {
                     return;
                 }
                 let from = match (rng.below(3), read(&job)) {
-                    (0, Some((at, _))) => Some(rng.below(at + 1)),
+                    (0, Some((at, _))) => Some(Place::at(rng.below(at + 1))),
                     _ => None,
                 };
                 self.count(|f| f.opens += 1);
@@ -300,7 +452,7 @@ impl Live {
                 let i = rng.below(home.watchers.len() as u64) as usize;
                 let mut w = std::mem::take(&mut home.watchers[i]);
                 self.count(|f| f.reconnects += 1);
-                let from = w.sent.at;
+                let from = Self::place_of(&w);
                 self.open(job, home, &mut w, from, read);
                 home.watchers[i] = w;
             }
@@ -366,7 +518,7 @@ impl Live {
                 if w.connected {
                     self.check_current(job, w, seq, "an open stream");
                 }
-                let from = w.sent.at;
+                let from = Self::place_of(w);
                 self.open(job, home, w, from, read);
                 self.check_current(job, w, seq, "a reconnected stream");
             }

@@ -77,7 +77,7 @@ fn run() -> Result<()> {
         seconds * 1e6 / figures.ops.max(1) as f64
     );
     println!(
-        "sim: seed {seed}: {} worlds, {} operations, {} requests, {} deliveries ({} redelivered), {} provider calls ({} stopped), {} shard alarms ({} attempts handed on), {} reconciler passes, {} crashes, {} clock jumps, {} store faults in {} batches, {} checks on {} jobs; live: {} streams opened, {} reconnected, {} events, {} of {} notifications lost, {} hub re-reads, {} hub restarts; no promise broken",
+        "sim: seed {seed}: {} worlds, {} operations, {} requests, {} deliveries ({} redelivered), {} provider calls ({} stopped), {} shard alarms ({} attempts handed on), {} reconciler passes, {} crashes, {} clock jumps, {} store faults in {} batches, {} checks on {} jobs; live: {} streams opened, {} reconnected, {} events, {} of {} notifications lost, {} hub re-reads, {} hub restarts, {} hand-offs of text ({} failed, {} after an eviction), {} pieces of text sent; no promise broken",
         worlds,
         figures.ops,
         figures.requests,
@@ -101,6 +101,10 @@ fn run() -> Result<()> {
         figures.live.told,
         figures.live.rereads,
         figures.live.restarts,
+        figures.live.handed,
+        figures.live.hand_failed,
+        figures.live.evictions,
+        figures.live.pieces,
     );
     if figures.ops < ops {
         bail!("only {} of {ops} operations ran", figures.ops);
@@ -117,7 +121,10 @@ fn run() -> Result<()> {
     // And the live channel: streams that never reconnected, or a world in which no
     // notification was lost, checked nothing of the re-read.
     let live = figures.live;
-    if ops >= 100_000 && (live.reconnects == 0 || live.lost == 0 || live.restarts == 0) {
+    let untested = live.reconnects == 0 || live.lost == 0 || live.restarts == 0;
+    if ops >= 100_000
+        && (untested || live.pieces == 0 || live.hand_failed == 0 || live.evictions == 0)
+    {
         bail!("the live channel went untested in {ops} operations: {live:?}");
     }
     Ok(())

@@ -423,6 +423,11 @@ impl World {
         Some((at.0, s(row.get("doc"))?))
     }
 
+    /// The live channel.
+    pub(crate) fn live(&self) -> &Live {
+        &self.live
+    }
+
     /// The live channel's problems, as violations.
     fn live_problems(&self) {
         for what in self.live.take_problems() {
