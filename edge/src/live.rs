@@ -286,7 +286,23 @@ impl Live {
         // (`Hub::offer` dropped it from memory).
         if ends_stream(doc) {
             let kept = std::mem::take(&mut self.kept.borrow_mut().texts);
-            if !kept.is_empty() {
+            // An instance that has not read its storage back (evicted since the text
+            // was kept) deletes what it finds there.
+            if !self.loaded.get() {
+                let storage = self.state.storage();
+                worker::wasm_bindgen_futures::spawn_local(async move {
+                    if let Ok(stored) = storage.list().await {
+                        let keys: Vec<String> = stored
+                            .keys()
+                            .into_iter()
+                            .filter_map(|k| k.ok()?.as_string())
+                            .collect();
+                        if !keys.is_empty() {
+                            let _ = storage.delete_multiple(keys).await;
+                        }
+                    }
+                });
+            } else if !kept.is_empty() {
                 // Not awaited: nobody's answer waits for it. A delete that fails leaves
                 // the text in the hub's storage, said in the log; nothing is sent of it,
                 // since a settled job's stream subscribes to no hub.
@@ -312,10 +328,11 @@ impl Live {
     /// Reads back the text kept in storage, once per instance (after a restart, the
     /// hub's memory is empty).
     async fn load(&self) -> Result<()> {
-        if self.loaded.replace(true) {
+        if self.loaded.get() {
             return Ok(());
         }
         let stored = self.state.storage().list().await?;
+        self.loaded.set(true);
         for entry in stored.entries() {
             let Ok(entry) = entry else { continue };
             let pair = worker::js_sys::Array::from(&entry);
@@ -379,8 +396,15 @@ impl Live {
                 whole.map(|p| format!("{attempt}\n{}", p.text))
             };
             if let Some(value) = value {
-                self.state.storage().put_raw(&kept_key(n), value).await?;
-                self.kept.borrow_mut().set(n, chars);
+                // A write that fails (a value past the storage's limit, say) costs the
+                // restart's read-back, not the stream: said in the log.
+                match self.state.storage().put_raw(&kept_key(n), value).await {
+                    Ok(()) => {
+                        self.kept.borrow_mut().set(n, chars);
+                    }
+                    Err(e) => crate::log::error(serde_json::json!({"event": "live_text_unkept",
+                        "attempt_id": attempt, "cause": e.to_string()})),
+                }
             }
         }
         Response::ok(have(&self.latest.borrow()))
@@ -413,13 +437,14 @@ impl Live {
         pair.server.serialize_attachment(Attachment { job })?;
         // A change heard of between the stream's own read and now, and the text the
         // stream lacks.
+        // The text first: a document after it may end its attempt.
         {
             let hub = self.latest.borrow();
-            if let Some((seq, doc)) = hub.catch_up(since.seq) {
-                let _ = pair.server.send_with_str(frame(seq, doc));
-            }
             for piece in hub.text_after(&since) {
                 let _ = pair.server.send_with_str(text_frame(&piece));
+            }
+            if let Some((seq, doc)) = hub.catch_up(since.seq) {
+                let _ = pair.server.send_with_str(frame(seq, doc));
             }
         }
         let storage = self.state.storage();

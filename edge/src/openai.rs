@@ -250,7 +250,7 @@ async fn hand_on(
             let why = match select(send, delay(HAND_OFF_MS)).await {
                 Either::Left((Ok(crate::live::Taken::Have(have)), _)) => {
                     // A hub that takes nothing twice in a row (it holds no more): stop.
-                    idle = if have > sent { 0 } else { idle + 1 };
+                    idle = if have != sent { 0 } else { idle + 1 };
                     sent = have;
                     if idle < 2 {
                         continue;

@@ -399,8 +399,9 @@ impl Relay {
                         event(watch.sent.place(), "delta", &data.to_string())
                     }
                     Ok(None) => continue,
-                    // A gap (the hub lost text it had sent): the client resumes from
-                    // its place, and the hub sends what it lacks.
+                    // A piece past what the client has: the hub's text is contiguous,
+                    // so this should not happen; the stream ends, and the client
+                    // resumes from its place, where the hub sends what it lacks.
                     Err(_) => return None,
                 },
             };

@@ -114,8 +114,10 @@ impl Place {
         if new.is_empty() {
             return Ok(None);
         }
+        // A place holds the text of at most `MAX_TEXTS` attempts: of more, nothing is
+        // taken (a resume would meet the same piece again).
         if !self.set(n, have + new.chars().count() as u64) {
-            return Err(have); // a place holds no more; the client resumes
+            return Ok(None);
         }
         Ok(Some((have, new)))
     }
@@ -198,7 +200,8 @@ pub struct Hub {
     texts: Vec<Streamed>,
     /// Their lengths in code points, by `n`.
     have: Place,
-    /// The attempts the newest document says have ended.
+    /// The attempts the newest document says have ended (a final state: an `unknown`
+    /// one may yet succeed, and its call may still be streaming).
     ended: Vec<String>,
 }
 
@@ -248,7 +251,7 @@ impl Hub {
             self.ended = job
                 .attempts
                 .iter()
-                .filter(|a| !a.state.is_in_flight())
+                .filter(|a| a.state.is_final())
                 .map(|a| a.id.clone())
                 .collect();
             if job.is_settled() {
@@ -378,7 +381,7 @@ impl Follower {
     /// [`take`](Self::take) for `job`'s document at `seq`; whether sent or not, the
     /// attempts it shows ended are remembered.
     pub fn take_job(&mut self, seq: u64, job: &Job) -> bool {
-        for a in job.attempts.iter().filter(|a| !a.state.is_in_flight()) {
+        for a in job.attempts.iter().filter(|a| a.state.is_final()) {
             if !self.ended.contains(&a.id) {
                 self.ended.push(a.id.clone());
             }

@@ -679,7 +679,10 @@ impl Client {
                 let live::Item::Event { event, id, data } = item else {
                     continue;
                 };
-                if event != "job" || !live::is_position(&id) {
+                // Once text has come, an id also counts it (`7/1:40`): this reader keeps
+                // the document's position alone (the text it does not show yet).
+                let id = id.split('/').next().unwrap_or_default();
+                if event != "job" || !live::is_position(id) {
                     continue;
                 }
                 let Ok(job) = js_sys::JSON::parse(&data) else {
@@ -688,7 +691,7 @@ impl Client {
                 let Some(job_id) = js::get_string(&job, "id") else {
                     continue;
                 };
-                if watching.borrow_mut().deliver(&id, &job_id, &job) {
+                if watching.borrow_mut().deliver(id, &job_id, &job) {
                     failures = 0;
                 }
             }
