@@ -251,17 +251,18 @@ fn integration(
 /// `join_all` instances, to trim); raised to 400 KiB, the Worker's target, for issue
 /// 25's streamed provider answers (408,247 B: `protocol::chat` and `sse` in the Worker,
 /// the body read chunk by chunk with its silence and total limits, the streamed
-/// classification, about 4.9 KB); raised to 410 KiB for the text handed to the job's hub
-/// and relayed as `delta` events (about 10 KB, measured with `gzip -9` against the
-/// commit before: the hub's text endpoint, its storage once per KB and its read-back
-/// about 5 KB, the hand-off beside the body read about 3.5 KB, the place format and
-/// the relay's deltas the rest). That is over the 400 KiB target: what the next steps
+/// classification, about 4.9 KB); raised to 412 KiB for the text handed to the job's hub
+/// and relayed as `delta` events (420,332 B with this bundle; about 12 KB, of which
+/// the hub's text endpoint, its storage once per KB and its read-back about 5 KB, the
+/// hand-off beside the body read about 3.5 KB, the place format, the relay's deltas and
+/// the review's fixes the rest, by `gzip -9` of the wasm against the commit before).
+/// That is over the 400 KiB target: what the next steps
 /// add, and the way back under it, are to come from trimming (the `join_all`s above
 /// first). Lowered as the Worker shrinks (BENCHMARKS.md), so that it cannot grow back unnoticed:
 /// the `url` crate, for one, would add about 75 KB with its IDNA tables (`req.url()`,
 /// `worker::Url`: use `http::query` and `Request::new`), and boon in the wasm
 /// about 475 KB.
-const WORKER_BUDGET: usize = 410 * 1024;
+const WORKER_BUDGET: usize = 412 * 1024;
 
 /// Fails when `bytes` is over `limit`.
 fn budget(what: &str, bytes: usize, limit: usize) -> Result<()> {
