@@ -164,10 +164,7 @@ impl Hubs {
         Reflect::set(&init, &"body".into(), &text.into()).map_err(show)?;
         let path = format!("/text?attempt={attempt_id}&n={n}&offset={offset}");
         let reply = self.send(job_id, &path, &init).await?;
-        let status = Reflect::get(&reply, &"status".into())
-            .ok()
-            .and_then(|s| s.as_f64())
-            .unwrap_or(0.0);
+        let status = status_of(&reply);
         let body: Promise = Reflect::get(&reply, &"text".into())
             .and_then(|f| f.dyn_into::<Function>())
             .and_then(|f| f.call0(&reply))
@@ -197,10 +194,7 @@ impl Hubs {
             .map_err(|e| unavailable(format!("{e:?}")))?;
         let path = format!("/subscribe?job={job_id}&since={since}");
         let reply = self.send(job_id, &path, &init).await.map_err(unavailable)?;
-        let status = Reflect::get(&reply, &"status".into())
-            .ok()
-            .and_then(|s| s.as_f64())
-            .unwrap_or(0.0);
+        let status = status_of(&reply);
         if status == 429.0 {
             return Err(AppError::new(
                 onceclick_protocol::ErrorCode::TooManySubscribers,
@@ -219,6 +213,14 @@ impl Hubs {
             socket.unchecked_into::<worker::web_sys::WebSocket>(),
         ))
     }
+}
+
+/// The status of a hub's answer (a JS `Response`), or 0 if it has none.
+fn status_of(reply: &JsValue) -> f64 {
+    Reflect::get(reply, &"status".into())
+        .ok()
+        .and_then(|s| s.as_f64())
+        .unwrap_or(0.0)
 }
 
 /// The store's notifier for this deployment: its hubs, or none without the binding.
@@ -390,11 +392,11 @@ impl Live {
         // Kept about once per kilobyte: a restart loses at most the text since.
         let chars = self.latest.borrow().chars(n);
         if chars >= self.kept.borrow().chars(n) + KEEP_EVERY_CHARS {
-            let value = {
-                let hub = self.latest.borrow();
-                let whole = hub.text_after(&Place::at(0)).find(|p| p.n == n);
-                whole.map(|p| format!("{attempt}\n{}", p.text))
-            };
+            let value = self
+                .latest
+                .borrow()
+                .text_of(n)
+                .map(|text| format!("{attempt}\n{text}"));
             if let Some(value) = value {
                 // A write that fails (a value past the storage's limit, say) costs the
                 // restart's read-back, not the stream: said in the log.

@@ -325,6 +325,14 @@ impl Hub {
         self.have.chars(n)
     }
 
+    /// Attempt `n`'s text as far as the hub has it, if any came.
+    pub fn text_of(&self, n: u32) -> Option<&str> {
+        self.texts
+            .iter()
+            .find(|t| t.n == n)
+            .map(|t| t.text.as_str())
+    }
+
     /// Forgets the text: the job's result is stored, or its stream has ended.
     pub fn drop_text(&mut self) {
         self.texts.clear();

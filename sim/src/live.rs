@@ -303,18 +303,8 @@ impl Live {
             let doc = doc.to_owned();
             self.send(job, w, seq, &doc);
         }
-        let pieces: Vec<(u32, String, u64, String)> = home
-            .hub
-            .text_after(w.sent.place())
-            .map(|p| (p.n, p.attempt_id.to_owned(), p.offset, p.text.to_owned()))
-            .collect();
-        for (n, attempt_id, offset, text) in pieces {
-            let piece = Piece {
-                n,
-                attempt_id: &attempt_id,
-                offset,
-                text: &text,
-            };
+        let since = w.sent.place().clone();
+        for piece in home.hub.text_after(&since) {
             self.piece(job, w, &piece);
         }
     }
@@ -393,7 +383,7 @@ impl Live {
                 return;
             }
             let piece = match home.hub.text(n, attempt_id, from, text, MAX_CHARS) {
-                Ok(Some(p)) => (p.offset, p.text.to_owned()),
+                Ok(Some(piece)) => piece,
                 Ok(None) => {
                     from = home.hub.chars(n);
                     continue;
@@ -407,13 +397,7 @@ impl Live {
                     return;
                 }
             };
-            from = home.hub.chars(n);
-            let piece = Piece {
-                n,
-                attempt_id,
-                offset: piece.0,
-                text: &piece.1,
-            };
+            from = piece.offset + piece.text.chars().count() as u64;
             for w in &mut home.watchers {
                 self.piece(job, w, &piece);
             }
