@@ -28,7 +28,9 @@ use crate::error::{ApiResult, AppError};
 use crate::store::Store;
 use futures_util::future::LocalBoxFuture;
 use onceclick_protocol::chat::MAX_CHARS;
-use onceclick_protocol::live::{Hub, Piece, Place, Position, Refused};
+use onceclick_protocol::live::{
+    after_chars, Hub, Keeper, Piece, Place, Position, Refused, FRAME_CHARS,
+};
 use onceclick_protocol::Job;
 use std::cell::RefCell;
 use std::time::Duration;
@@ -71,6 +73,15 @@ pub(crate) fn text_frame(piece: &Piece<'_>) -> String {
     )
 }
 
+/// The frames of a piece, each within a WebSocket message's limit
+/// ([`FRAME_CHARS`] code points).
+fn text_frames(piece: &Piece<'_>) -> Vec<String> {
+    piece.parts(FRAME_CHARS).map(|p| text_frame(&p)).collect()
+}
+
+/// The frame that ends a new stream's catch-up: what follows is live.
+pub(crate) const CAUGHT_UP: &str = "=";
+
 /// What a hub sent a stream.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Frame<'a> {
@@ -78,10 +89,15 @@ pub(crate) enum Frame<'a> {
     Doc(u64, &'a str),
     /// A piece of an attempt's text.
     Text(Piece<'a>),
+    /// The catch-up is over ([`CAUGHT_UP`]).
+    CaughtUp,
 }
 
 /// A frame's content, if it is one.
 pub(crate) fn unframe(text: &str) -> Option<Frame<'_>> {
+    if text == CAUGHT_UP {
+        return Some(Frame::CaughtUp);
+    }
     let (head, body) = text.split_once('\n')?;
     let Some(head) = head.strip_prefix('+') else {
         return Some(Frame::Doc(Position::parse(head)?.0, body));
@@ -253,22 +269,9 @@ pub struct Live {
     /// The newest change heard of since this instance began, and the text of each
     /// attempt that streams (`protocol::live::Hub`).
     latest: RefCell<Hub>,
-    /// How much of each attempt's text (by `n`) is in the hub's storage.
-    kept: RefCell<Place>,
-    /// Whether the kept text has been read back since this instance began.
-    loaded: std::cell::Cell<bool>,
+    /// What of each attempt's text is in the hub's storage (`protocol::live::Keeper`).
+    keeper: RefCell<Keeper>,
 }
-
-/// The key of attempt `n`'s kept text in the hub's storage (its value:
-/// `<attempt_id>\n<text>`).
-fn kept_key(n: u32) -> String {
-    format!("text/{n}")
-}
-
-/// How often an attempt's text is written to the hub's storage, in code points: at most
-/// one row per this much text (about a kilobyte), so a restarted hub can tell a stream
-/// what came before, and the operator what an `unknown` attempt said.
-const KEEP_EVERY_CHARS: u64 = 1_024;
 
 /// What a stream's socket carries for the hub's alarm: the job it follows.
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -285,38 +288,22 @@ impl Live {
         }
         self.broadcast(&frame(seq, doc));
         // The result is stored, or the job ended without one: its text is done with
-        // (`Hub::offer` dropped it from memory).
-        if ends_stream(doc) {
-            let kept = std::mem::take(&mut self.kept.borrow_mut().texts);
-            // An instance that has not read its storage back (evicted since the text
-            // was kept) deletes what it finds there.
-            if !self.loaded.get() {
-                let storage = self.state.storage();
-                worker::wasm_bindgen_futures::spawn_local(async move {
-                    if let Ok(stored) = storage.list().await {
-                        let keys: Vec<String> = stored
-                            .keys()
-                            .into_iter()
-                            .filter_map(|k| k.ok()?.as_string())
-                            .collect();
-                        if !keys.is_empty() {
-                            let _ = storage.delete_multiple(keys).await;
-                        }
-                    }
-                });
-            } else if !kept.is_empty() {
-                // Not awaited: nobody's answer waits for it. A delete that fails leaves
-                // the text in the hub's storage, said in the log; nothing is sent of it,
-                // since a settled job's stream subscribes to no hub.
-                let keys: Vec<String> = kept.iter().map(|(n, _)| kept_key(*n)).collect();
-                let storage = self.state.storage();
-                worker::wasm_bindgen_futures::spawn_local(async move {
-                    if let Err(e) = storage.delete_multiple(keys).await {
-                        crate::log::error(serde_json::json!({"event": "live_text_unkept",
-                            "cause": e.to_string()}));
-                    }
-                });
-            }
+        // (`Hub::offer` dropped it from memory). Storage holds nothing else, so all of
+        // it goes, whatever this instance knows of it; the re-read alarm too (since the
+        // 2026-02-24 compatibility date): a settled job's streams close, and the next
+        // stream to subscribe sets it again.
+        if ends_stream(doc) && self.keeper.borrow_mut().settle() {
+            // Not awaited: nobody's answer waits for it. A delete that fails leaves the
+            // text in the hub's storage, said in the log; nothing is sent of it, since
+            // the hub refuses a settled job's text and a settled job's stream
+            // subscribes to no hub.
+            let storage = self.state.storage();
+            worker::wasm_bindgen_futures::spawn_local(async move {
+                if let Err(e) = storage.delete_all().await {
+                    crate::log::error(serde_json::json!({"event": "live_text_unkept",
+                        "cause": e.to_string()}));
+                }
+            });
         }
     }
 
@@ -330,29 +317,24 @@ impl Live {
     /// Reads back the text kept in storage, once per instance (after a restart, the
     /// hub's memory is empty).
     async fn load(&self) -> Result<()> {
-        if self.loaded.get() {
+        if !self.keeper.borrow().to_load() {
             return Ok(());
         }
         let stored = self.state.storage().list().await?;
-        self.loaded.set(true);
-        for entry in stored.entries() {
-            let Ok(entry) = entry else { continue };
-            let pair = worker::js_sys::Array::from(&entry);
-            let (Some(key), Some(value)) = (pair.get(0).as_string(), pair.get(1).as_string())
-            else {
-                continue;
-            };
-            let n = key
-                .strip_prefix("text/")
-                .and_then(|n| n.parse::<u32>().ok());
-            let (Some(n), Some((attempt_id, text))) = (n, value.split_once('\n')) else {
-                continue;
-            };
-            let mut hub = self.latest.borrow_mut();
-            if hub.text(n, attempt_id, 0, text, MAX_CHARS).is_ok() {
-                self.kept.borrow_mut().set(n, hub.chars(n));
-            }
+        if !self.keeper.borrow().to_load() {
+            return Ok(()); // another request read it back meanwhile
         }
+        let entries = stored
+            .entries()
+            .into_iter()
+            .filter_map(|entry| {
+                let pair = worker::js_sys::Array::from(&entry.ok()?);
+                Some((pair.get(0).as_string()?, pair.get(1).as_string()?))
+            })
+            .collect();
+        self.keeper
+            .borrow_mut()
+            .load(&mut self.latest.borrow_mut(), entries, MAX_CHARS);
         Ok(())
     }
 
@@ -377,36 +359,34 @@ impl Live {
         let taken = {
             let mut hub = self.latest.borrow_mut();
             match hub.text(n, &attempt, offset.0, &text, MAX_CHARS) {
-                Ok(Some(piece)) => Ok(text_frame(&piece)),
+                Ok(Some(piece)) => Ok(text_frames(&piece)),
                 Ok(None) => Err(200),
                 Err(Refused::Gap(_)) => Err(409),
                 Err(Refused::Ended) => Err(410),
             }
         };
         match taken {
-            Ok(frame) => self.broadcast(&frame),
+            Ok(frames) => frames.iter().for_each(|frame| self.broadcast(frame)),
             Err(status) => {
                 return Ok(Response::ok(have(&self.latest.borrow()))?.with_status(status))
             }
         }
-        // Kept about once per kilobyte: a restart loses at most the text since.
+        // Kept about once per kilobyte, each time the text since the last write: a
+        // restart loses at most the text since.
         let chars = self.latest.borrow().chars(n);
-        if chars >= self.kept.borrow().chars(n) + KEEP_EVERY_CHARS {
-            let value = self
-                .latest
-                .borrow()
-                .text_of(n)
-                .map(|text| format!("{attempt}\n{text}"));
-            if let Some(value) = value {
-                // A write that fails (a value past the storage's limit, say) costs the
-                // restart's read-back, not the stream: said in the log.
-                match self.state.storage().put_raw(&kept_key(n), value).await {
-                    Ok(()) => {
-                        self.kept.borrow_mut().set(n, chars);
-                    }
-                    Err(e) => crate::log::error(serde_json::json!({"event": "live_text_unkept",
-                        "attempt_id": attempt, "cause": e.to_string()})),
-                }
+        let due = self.keeper.borrow_mut().due(n, chars);
+        let chunk = due.and_then(|from| {
+            let hub = self.latest.borrow();
+            let text = after_chars(hub.text_of(n)?, from);
+            Some((Keeper::key(n, from), format!("{attempt}\n{text}")))
+        });
+        if let Some((key, value)) = chunk {
+            // A write that fails costs the restart's read-back, not the stream: said in
+            // the log, and tried again a kilobyte later.
+            match self.state.storage().put_raw(&key, value).await {
+                Ok(()) => self.keeper.borrow_mut().wrote(n, chars),
+                Err(e) => crate::log::error(serde_json::json!({"event": "live_text_unkept",
+                    "attempt_id": attempt, "cause": e.to_string()})),
             }
         }
         Response::ok(have(&self.latest.borrow()))
@@ -442,12 +422,16 @@ impl Live {
         // The text first: a document after it may end its attempt.
         {
             let hub = self.latest.borrow();
-            for piece in hub.text_after(&since) {
-                let _ = pair.server.send_with_str(text_frame(&piece));
+            for frame in hub.text_after(&since).flat_map(|p| text_frames(&p)) {
+                let _ = pair.server.send_with_str(frame);
             }
             if let Some((seq, doc)) = hub.catch_up(since.seq) {
                 let _ = pair.server.send_with_str(frame(seq, doc));
             }
+            // The stream holds back its own read's document until here, so that the
+            // text an attempt sent before its end comes before the document that ends
+            // it.
+            let _ = pair.server.send_with_str(CAUGHT_UP);
         }
         let storage = self.state.storage();
         if storage.get_alarm().await?.is_none() {
@@ -499,8 +483,7 @@ impl DurableObject for Live {
             state,
             env,
             latest: RefCell::new(Hub::default()),
-            kept: RefCell::new(Place::default()),
-            loaded: std::cell::Cell::new(false),
+            keeper: RefCell::new(Keeper::default()),
         }
     }
 
@@ -572,6 +555,7 @@ mod tests {
             text: "a\nb 😀",
         };
         assert_eq!(unframe(&text_frame(&piece)), Some(Frame::Text(piece)));
+        assert_eq!(unframe(CAUGHT_UP), Some(Frame::CaughtUp));
         for bad in [
             "7",
             "x\n{}",
@@ -580,6 +564,7 @@ mod tests {
             "+2 40 \nab",
             "+x 40 att\nab",
             "+2\nab",
+            "==",
         ] {
             assert_eq!(unframe(bad), None, "{bad:?}");
         }

@@ -7,15 +7,18 @@
 //! a hibernatable WebSocket. A stream:
 //! 1. reads each job from the store, as `GET /v1/jobs/{id}` does (the same callers get
 //!    the same 404): an `event: job` for each job that changed since the client's
-//!    position (all of them, without one); when none did, a comment says at once that
-//!    the stream is live;
+//!    position (all of them, without one; a job still moving sends it after its hub's
+//!    catch-up, in 3); when none did, a comment says at once that the stream is live;
 //! 2. ends at once when every job is settled (`protocol::live::settled`); a reconnect
 //!    that already has each one's last change is answered `204 No Content`, which stops
 //!    an EventSource;
-//! 3. otherwise subscribes to the hub of each job not settled (changes after the one it
-//!    read), and sends each newer change as it comes, with its position as the event's
-//!    `id` (the document's own `id` names its job), dropping any change not newer than
-//!    the last it sent for that job;
+//! 3. otherwise subscribes to the hub of each job not settled, from the client's place:
+//!    the hub's catch-up (the text the client lacks, then a newer change it heard of)
+//!    comes first, then the document the stream read, if the client lacked it (so an
+//!    attempt's last pieces come before the document that ends it); then each newer
+//!    change and piece as it comes, with the place as the event's `id` (the document's
+//!    own `id` names its job), dropping any change not newer than the last it sent for
+//!    that job;
 //! 4. sends a comment when it has written nothing for `KEEP_ALIVE_MS`; ends when every
 //!    job has sent its settling change, after `LIVE_MAX_STREAM_MS` (the client resumes
 //!    from its positions), when a hub goes away, or when the client reads so slowly
@@ -165,8 +168,9 @@ async fn serve(
     )
     .await;
     let mut first = String::new();
-    // The jobs whose changes are still to come, with where each stream stands.
-    let mut open: Vec<(&str, Follower)> = Vec::new();
+    // The jobs whose changes are still to come, with where each stream stands and the
+    // document it read, if the client lacks it.
+    let mut open: Vec<(&str, Follower, Option<Held>)> = Vec::new();
     for ((id, after), read) in jobs.iter().zip(reads) {
         // The refusal names its job, so a client following several drops that one.
         let stored = read?.ok_or_else(|| AppError::not_found(&format!("job {id}")).with_job(id))?;
@@ -177,12 +181,20 @@ async fn serve(
         // so) gets nothing older than it claims to have.
         // The text the client has stays its own: the hub sends what it lacks.
         let mut sent = Follower::after(after.clone());
-        if sent.take_job(at.0, &stored.job) {
-            first.push_str(&event(sent.place(), "job", &stored.doc));
-        }
-        if !stored.job.is_settled() {
-            // Changes from the later of the two on: never one the client has.
-            open.push((id, sent));
+        if stored.job.is_settled() {
+            // No text comes after the result: the document alone.
+            if sent.take_job(at.0, &stored.job) {
+                first.push_str(&event(sent.place(), "job", &stored.doc));
+            }
+        } else if sent.at.is_some_and(|had| at.0 <= had) {
+            // The client has this document: what it says ended, ended before now.
+            sent.take_job(at.0, &stored.job);
+            open.push((id, sent, None));
+        } else {
+            // A document the client lacks waits for the hub's catch-up: the text an
+            // attempt sent before the document ended it comes first (a winner's tail
+            // while a hedge runs on, a stopped attempt's last words).
+            open.push((id, sent, Some((at.0, stored.job, stored.doc))));
         }
     }
     if open.is_empty() && first.is_empty() {
@@ -190,7 +202,7 @@ async fn serve(
             .with_status(204)
             .with_headers(sse_headers()));
     }
-    if first.is_empty() {
+    if first.is_empty() && open.iter().all(|(_, _, held)| held.is_none()) {
         first.push_str(LIVE);
     }
     if open.is_empty() {
@@ -203,14 +215,18 @@ async fn serve(
     }
     let hubs = Hubs::from_env(ctx.env)
         .ok_or_else(|| AppError::internal("the LIVE binding is not configured"))?;
-    let subscribed = join_all(open.iter().map(|(id, at)| hubs.subscribe(id, at.place()))).await;
+    let subscribed = join_all(
+        open.iter()
+            .map(|(id, at, _)| hubs.subscribe(id, at.place())),
+    )
+    .await;
     let max_ms = live::number_var(ctx.env, "LIVE_MAX_STREAM_MS", DEFAULT_MAX_STREAM_MS);
     let mut relay = Relay::new(crate::clock::now_ms() + max_ms as f64);
     let mut refused = None;
-    for ((id, at), socket) in open.into_iter().zip(subscribed) {
+    for ((id, at, held), socket) in open.into_iter().zip(subscribed) {
         match socket {
             Ok(socket) if refused.is_none() => {
-                if let Err(e) = relay.follow(socket, id, at) {
+                if let Err(e) = relay.follow(socket, id, at, held) {
                     refused = Some(e);
                 }
             }
@@ -224,9 +240,9 @@ async fn serve(
     if let Some(e) = refused {
         return Err(e); // `relay` drops here, closing what it holds
     }
+    let first = (!first.is_empty()).then(|| Ok::<_, worker::Error>(first.into_bytes()));
     let body =
-        futures_util::stream::once(async move { Ok::<_, worker::Error>(first.into_bytes()) })
-            .chain(futures_util::stream::unfold(relay, Relay::next));
+        futures_util::stream::iter(first).chain(futures_util::stream::unfold(relay, Relay::next));
     Ok(Response::from_stream(body)?.with_headers(sse_headers()))
 }
 
@@ -245,6 +261,10 @@ enum Heard {
     Behind,
 }
 
+/// A job's document as the stream read it from the store: its position, and the
+/// document parsed and as text.
+type Held = (u64, Job, String);
+
 /// One job's hub socket, with the place it was last sent.
 struct Watch {
     socket: WebSocket,
@@ -254,11 +274,25 @@ struct Watch {
     /// The last change sent, and each attempt's text as far as it was sent: a change
     /// is sent only if newer, and of a piece of text only what the client lacks.
     sent: Follower,
+    /// The stream's own read, sent (if still newer) once the hub's catch-up is over.
+    held: Option<Held>,
     /// Its settling change is sent, and its socket closed.
     done: bool,
 }
 
 impl Watch {
+    /// The event for change `seq` (`job`, as text `doc`), if it is newer than all sent.
+    fn doc(&mut self, seq: u64, job: &Job, doc: &str) -> Option<String> {
+        if !self.sent.take_job(seq, job) {
+            return None;
+        }
+        if job.is_settled() {
+            self.done = true;
+            self.close("job settled");
+        }
+        Some(event(self.sent.place(), "job", doc))
+    }
+
     fn close(&mut self, why: &str) {
         let raw: &worker::web_sys::WebSocket = self.socket.as_ref();
         raw.set_onmessage(None);
@@ -293,8 +327,15 @@ impl Relay {
         }
     }
 
-    /// Listens on `socket`, the hub of job `job`, last sent at `sent`.
-    fn follow(&mut self, socket: WebSocket, job: &str, sent: Follower) -> ApiResult<()> {
+    /// Listens on `socket`, the hub of job `job`, last sent at `sent`, with the stream's
+    /// own read still to send.
+    fn follow(
+        &mut self,
+        socket: WebSocket,
+        job: &str,
+        sent: Follower,
+        held: Option<Held>,
+    ) -> ApiResult<()> {
         let index = self.watches.len();
         let on_message = {
             let (tx, waiting) = (self.tx.clone(), self.waiting.clone());
@@ -331,6 +372,7 @@ impl Relay {
             _listeners: [on_message, on_close],
             job: job.to_owned(),
             sent,
+            held,
             done: false,
         });
         accepted.map_err(|e| AppError::unavailable(format!("live hub: {e}")))
@@ -383,14 +425,19 @@ impl Relay {
                     let Ok(job) = serde_json::from_str::<Job>(doc) else {
                         continue;
                     };
-                    if !watch.sent.take_job(seq, &job) {
+                    match watch.doc(seq, &job, doc) {
+                        Some(out) => out,
+                        None => continue,
+                    }
+                }
+                Frame::CaughtUp => {
+                    let Some((seq, job, doc)) = watch.held.take() else {
                         continue;
+                    };
+                    match watch.doc(seq, &job, &doc) {
+                        Some(out) => out,
+                        None => continue,
                     }
-                    if job.is_settled() {
-                        watch.done = true;
-                        watch.close("job settled");
-                    }
-                    event(watch.sent.place(), "job", doc)
                 }
                 Frame::Text(piece) => match watch.sent.take_text(&piece) {
                     Ok(Some((offset, text))) => {

@@ -201,7 +201,8 @@ pub struct Hub {
     /// Their lengths in code points, by `n`.
     have: Place,
     /// The attempts the newest document says have ended (a final state: an `unknown`
-    /// one may yet succeed, and its call may still be streaming).
+    /// one may yet succeed, and its call may still be streaming), or all of its
+    /// attempts once it is settled.
     ended: Vec<String>,
 }
 
@@ -237,6 +238,38 @@ pub struct Piece<'a> {
     pub text: &'a str,
 }
 
+/// The most code points of text in one frame a hub sends (at most 4 bytes each, so a
+/// frame stays well within a WebSocket message's 1 MiB).
+pub const FRAME_CHARS: usize = 16_384;
+
+impl<'a> Piece<'a> {
+    /// This piece cut into pieces of at most `max` code points, in order.
+    pub fn parts(&self, max: usize) -> impl Iterator<Item = Piece<'a>> + '_ {
+        let max = max.max(1);
+        let mut rest = self.text;
+        let mut offset = self.offset;
+        std::iter::from_fn(move || {
+            if rest.is_empty() {
+                return None;
+            }
+            let cut = rest
+                .char_indices()
+                .nth(max)
+                .map_or(rest.len(), |(at, _)| at);
+            let (text, after) = rest.split_at(cut);
+            let part = Piece {
+                n: self.n,
+                attempt_id: self.attempt_id,
+                offset,
+                text,
+            };
+            offset += text.chars().count() as u64;
+            rest = after;
+            Some(part)
+        })
+    }
+}
+
 impl Hub {
     /// Takes change `seq` with its document if it is newer than any heard of: `true`
     /// means "send it to every stream", `false` that it is dropped. The document also
@@ -248,13 +281,17 @@ impl Hub {
         }
         self.latest = Some((seq, doc.to_owned()));
         if let Ok(job) = serde_json::from_str::<Job>(doc) {
+            // A settled job's attempts stream no more, an `unknown` one included: its
+            // late text would outlive the job in the hub. (An attempt the owner adds
+            // later is not among them.)
+            let settled = job.is_settled();
             self.ended = job
                 .attempts
                 .iter()
-                .filter(|a| a.state.is_final())
+                .filter(|a| settled || a.state.is_final())
                 .map(|a| a.id.clone())
                 .collect();
-            if job.is_settled() {
+            if settled {
                 self.drop_text();
             }
         }
@@ -346,6 +383,136 @@ impl Hub {
             .as_ref()
             .filter(|(seq, _)| *seq > since)
             .map(|(seq, doc)| (*seq, doc.as_str()))
+    }
+}
+
+/// How often a hub writes an attempt's text to its storage, in code points: at most one
+/// row per this much text (about a kilobyte), so that a hub that restarted can tell a
+/// stream what came before, and the operator what an `unknown` attempt said.
+pub const KEEP_EVERY_CHARS: u64 = 1_024;
+
+/// What a hub keeps of each attempt's text in its storage, and when it writes: the
+/// decisions of `edge/src/live.rs`, apart from the storage itself.
+///
+/// Each write is a chunk, the text from where the last chunk that was written ended, at
+/// key `text/N/OFFSET` (value `<attempt_id>\n<text>`): the rows grow with the text,
+/// not with its square. A write that fails is tried again a kilobyte later, from the
+/// same offset (the same key, so a write that failed but landed is overwritten).
+#[derive(Clone, Debug)]
+pub struct Keeper {
+    /// Code points between two writes ([`KEEP_EVERY_CHARS`]).
+    every: u64,
+    /// How far each attempt's text is written, by `n`.
+    kept: Place,
+    /// How far it was when a write was last tried.
+    tried: Place,
+    /// Storage may hold text: something was read back, or a write was tried.
+    stored: bool,
+    /// Storage has been read back since this instance began.
+    loaded: bool,
+}
+
+/// One chunk of kept text, as [`Keeper::key`] names it.
+struct Chunk {
+    n: u32,
+    offset: u64,
+    attempt_id: String,
+    text: String,
+}
+
+impl Default for Keeper {
+    fn default() -> Self {
+        Self::every(KEEP_EVERY_CHARS)
+    }
+}
+
+impl Keeper {
+    /// A keeper that writes once per `chars` code points (the model's texts are short).
+    pub fn every(chars: u64) -> Self {
+        Self {
+            every: chars.max(1),
+            kept: Place::default(),
+            tried: Place::default(),
+            stored: false,
+            loaded: false,
+        }
+    }
+
+    /// The key of attempt `n`'s chunk that begins at code point `offset`.
+    pub fn key(n: u32, offset: u64) -> String {
+        format!("text/{n}/{offset}")
+    }
+
+    /// Whether the hub, now holding `chars` code points of attempt `n`'s text, writes a
+    /// chunk: the offset it begins at, taken as tried.
+    pub fn due(&mut self, n: u32, chars: u64) -> Option<u64> {
+        if chars < self.tried.chars(n).saturating_add(self.every) {
+            return None;
+        }
+        self.tried.set(n, chars);
+        self.stored = true;
+        Some(self.kept.chars(n))
+    }
+
+    /// The chunk [`due`](Self::due) gave was written, up to `chars`.
+    pub fn wrote(&mut self, n: u32, chars: u64) {
+        self.kept.set(n, chars);
+    }
+
+    /// Whether storage is still to be read back.
+    pub fn to_load(&self) -> bool {
+        !self.loaded
+    }
+
+    /// Storage read back (`entries`: every key with its value): each attempt's chunks
+    /// given to `hub` in order, as far as they run on without a gap. A value that is not
+    /// a chunk is skipped.
+    pub fn load(&mut self, hub: &mut Hub, entries: Vec<(String, String)>, max_chars: u64) {
+        self.loaded = true;
+        let mut chunks: Vec<Chunk> = entries
+            .into_iter()
+            .filter_map(|(key, value)| Self::chunk(&key, &value))
+            .collect();
+        self.stored |= !chunks.is_empty();
+        // Each next chunk is the one that begins where its attempt's kept text ends
+        // (whatever order storage lists them in); one past a gap is left, and deleted
+        // with the rest when the job settles.
+        while let Some(at) = chunks
+            .iter()
+            .position(|c| !c.text.is_empty() && c.offset == self.kept.chars(c.n))
+        {
+            let c = chunks.swap_remove(at);
+            let end = c.offset + c.text.chars().count() as u64;
+            if !self.kept.set(c.n, end) {
+                continue;
+            }
+            self.tried.set(c.n, end);
+            // An attempt the hub knows has ended is refused; its chunks stay kept (and
+            // are deleted when the job settles).
+            let _ = hub.text(c.n, &c.attempt_id, c.offset, &c.text, max_chars);
+        }
+    }
+
+    fn chunk(key: &str, value: &str) -> Option<Chunk> {
+        let (n, offset) = key.strip_prefix("text/")?.split_once('/')?;
+        let (attempt_id, text) = value.split_once('\n')?;
+        Some(Chunk {
+            n: u32::try_from(Position::parse(n)?.0).ok()?,
+            offset: Position::parse(offset)?.0,
+            attempt_id: attempt_id.to_owned(),
+            text: text.to_owned(),
+        })
+    }
+
+    /// The job settled: whether its storage is to be emptied (it may hold text, or this
+    /// instance has not read it back). What was kept is forgotten.
+    pub fn settle(&mut self) -> bool {
+        let clear = self.stored || !self.loaded;
+        self.kept = Place::default();
+        self.tried = Place::default();
+        self.stored = false;
+        self.loaded = true;
+        clear
     }
 }
 
@@ -591,6 +758,83 @@ mod tests {
         assert!(hub.offer(6, &doc("succeeded", "succeeded", "superseded")));
         assert_eq!(hub.text_after(&Place::at(0)).count(), 0, "settled: dropped");
         assert_eq!(hub.text(2, "att_2", 3, "f", 100), Err(Refused::Ended));
+
+        // A settled job's `unknown` loser streams no more either: its late hand-off
+        // would start again from 0 and outlive the job. An attempt added later may.
+        let mut hub = Hub::default();
+        assert!(hub.offer(2, &doc("succeeded", "succeeded", "unknown")));
+        assert_eq!(hub.text(2, "att_2", 0, "late", 100), Err(Refused::Ended));
+        assert!(hub.text(3, "att_3", 0, "new", 100).unwrap().is_some());
+        let mut hub = Hub::default();
+        assert!(hub.offer(2, &doc("unknown", "unknown", "running")));
+        assert!(hub.text(1, "att_1", 0, "may win", 100).unwrap().is_some());
+    }
+
+    #[test]
+    fn a_piece_cuts_into_parts_between_code_points() {
+        let piece = Piece {
+            n: 2,
+            attempt_id: "att",
+            offset: 10,
+            text: "aé😀bc",
+        };
+        let parts: Vec<_> = piece.parts(2).map(|p| (p.offset, p.text)).collect();
+        assert_eq!(parts, [(10, "aé"), (12, "😀b"), (14, "c")]);
+        assert_eq!(piece.parts(FRAME_CHARS).count(), 1);
+        assert!(piece.parts(0).all(|p| p.text.chars().count() == 1));
+    }
+
+    #[test]
+    fn a_keeper_writes_a_chunk_a_kilobyte_and_reads_them_back_in_order() {
+        let k = KEEP_EVERY_CHARS;
+        let mut keeper = Keeper::default();
+        assert_eq!(keeper.due(1, k - 1), None);
+        assert_eq!(keeper.due(1, k), Some(0));
+        keeper.wrote(1, k);
+        assert_eq!(keeper.due(1, 2 * k - 1), None);
+        assert_eq!(
+            keeper.due(1, 2 * k + 5),
+            Some(k),
+            "from where the last ended"
+        );
+        // That write failed: tried again a kilobyte later, from the same offset.
+        assert_eq!(keeper.due(1, 2 * k + 6), None, "not on every piece");
+        assert_eq!(keeper.due(1, 3 * k + 5), Some(k));
+        keeper.wrote(1, 3 * k + 5);
+        assert_eq!(keeper.due(2, k), Some(0), "each attempt on its own");
+        assert!(keeper.settle(), "something was written");
+        assert!(!keeper.settle(), "nothing since");
+        assert_eq!(keeper.due(1, k), Some(0), "forgotten");
+
+        // A fresh instance reads the chunks back, in order whatever order they are
+        // listed in, up to a gap; one that is not a chunk is skipped.
+        let (a, b, c) = ("é".repeat(4), "b".repeat(3), "c".repeat(2));
+        let entries = vec![
+            (Keeper::key(1, 4), format!("att_1\n{b}")),
+            (Keeper::key(1, 0), format!("att_1\n{a}")),
+            (Keeper::key(1, 9), format!("att_1\n{c}")),
+            (Keeper::key(2, 0), "att_2\nxy".to_owned()),
+            ("text/x/0".to_owned(), "att_9\nz".to_owned()),
+            (Keeper::key(3, 0), "no newline".to_owned()),
+        ];
+        let (mut fresh, mut hub) = (Keeper::default(), Hub::default());
+        assert!(fresh.to_load());
+        fresh.load(&mut hub, entries, 100);
+        assert!(!fresh.to_load());
+        assert_eq!(
+            hub.text_of(1),
+            Some(format!("{a}{b}").as_str()),
+            "up to the gap at 7"
+        );
+        assert_eq!(hub.text_of(2), Some("xy"));
+        assert_eq!(hub.text_of(3), None);
+        assert_eq!(fresh.due(1, 7 + k - 1), None, "tried as far as read back");
+        assert_eq!(fresh.due(1, 7 + k), Some(7));
+        // An instance that never read its storage back empties it when the job settles.
+        assert!(Keeper::default().settle());
+        let mut empty = Keeper::default();
+        empty.load(&mut Hub::default(), Vec::new(), 100);
+        assert!(!empty.settle(), "read back, nothing there");
     }
 
     #[test]

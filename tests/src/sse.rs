@@ -41,6 +41,16 @@ pub async fn open(api: &Api, token: Option<&str>, id: &str, last: Option<&str>) 
     open_path(api, token, &format!("/v1/jobs/{id}/stream"), last).await
 }
 
+/// Opens the stream of job `id` as [`open`] does, and returns it: panics unless it
+/// answered 200 with a stream.
+pub async fn follow(api: &Api, token: Option<&str>, id: &str, last: Option<&str>) -> Stream {
+    let opened = open(api, token, id, last).await;
+    let status = opened.status;
+    opened
+        .stream
+        .unwrap_or_else(|| panic!("the stream of {id} answered {status}: {:?}", opened.body))
+}
+
 /// Opens `GET /v1/stream` for `jobs`, each with the position the client has, if any
 /// (`job=ID:POSITION`).
 pub async fn open_many(api: &Api, token: Option<&str>, jobs: &[(&str, Option<&str>)]) -> Opened {

@@ -3,7 +3,7 @@
 //! the end of a stream, a lost notification, and the errors.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use onceclick_tests::client::{id, marked_text, send, unique, Api, Mock};
+use onceclick_tests::client::{id, marked_text, send, status_is, unique, Api, Mock};
 use onceclick_tests::sse::{self, Item};
 use serde_json::{json, Value};
 
@@ -70,10 +70,7 @@ async fn every_move_reaches_the_stream_in_order_then_it_closes_and_resumes_exact
 
     // Up to date: a second stream resuming at this change says it is live at once,
     // with a comment, and then gets what follows.
-    let mut resumed = sse::open(&api, Some(&token), &job_id, Some(&running_id))
-        .await
-        .stream
-        .unwrap();
+    let mut resumed = sse::follow(&api, Some(&token), &job_id, Some(&running_id)).await;
     assert_eq!(resumed.next().await, Some(Item::Comment("live".into())));
 
     mock.release(&gate).await;
@@ -96,10 +93,7 @@ async fn every_move_reaches_the_stream_in_order_then_it_closes_and_resumes_exact
     // Resuming from each event: nothing seen again, the latest always arrives; from
     // the last, 204.
     for (position, _) in &seen[..seen.len() - 1] {
-        let mut again = sse::open(&api, Some(&token), &job_id, Some(position))
-            .await
-            .stream
-            .unwrap();
+        let mut again = sse::follow(&api, Some(&token), &job_id, Some(position)).await;
         let (next_id, next) = again.next_event().await.unwrap();
         assert!(next_id.parse::<u64>().unwrap() > position.parse::<u64>().unwrap());
         assert_eq!((next_id, next), (done_id.clone(), done.clone()));
@@ -108,10 +102,7 @@ async fn every_move_reaches_the_stream_in_order_then_it_closes_and_resumes_exact
     let ended = sse::open(&api, Some(&token), &job_id, Some(&done_id)).await;
     assert_eq!(ended.status, 204, "{:?}", ended.body);
     // Without a position, a settled job's stream is its document, then the end.
-    let mut fresh = sse::open(&api, Some(&token), &job_id, None)
-        .await
-        .stream
-        .unwrap();
+    let mut fresh = sse::follow(&api, Some(&token), &job_id, None).await;
     assert_eq!(fresh.next_event().await.unwrap().1, done);
     assert_eq!(fresh.next_event().await, None);
 }
@@ -123,10 +114,7 @@ async fn a_lost_notification_is_late_never_lost() {
     let gate = unique("gate");
     let job = held_job(&api, &mock, &token, &gate).await;
     let job_id = id(&job);
-    let mut stream = sse::open(&api, Some(&token), &job_id, None)
-        .await
-        .stream
-        .unwrap();
+    let mut stream = sse::follow(&api, Some(&token), &job_id, None).await;
     assert_eq!(stream.next_event().await.unwrap().1["status"], "queued");
     // The claim's notification is dropped: the hub's re-read brings `running`.
     dispatch(&api, &job, Some("notify:before")).await;
@@ -150,10 +138,7 @@ async fn a_cancel_reaches_the_stream_and_ends_it() {
     let gate = unique("gate");
     let job = held_job(&api, &mock, &token, &gate).await;
     let job_id = id(&job);
-    let mut stream = sse::open(&api, Some(&token), &job_id, None)
-        .await
-        .stream
-        .unwrap();
+    let mut stream = sse::follow(&api, Some(&token), &job_id, None).await;
     assert_eq!(stream.next_event().await.unwrap().1["status"], "queued");
     dispatch(&api, &job, None).await;
     assert_eq!(stream.next_event().await.unwrap().1["status"], "running");
@@ -176,17 +161,11 @@ async fn a_position_ahead_of_the_jobs_gets_nothing_older_than_it_claims() {
     let token = api.token("live-ahead");
     let job = queued_job(&api, &token).await;
     let job_id = id(&job);
-    let mut fresh = sse::open(&api, Some(&token), &job_id, None)
-        .await
-        .stream
-        .unwrap();
+    let mut fresh = sse::follow(&api, Some(&token), &job_id, None).await;
     let (at, _) = fresh.next_event().await.unwrap();
     drop(fresh);
     let ahead = (at.parse::<u64>().unwrap() + 1000).to_string();
-    let mut stream = sse::open(&api, Some(&token), &job_id, Some(&ahead))
-        .await
-        .stream
-        .unwrap();
+    let mut stream = sse::follow(&api, Some(&token), &job_id, Some(&ahead)).await;
     assert!(
         matches!(stream.next().await, Some(sse::Item::Comment(_))),
         "nothing changed after the claimed position: a comment, no event"
@@ -197,10 +176,7 @@ async fn a_position_ahead_of_the_jobs_gets_nothing_older_than_it_claims() {
     // The stream ends at its maximum duration (`LIVE_MAX_STREAM_MS`), having sent no
     // change: the cancel is older than what the client claims to have.
     assert_eq!(stream.next_event().await, None);
-    let mut after = sse::open(&api, Some(&token), &job_id, None)
-        .await
-        .stream
-        .unwrap();
+    let mut after = sse::follow(&api, Some(&token), &job_id, None).await;
     assert_eq!(after.next_event().await.unwrap().1["status"], "cancelled");
 }
 
@@ -220,10 +196,7 @@ async fn a_failure_that_fails_over_never_ends_the_stream() {
     .await;
     assert_eq!(reply.status, 201);
     let job = reply.json();
-    let mut stream = sse::open(&api, Some(&token), &id(&job), None)
-        .await
-        .stream
-        .unwrap();
+    let mut stream = sse::follow(&api, Some(&token), &id(&job), None).await;
     dispatch(&api, &job, None).await;
     let mut statuses = Vec::new();
     while let Some((_, doc)) = stream.next_event().await {
@@ -500,10 +473,7 @@ async fn a_hedged_jobs_stream_stays_open_until_the_loser_settles() {
     let reply = send(api.create(&token, Some(&unique("key")), &body.to_string())).await;
     assert_eq!(reply.status, 201, "{}", reply.text);
     let job_id = id(&reply.json());
-    let mut stream = sse::open(&api, Some(&token), &job_id, None)
-        .await
-        .stream
-        .unwrap();
+    let mut stream = sse::follow(&api, Some(&token), &job_id, None).await;
     mock.wait_calls(&marker, 2).await;
     // The hedge wins while the primary still runs: the job is succeeded, and its stream
     // stays open for the loser.
@@ -547,10 +517,7 @@ async fn an_unknown_shows_on_the_stream_and_its_resolve_ends_it() {
     let reply = send(api.create(&token, Some(&unique("key")), &body.to_string())).await;
     assert_eq!(reply.status, 201, "{}", reply.text);
     let job_id = id(&reply.json());
-    let mut stream = sse::open(&api, Some(&token), &job_id, None)
-        .await
-        .stream
-        .unwrap();
+    let mut stream = sse::follow(&api, Some(&token), &job_id, None).await;
     let unknown = loop {
         let (_, doc) = stream
             .next_event()
@@ -587,10 +554,7 @@ async fn a_stream_ends_at_its_maximum_duration_and_resumes_where_it_was() {
     let token = api.token("live-max");
     // Queued until dispatched: the job does not move, and its stream would stay open.
     let job_id = id(&queued_job(&api, &token).await);
-    let mut stream = sse::open(&api, Some(&token), &job_id, None)
-        .await
-        .stream
-        .unwrap();
+    let mut stream = sse::follow(&api, Some(&token), &job_id, None).await;
     let (position, first) = stream.next_event().await.unwrap();
     assert_eq!(first["status"], "queued");
     let opened = std::time::Instant::now();
@@ -606,10 +570,7 @@ async fn a_stream_ends_at_its_maximum_duration_and_resumes_where_it_was() {
         "it ended at its maximum duration, not before: {:?}",
         opened.elapsed()
     );
-    let mut resumed = sse::open(&api, Some(&token), &job_id, Some(&position))
-        .await
-        .stream
-        .unwrap();
+    let mut resumed = sse::follow(&api, Some(&token), &job_id, Some(&position)).await;
     assert_eq!(
         resumed.next().await,
         Some(Item::Comment("live".into())),
@@ -626,9 +587,9 @@ async fn read_text(
     stream: &mut sse::Stream,
     deltas: &mut Deltas,
     docs: &mut Vec<Value>,
-    enough: impl Fn(&Deltas) -> bool,
+    enough: impl Fn(&Deltas, &[Value]) -> bool,
 ) -> bool {
-    while !enough(deltas) {
+    while !enough(deltas, docs) {
         let Some((position, event, data)) = stream.next_typed().await else {
             return true;
         };
@@ -646,16 +607,45 @@ async fn read_text(
     false
 }
 
+/// Scripts the fallback to stream a summary `chunk_chars` code points at a time, one chunk
+/// every `chunk_ms`; returns the content it writes.
+async fn stream_from_fallback(
+    mock: &Mock,
+    marker: &str,
+    summary: &str,
+    chunk_chars: u32,
+    chunk_ms: u32,
+) -> String {
+    let step = json!({"summary": summary, "chunk_chars": chunk_chars, "chunk_ms": chunk_ms});
+    mock.script("fallback", marker, json!([step])).await;
+    json!({"summary": summary, "sentiment": "neutral"}).to_string()
+}
+
+/// Opens the stream of `job_id`, reads it until `n` deltas came, and drops it: a
+/// connection lost in the middle of the text. Panics if the job ended before.
+async fn first_deltas(api: &Api, token: &str, job_id: &str, n: usize) -> Deltas {
+    let mut first = sse::follow(api, Some(token), job_id, None).await;
+    let (mut deltas, mut docs) = (Vec::new(), Vec::new());
+    let ended = read_text(&mut first, &mut deltas, &mut docs, |d, _| d.len() >= n).await;
+    assert!(!ended, "the stream ended before {n} deltas: {docs:?}");
+    deltas
+}
+
 /// Each delta begins where the one before it ended, in code points, from `from`; its id
-/// says the attempt's text as far as it. The text they make.
+/// says attempt 1's text as far as it. The text they make.
 fn joined(deltas: &[(String, String, u64, String)], from: u64) -> String {
+    joined_of(1, deltas, from)
+}
+
+/// [`joined`], for attempt `n`.
+fn joined_of(n: u32, deltas: &[(String, String, u64, String)], from: u64) -> String {
     let mut text = String::new();
     let mut at = from;
     for (position, _, offset, piece) in deltas {
         assert_eq!(*offset, at, "no gap and nothing twice: {deltas:?}");
         at += piece.chars().count() as u64;
         assert!(
-            position.ends_with(&format!("/1:{at}")),
+            position.ends_with(&format!("/{n}:{at}")),
             "the id says how far the text came: {position} at {at}"
         );
         text.push_str(piece);
@@ -674,45 +664,26 @@ async fn a_streamed_answer_reaches_the_stream_as_it_is_written_and_resumes_after
     let marker = unique("deltas");
     let summary =
         "Café, 会议 and 😀: the meeting ran long, and the numbers came in above the forecast";
-    mock.script(
-        "fallback",
-        &marker,
-        json!([{"summary": summary, "chunk_chars": 3, "chunk_ms": 40}]),
-    )
-    .await;
-    let content = json!({"summary": summary, "sentiment": "neutral"}).to_string();
+    let content = stream_from_fallback(&mock, &marker, summary, 3, 40).await;
     let job = api
         .create_job(&token, "summarize", &marked_text(&marker), Some("fallback"))
         .await;
     let job_id = id(&job);
     let attempt_id = id(&job["attempts"][0]);
 
-    let mut first = sse::open(&api, Some(&token), &job_id, None)
-        .await
-        .stream
-        .unwrap();
-    let (mut deltas, mut docs) = (Vec::new(), Vec::new());
-    let ended = read_text(&mut first, &mut deltas, &mut docs, |d| d.len() >= 3).await;
-    assert!(!ended, "the stream ended before three deltas: {docs:?}");
-    drop(first);
+    let deltas = first_deltas(&api, &token, &job_id, 3).await;
     let had = joined(&deltas, 0);
 
     // A late subscriber: the text so far in one piece (or more), then the rest.
-    let mut late = sse::open(&api, Some(&token), &job_id, None)
-        .await
-        .stream
-        .unwrap();
+    let mut late = sse::follow(&api, Some(&token), &job_id, None).await;
     let (mut late_deltas, mut late_docs) = (Vec::new(), Vec::new());
     // A reconnect with the last delta's id: the text after exactly that chunk.
     let last = deltas.last().unwrap().0.clone();
-    let mut resumed = sse::open(&api, Some(&token), &job_id, Some(&last))
-        .await
-        .stream
-        .unwrap();
+    let mut resumed = sse::follow(&api, Some(&token), &job_id, Some(&last)).await;
     let (mut rest, mut rest_docs) = (Vec::new(), Vec::new());
     let (late_ended, rest_ended) = tokio::join!(
-        read_text(&mut late, &mut late_deltas, &mut late_docs, |_| false),
-        read_text(&mut resumed, &mut rest, &mut rest_docs, |_| false),
+        read_text(&mut late, &mut late_deltas, &mut late_docs, |_, _| false),
+        read_text(&mut resumed, &mut rest, &mut rest_docs, |_, _| false),
     );
     assert!(late_ended && rest_ended);
 
@@ -735,12 +706,78 @@ async fn a_streamed_answer_reaches_the_stream_as_it_is_written_and_resumes_after
     assert_eq!(calls.len(), 1, "one call");
     // The text is dropped once the result is stored: a stream opened now has the
     // document alone.
-    let mut after = sse::open(&api, Some(&token), &job_id, None)
-        .await
-        .stream
-        .unwrap();
+    let mut after = sse::follow(&api, Some(&token), &job_id, None).await;
     let (mut none, mut settled) = (Vec::new(), Vec::new());
-    assert!(read_text(&mut after, &mut none, &mut settled, |_| false).await);
+    assert!(read_text(&mut after, &mut none, &mut settled, |_, _| false).await);
     assert!(none.is_empty(), "{none:?}");
     assert_eq!(settled.len(), 1);
+}
+
+/// Reads `stream` until a `job` event whose status is `status`: the deltas before it,
+/// and that document.
+async fn text_until(stream: &mut sse::Stream, status: &str) -> (Deltas, Value) {
+    let (mut deltas, mut docs) = (Vec::new(), Vec::new());
+    let there = |_: &Deltas, docs: &[Value]| docs.last().is_some_and(|d| d["status"] == status);
+    let ended = read_text(stream, &mut deltas, &mut docs, there).await;
+    assert!(
+        !ended,
+        "the stream ended before {status}: {deltas:?} {docs:?}"
+    );
+    (deltas, docs.pop().unwrap())
+}
+
+// Issue 25: a stream that reconnects once the hedge has won, while the primary still runs, gets
+// the winner's text it lacks before the document that shows the win; one opened then
+// gets all of it; neither gets text after that document.
+#[tokio::test]
+async fn a_stream_that_reconnects_after_the_hedge_won_gets_the_winners_last_words_first() {
+    let (api, mock) = (Api::from_env(), Mock::from_env());
+    api.ensure_certified("fallback").await;
+    let token = api.token("tail");
+    let marker = unique("tail");
+    let gate_primary = format!("{marker}-p");
+    let summary = "Ünïcode all the way: 会议 ran long, 😀 and the forecast held";
+    mock.script("primary", &marker, json!([{"gate": gate_primary}]))
+        .await;
+    let content = stream_from_fallback(&mock, &marker, summary, 4, 30).await;
+    let job = api
+        .create_job(&token, "summarize_hedged", &marked_text(&marker), None)
+        .await;
+    let job_id = id(&job);
+
+    let deltas = first_deltas(&api, &token, &job_id, 2).await;
+    let had = joined_of(2, &deltas, 0);
+
+    let won = api.wait_job(&token, &job_id, status_is("succeeded")).await;
+    let hedge = won["attempts"][1].clone();
+    assert_eq!(hedge["id"], won["completed_by"], "the hedge won: {won}");
+    assert_eq!(
+        won["attempts"][0]["state"], "running",
+        "the primary still runs: {won}"
+    );
+    for (_, attempt, _, _) in &deltas {
+        assert_eq!(attempt, hedge["id"].as_str().unwrap());
+    }
+
+    let last = deltas.last().unwrap().0.clone();
+    let mut resumed = sse::follow(&api, Some(&token), &job_id, Some(&last)).await;
+    let mut late = sse::follow(&api, Some(&token), &job_id, None).await;
+    let ((rest, resumed_won), (all, late_won)) = tokio::join!(
+        text_until(&mut resumed, "succeeded"),
+        text_until(&mut late, "succeeded")
+    );
+    let had_chars = had.chars().count() as u64;
+    assert_eq!(had + &joined_of(2, &rest, had_chars), content, "{rest:?}");
+    assert_eq!(joined_of(2, &all, 0), content, "{all:?}");
+    assert_eq!(resumed_won["result"]["summary"], summary);
+    assert_eq!(late_won["completed_by"], hedge["id"]);
+
+    // The loser is stopped; the streams end with it, and no text comes after the win.
+    mock.release(&gate_primary).await;
+    for stream in [&mut resumed, &mut late] {
+        let (mut more, mut ending) = (Vec::new(), Vec::new());
+        assert!(read_text(stream, &mut more, &mut ending, |_, _| false).await);
+        assert!(more.is_empty(), "text after the win: {more:?}");
+        assert_eq!(ending.last().unwrap()["attempts"][0]["state"], "superseded");
+    }
 }
