@@ -121,6 +121,9 @@ pub(crate) struct CallRecord {
 
 /// Marks a call stopped if its future is dropped before the provider answers: what
 /// the Worker's fetch does on a drop (it aborts, and the connection closes).
+/// The longest wait between two reads of a streamed answer, in virtual ms.
+const READ_GAP_MS: u64 = 40;
+
 struct Stopped {
     world: Rc<World>,
     attempt_id: String,
@@ -191,8 +194,12 @@ impl Host for SimHost {
                 answered: false,
             };
             Sleep::until(world.exec.clone(), at).await;
-            stopped.answered = true;
-            world.delivered(&attempt_id, at);
+            // A streamed answer is read over time (below): a stop may land between
+            // its reads, and then the call is dropped before its answer was whole.
+            if !matches!(script, Script::Streamed(_)) || delay > timeout {
+                stopped.answered = true;
+                world.delivered(&attempt_id, at);
+            }
             let timed_out = |what: &str| {
                 CallOutcome::Unknown(AttemptError::new(
                     "provider_timeout",
@@ -243,7 +250,11 @@ impl Host for SimHost {
                                 .live()
                                 .hand(job_id, n, &attempt_id, chat.text(), &content);
                         }
+                        let next = onceclick_edge::sim::now_ms() as u64 + world.below(READ_GAP_MS);
+                        Sleep::until(world.exec.clone(), next).await;
                     }
+                    stopped.answered = true;
+                    world.delivered(&attempt_id, onceclick_edge::sim::now_ms() as u64);
                     let outcome = onceclick_edge::sim::classify_stream(
                         call.provider,
                         call.kind,

@@ -23,10 +23,10 @@ use crate::rng::Rng;
 use futures_util::future::{self, LocalBoxFuture};
 use onceclick_edge::sim::Notify;
 use onceclick_protocol::chat::MAX_CHARS;
-use onceclick_protocol::live::{after_chars, Follower, Hub, Piece, Place, Refused};
+use onceclick_protocol::live::{after_chars, Follower, Hub, Keeper, Piece, Place, Refused};
 use onceclick_protocol::Job;
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 
 /// How often a hub with streams open re-reads its job (the Worker's `LIVE_REREAD_MS`).
@@ -42,6 +42,11 @@ const HAND_LOST_ONE_IN: u64 = 16;
 /// Before one hand-off in this many the hub is evicted: its memory is gone, and its
 /// (hibernatable) sockets stay open.
 const EVICTED_ONE_IN: u64 = 6;
+/// The model's hubs keep an attempt's text once per this many code points (the
+/// Worker's, `KEEP_EVERY_CHARS`, is a kilobyte; the model's texts are short).
+const KEEP_EVERY: u64 = 8;
+/// One write of kept text in this many fails.
+const KEEP_FAILS_ONE_IN: u64 = 6;
 
 /// The model's reading of a job from the store: its position and document, as a
 /// stream's first read (or the hub's re-read) gets them; `None` once it is gone.
@@ -66,6 +71,9 @@ pub struct LiveFigures {
     pub pieces: u64,
     /// Hubs evicted between hand-offs (memory gone, sockets open).
     pub evictions: u64,
+    /// Chunks of text a hub wrote to its storage, and writes that failed.
+    pub kept: u64,
+    pub keep_failed: u64,
 }
 
 impl LiveFigures {
@@ -81,6 +89,8 @@ impl LiveFigures {
         self.hand_failed += o.hand_failed;
         self.pieces += o.pieces;
         self.evictions += o.evictions;
+        self.kept += o.kept;
+        self.keep_failed += o.keep_failed;
     }
 }
 
@@ -98,6 +108,9 @@ struct Watcher {
     sent: Follower,
     /// The text it holds of each attempt (by id), as its client shows it.
     texts: BTreeMap<String, String>,
+    /// The attempts that a document it sent shows ended, kept apart from its
+    /// `Follower` so that the check does not rest on what it checks.
+    finished: BTreeSet<String>,
     /// The position of the last event it sent (its document was checked when sent).
     last: Option<u64>,
     connected: bool,
@@ -106,11 +119,46 @@ struct Watcher {
 }
 
 /// One job's hub and its streams.
-#[derive(Default)]
 struct Home {
     hub: Hub,
+    /// What the hub knows of its storage, and the storage itself (which outlives an
+    /// eviction and a restart).
+    keeper: Keeper,
+    storage: BTreeMap<String, String>,
     watchers: Vec<Watcher>,
     read_at: u64,
+}
+
+impl Default for Home {
+    fn default() -> Self {
+        Self {
+            hub: Hub::default(),
+            keeper: Keeper::every(KEEP_EVERY),
+            storage: BTreeMap::new(),
+            watchers: Vec::new(),
+            read_at: 0,
+        }
+    }
+}
+
+impl Home {
+    /// A new instance of the hub: its memory is gone, its storage not.
+    fn forget(&mut self) {
+        self.hub = Hub::default();
+        self.keeper = Keeper::every(KEEP_EVERY);
+    }
+
+    /// Reads the storage back, once per instance, as `Live::load` does.
+    fn load(&mut self) {
+        if self.keeper.to_load() {
+            let entries = self
+                .storage
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            self.keeper.load(&mut self.hub, entries, MAX_CHARS);
+        }
+    }
 }
 
 pub(crate) struct Live {
@@ -256,6 +304,9 @@ impl Live {
         self.record(job, seq, doc, "sent");
         self.count(|f| f.events += 1);
         w.last = Some(seq);
+        for a in parsed.attempts.iter().filter(|a| a.state.is_final()) {
+            w.finished.insert(a.id.clone());
+        }
         match settled(doc) {
             Some(true) => {
                 w.connected = false;
@@ -276,11 +327,16 @@ impl Live {
         for w in home.watchers.iter_mut().filter(|w| w.connected) {
             self.send(job, w, seq, doc);
         }
+        if settled(doc) == Some(true) && home.keeper.settle() {
+            home.storage.clear();
+        }
     }
 
     /// A stream of `job` opens (or a watcher reopens) after position `from`, as
-    /// `stream.rs` serves it: the store's read first, then, unless that settled it, the
-    /// hub's catch-up and its live changes.
+    /// `stream.rs` serves it: the store's read; a settled job's document alone; else the
+    /// hub's catch-up (the text the client lacks, then a newer document), then the
+    /// read's document if the client lacked it and it is still newer, then the hub's
+    /// live changes.
     fn open(&self, job: &str, home: &mut Home, w: &mut Watcher, from: Option<Place>, read: Read) {
         w.connected = false;
         w.ended = false;
@@ -290,22 +346,39 @@ impl Live {
             return;
         };
         self.record(job, seq, &doc, "read");
-        if w.sent.at == Some(seq) && settled(&doc) == Some(true) {
-            w.ended = true; // 204: it has the last change
-            return;
-        }
+        let Ok(parsed) = serde_json::from_str::<Job>(&doc) else {
+            return self.problem(format!("job {job} read back as no document: {doc}"));
+        };
         w.connected = true;
-        self.send(job, w, seq, &doc);
-        if !w.connected {
-            return;
+        if parsed.is_settled() {
+            if w.sent.at == Some(seq) {
+                w.connected = false;
+                w.ended = true; // 204: it has the last change
+            }
+            return self.send(job, w, seq, &doc);
         }
-        if let Some((seq, doc)) = home.hub.catch_up(w.sent.at.unwrap_or(0)) {
-            let doc = doc.to_owned();
-            self.send(job, w, seq, &doc);
-        }
+        let held = if w.sent.at.is_some_and(|had| seq <= had) {
+            w.sent.take_job(seq, &parsed);
+            None
+        } else {
+            Some((seq, doc))
+        };
+        home.load();
         let since = w.sent.place().clone();
         for piece in home.hub.text_after(&since) {
             self.piece(job, w, &piece);
+        }
+        if let Some((seq, doc)) = home.hub.catch_up(since.seq) {
+            let doc = doc.to_owned();
+            self.send(job, w, seq, &doc);
+        }
+        if let Some((seq, doc)) = held {
+            if w.connected {
+                self.send(job, w, seq, &doc);
+            }
+        }
+        if w.connected {
+            self.check_caught_up(job, home, w);
         }
     }
 
@@ -319,7 +392,7 @@ impl Live {
         if !w.connected {
             return;
         }
-        let ended = w.sent.ended.iter().any(|id| id == piece.attempt_id);
+        let ended = w.finished.contains(piece.attempt_id);
         let (offset, text) = match w.sent.take_text(piece) {
             Ok(Some(taken)) => taken,
             Ok(None) => return,
@@ -368,8 +441,9 @@ impl Live {
         let mut from = sent;
         if self.rng.borrow_mut().below(EVICTED_ONE_IN) == 0 {
             self.count(|f| f.evictions += 1);
-            home.hub = Hub::default();
+            home.forget();
         }
+        home.load();
         // At most twice: a gap says where the hub stands, and the piece goes again.
         for _ in 0..2 {
             let text = after_chars(so_far, from);
@@ -400,6 +474,19 @@ impl Live {
             from = piece.offset + piece.text.chars().count() as u64;
             for w in &mut home.watchers {
                 self.piece(job, w, &piece);
+            }
+            // Kept as `Live::text` keeps it: a chunk once per `KEEP_EVERY`.
+            let chars = home.hub.chars(n);
+            if let Some(at) = home.keeper.due(n, chars) {
+                let kept = after_chars(home.hub.text_of(n).unwrap_or_default(), at);
+                if self.rng.borrow_mut().below(KEEP_FAILS_ONE_IN) == 0 {
+                    self.count(|f| f.keep_failed += 1);
+                } else {
+                    self.count(|f| f.kept += 1);
+                    let value = format!("{attempt_id}\n{kept}");
+                    home.storage.insert(Keeper::key(n, at), value);
+                    home.keeper.wrote(n, chars);
+                }
             }
         }
         handing.insert(attempt_id.to_owned(), Some(from));
@@ -453,7 +540,7 @@ impl Live {
         self.count(|f| f.restarts += 1);
         self.notes.borrow_mut().retain(|n| n.job != job);
         if let Some(home) = self.homes.borrow_mut().get_mut(job) {
-            home.hub = Hub::default();
+            home.forget();
             home.read_at = 0;
             for w in &mut home.watchers {
                 w.connected = false;
@@ -497,6 +584,7 @@ impl Live {
         let mut homes = self.homes.borrow_mut();
         for (job, home) in homes.iter_mut() {
             let Some((seq, _)) = read(job) else { continue };
+            self.check_kept(job, home);
             let mut watchers = std::mem::take(&mut home.watchers);
             for w in &mut watchers {
                 if w.connected {
@@ -507,6 +595,61 @@ impl Live {
                 self.check_current(job, w, seq, "a reconnected stream");
             }
             home.watchers = watchers;
+        }
+    }
+
+    /// A stream open on a job still moving has all the text its hub has (the hub may
+    /// have lost some, which the stream still holds): a reconnect after an attempt
+    /// ended still got what that attempt sent before it ended.
+    fn check_caught_up(&self, job: &str, home: &Home, w: &Watcher) {
+        for piece in home.hub.text_after(&Place::default()) {
+            let mine = w.texts.get(piece.attempt_id).map_or("", String::as_str);
+            if !mine.starts_with(piece.text) {
+                self.problem(format!(
+                    "a stream of job {job} holds {mine:?} of attempt {}, its hub {:?}: text lost on the way",
+                    piece.attempt_id, piece.text
+                ));
+            }
+        }
+    }
+
+    /// A hub that heard its job settle keeps none of its text: the storage is emptied,
+    /// and no late hand-off writes to it again. What the hub keeps otherwise is the
+    /// provider's text, chunk after chunk from 0.
+    fn check_kept(&self, job: &str, home: &Home) {
+        let heard_settled = home
+            .hub
+            .catch_up(0)
+            .is_some_and(|(_, doc)| settled(doc) == Some(true));
+        if heard_settled && !home.storage.is_empty() {
+            self.problem(format!(
+                "the hub of settled job {job} still keeps text: {:?}",
+                home.storage.keys().collect::<Vec<_>>()
+            ));
+        }
+        let mut fresh = (Hub::default(), Keeper::every(KEEP_EVERY));
+        let entries = home
+            .storage
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        fresh.1.load(&mut fresh.0, entries, MAX_CHARS);
+        for (key, value) in &home.storage {
+            let Some((attempt_id, _)) = value.split_once('\n') else {
+                continue;
+            };
+            let n = key
+                .split('/')
+                .nth(1)
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0);
+            let back = fresh.0.text_of(n).unwrap_or_default();
+            let whole = self.contents.borrow().get(attempt_id).cloned();
+            if !whole.is_some_and(|whole| whole.starts_with(back)) {
+                self.problem(format!(
+                    "the hub of job {job} keeps {back:?} of attempt {attempt_id}: not what its provider sent"
+                ));
+            }
         }
     }
 

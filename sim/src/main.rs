@@ -77,7 +77,7 @@ fn run() -> Result<()> {
         seconds * 1e6 / figures.ops.max(1) as f64
     );
     println!(
-        "sim: seed {seed}: {} worlds, {} operations, {} requests, {} deliveries ({} redelivered), {} provider calls ({} stopped), {} shard alarms ({} attempts handed on), {} reconciler passes, {} crashes, {} clock jumps, {} store faults in {} batches, {} checks on {} jobs; live: {} streams opened, {} reconnected, {} events, {} of {} notifications lost, {} hub re-reads, {} hub restarts, {} hand-offs of text ({} failed, {} after an eviction), {} pieces of text sent; no promise broken",
+        "sim: seed {seed}: {} worlds, {} operations, {} requests, {} deliveries ({} redelivered), {} provider calls ({} stopped), {} shard alarms ({} attempts handed on), {} reconciler passes, {} crashes, {} clock jumps, {} store faults in {} batches, {} checks on {} jobs; live: {} streams opened, {} reconnected, {} events, {} of {} notifications lost, {} hub re-reads, {} hub restarts, {} hand-offs of text ({} failed, {} after an eviction), {} pieces of text sent, {} chunks of text kept ({} writes failed); no promise broken",
         worlds,
         figures.ops,
         figures.requests,
@@ -105,6 +105,8 @@ fn run() -> Result<()> {
         figures.live.hand_failed,
         figures.live.evictions,
         figures.live.pieces,
+        figures.live.kept,
+        figures.live.keep_failed,
     );
     if figures.ops < ops {
         bail!("only {} of {ops} operations ran", figures.ops);
@@ -123,7 +125,12 @@ fn run() -> Result<()> {
     let live = figures.live;
     let untested = live.reconnects == 0 || live.lost == 0 || live.restarts == 0;
     if ops >= 100_000
-        && (untested || live.pieces == 0 || live.hand_failed == 0 || live.evictions == 0)
+        && (untested
+            || live.pieces == 0
+            || live.hand_failed == 0
+            || live.evictions == 0
+            || live.kept == 0
+            || live.keep_failed == 0)
     {
         bail!("the live channel went untested in {ops} operations: {live:?}");
     }
