@@ -42,22 +42,29 @@ impl std::fmt::Display for Position {
     }
 }
 
-/// The most streaming attempts a [`Place`] holds: a job's hedges and failovers are
-/// far fewer.
+/// The most parts a [`Place`] holds after its `SEQ` (attempts with text, and runs of
+/// ended attempts): a job's hedges and failovers are far fewer.
 pub const MAX_TEXTS: usize = 16;
 
 /// Where a client stands in a job's stream once text has come: the document's change
-/// counter, and for each attempt that streamed, how many code points of its text the
-/// client has. Written `SEQ/N:CHARS/N:CHARS…` (`7/1:1024/2:40`: the document as of
-/// change 7, the first 1,024 code points of attempt 1's text and 40 of attempt 2's),
-/// attempts in ascending `n`, none at 0; a place without text is its `SEQ` alone, as
-/// [`Position`] writes it. Opaque to clients, like a position.
+/// counter; for each attempt that streamed, how many code points of its text the
+/// client has; and which attempts a document it has says have ended, so that no later
+/// stream sends it more of their text. Written `SEQ/PART/PART…` (`7/1:1024/2:40`: the
+/// document as of change 7, the first 1,024 code points of attempt 1's text and 40 of
+/// attempt 2's; `9/~1-2/3:40`: change 9, attempts 1 and 2 ended, 40 code points of
+/// attempt 3's), each part `N:CHARS` (`CHARS` > 0) or `~N` or `~N-M` (attempts `N`
+/// through `M` ended), in ascending `n`, none at 0, an ended attempt without its
+/// count; a place with neither is its `SEQ` alone, as [`Position`] writes it. Opaque
+/// to clients, like a position.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Place {
     /// The document's change counter ([`Position`]).
     pub seq: u64,
-    /// `(n, chars)` by ascending `n`, each `chars > 0`.
+    /// `(n, chars)` by ascending `n`, each `chars > 0`, none of them ended.
     pub texts: Vec<(u32, u64)>,
+    /// The ended attempts as runs `(first, last)` of `n`, ascending, neither
+    /// overlapping nor touching.
+    pub ended: Vec<(u32, u32)>,
 }
 
 impl Place {
@@ -66,26 +73,93 @@ impl Place {
         Self {
             seq,
             texts: Vec::new(),
+            ended: Vec::new(),
         }
     }
 
     /// Reads a place as [`Display`](std::fmt::Display) writes it; `None` for anything
     /// else (a part that is no [`Position`], an `n` of 0 or out of order, `chars` of 0,
-    /// more than [`MAX_TEXTS`] attempts).
+    /// a run that is empty or touches the one before, more than [`MAX_TEXTS`] parts).
     pub fn parse(text: &str) -> Option<Self> {
         let mut parts = text.split('/');
         let mut place = Self::at(Position::parse(parts.next()?)?.0);
-        for part in parts {
-            let (n, chars) = part.split_once(':')?;
-            let (n, chars) = (Position::parse(n)?.0, Position::parse(chars)?.0);
-            let n = u32::try_from(n).ok().filter(|n| *n > 0)?;
-            let ascending = place.texts.last().is_none_or(|(last, _)| *last < n);
-            if !ascending || chars == 0 || place.texts.len() == MAX_TEXTS {
+        // The highest `n` so far, and whether a run ended there.
+        let mut last: Option<(u32, bool)> = None;
+        let attempt = |n: &str| {
+            let n = Position::parse(n)?.0;
+            u32::try_from(n).ok().filter(|n| *n > 0)
+        };
+        for (i, part) in parts.enumerate() {
+            let (first, n, run) = match part.strip_prefix('~') {
+                Some(run) => {
+                    let (first, end) = run.split_once('-').unwrap_or((run, run));
+                    let (first, end) = (attempt(first)?, attempt(end)?);
+                    if end < first || (run.contains('-') && end == first) {
+                        return None;
+                    }
+                    place.ended.push((first, end));
+                    (first, end, true)
+                }
+                None => {
+                    let (n, chars) = part.split_once(':')?;
+                    let (n, chars) = (attempt(n)?, Position::parse(chars)?.0);
+                    if chars == 0 {
+                        return None;
+                    }
+                    place.texts.push((n, chars));
+                    (n, n, false)
+                }
+            };
+            let after =
+                last.is_none_or(|(at, was_run)| at < first && !(run && was_run && at + 1 == first));
+            if !after || i == MAX_TEXTS {
                 return None;
             }
-            place.texts.push((n, chars));
+            last = Some((n, run));
         }
         Some(place)
+    }
+
+    /// Whether the holder has seen attempt `n` end.
+    pub fn is_ended(&self, n: u32) -> bool {
+        self.ended
+            .iter()
+            .any(|(first, last)| (*first..=*last).contains(&n))
+    }
+
+    /// Says the holder has seen attempt `n` end: its count goes, and its text is
+    /// taken no more. `false` (and nothing changed) when that would take a part more
+    /// than [`MAX_TEXTS`].
+    pub fn end(&mut self, n: u32) -> bool {
+        if self.is_ended(n) {
+            return true;
+        }
+        let mut ended = self.ended.clone();
+        let at = ended.partition_point(|(_, last)| *last < n);
+        let joins_before = at > 0 && ended[at - 1].1 + 1 == n;
+        let joins_after = ended
+            .get(at)
+            .is_some_and(|(first, _)| n.checked_add(1) == Some(*first));
+        match (joins_before, joins_after) {
+            (true, true) => {
+                ended[at - 1].1 = ended[at].1;
+                ended.remove(at);
+            }
+            (true, false) => ended[at - 1].1 = n,
+            (false, true) => ended[at].0 = n,
+            (false, false) => ended.insert(at, (n, n)),
+        }
+        let texts = self.texts.iter().filter(|(m, _)| *m != n).count();
+        if texts + ended.len() > MAX_TEXTS {
+            return false;
+        }
+        self.texts.retain(|(m, _)| *m != n);
+        self.ended = ended;
+        true
+    }
+
+    fn parts(&self) -> usize {
+        self.texts.len() + self.ended.len()
     }
 
     /// The code points of attempt `n`'s text the holder has.
@@ -106,6 +180,9 @@ impl Place {
         offset: u64,
         text: &'t str,
     ) -> Result<Option<(u64, &'t str)>, u64> {
+        if self.is_ended(n) {
+            return Ok(None);
+        }
         let have = self.chars(n);
         if offset > have {
             return Err(have);
@@ -123,11 +200,12 @@ impl Place {
     }
 
     /// Says the holder has `chars` code points of attempt `n`'s text; `false` (and
-    /// nothing changed) when that is a new attempt and the place holds [`MAX_TEXTS`].
+    /// nothing changed) when that is a new attempt and the place holds [`MAX_TEXTS`]
+    /// parts.
     pub fn set(&mut self, n: u32, chars: u64) -> bool {
         let (at, full) = (
             self.texts.partition_point(|(m, _)| *m < n),
-            self.texts.len() == MAX_TEXTS,
+            self.parts() == MAX_TEXTS,
         );
         match self.texts.get_mut(at) {
             Some(entry) if entry.0 == n => entry.1 = chars,
@@ -141,10 +219,25 @@ impl Place {
 impl std::fmt::Display for Place {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}", self.seq)?;
-        for (n, chars) in &self.texts {
-            write!(f, "/{n}:{chars}")?;
+        let (mut texts, mut ended) = (self.texts.iter().peekable(), self.ended.iter().peekable());
+        loop {
+            let text_first = match (texts.peek(), ended.peek()) {
+                (Some((n, _)), Some((first, _))) => n < first,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (None, None) => return Ok(()),
+            };
+            if text_first {
+                if let Some((n, chars)) = texts.next() {
+                    write!(f, "/{n}:{chars}")?;
+                }
+            } else if let Some((first, last)) = ended.next() {
+                match first == last {
+                    true => write!(f, "/~{first}")?,
+                    false => write!(f, "/~{first}-{last}")?,
+                }
+            }
         }
-        Ok(())
     }
 }
 
@@ -346,6 +439,9 @@ impl Hub {
     pub fn text_after<'a>(&'a self, place: &Place) -> impl Iterator<Item = Piece<'a>> + 'a {
         let place = place.clone();
         self.texts.iter().filter_map(move |t| {
+            if place.is_ended(t.n) {
+                return None;
+            }
             let offset = place.chars(t.n).min(self.have.chars(t.n));
             let text = after_chars(&t.text, offset);
             (!text.is_empty()).then_some(Piece {
@@ -560,6 +656,11 @@ impl Follower {
             if !self.ended.contains(&a.id) {
                 self.ended.push(a.id.clone());
             }
+            // Carried in the place, so that a reconnect sends none of its text either
+            // (a place with no part left carries no more: this stream still holds back).
+            if let Ok(n) = u32::try_from(a.n) {
+                self.text.end(n);
+            }
         }
         self.take(seq)
     }
@@ -667,6 +768,82 @@ mod tests {
         ] {
             assert_eq!(Place::parse(bad), None, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_place_carries_the_attempts_its_holder_saw_end() {
+        let place = Place::parse("9/~1-2/3:40/~5").unwrap();
+        assert_eq!(place.ended, vec![(1, 2), (5, 5)]);
+        assert!(place.is_ended(2) && !place.is_ended(3) && !place.is_ended(4));
+        assert_eq!(place.to_string(), "9/~1-2/3:40/~5");
+        let mut place = Place::parse("4/1:7/2:3").unwrap();
+        assert!(place.end(2));
+        assert_eq!(place.to_string(), "4/1:7/~2", "its count goes");
+        assert_eq!(place.take(2, 3, "more"), Ok(None), "no more of its text");
+        assert!(place.end(4) && place.end(3));
+        assert_eq!(place.to_string(), "4/1:7/~2-4", "runs join");
+        assert!(place.end(1));
+        assert_eq!(place.to_string(), "4/~1-4");
+        assert_eq!(Place::parse(&place.to_string()), Some(place.clone()));
+        let mut top = Place::at(1);
+        assert!(top.end(u32::MAX) && top.end(u32::MAX - 1));
+        assert_eq!(top.to_string(), format!("1/~{}-{}", u32::MAX - 1, u32::MAX));
+
+        // A place of `MAX_TEXTS` parts ends an attempt only where no part is added.
+        let mut full = Place::at(1);
+        for n in (1..=MAX_TEXTS as u32).map(|n| n * 2) {
+            assert!(full.end(n));
+        }
+        assert!(!full.end(99), "a 17th part");
+        assert!(full.end(3), "joins two runs: one part fewer");
+        assert!(full.end(99));
+        assert!(Place::parse(&full.to_string()).is_some());
+        for bad in [
+            "9/~",
+            "9/~0",
+            "9/~2-1",
+            "9/~2-2",
+            "9/~1-",
+            "9/~-1",
+            "9/~1/~2",
+            "9/~1-3/2:5",
+            "9/2:5/~2",
+            "9/~3/1:5",
+        ] {
+            assert_eq!(Place::parse(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_stream_resumed_from_its_place_sends_nothing_of_an_attempt_it_saw_end() {
+        let doc = |state: &str| {
+            serde_json::json!({"id": "job_1", "kind": "summarize", "status": "failed",
+                "version": 1, "input": {}, "provider": "p", "result": null,
+                "completed_by": null, "created_at": "t", "updated_at": "t",
+                "attempts": [{"id": "att_1", "n": 1, "provider": "p", "state": state,
+                    "started_at": "t", "finished_at": null, "error": null}]})
+        };
+        let mut hub = Hub::default();
+        hub.text(1, "att_1", 0, "partial", 100).unwrap();
+        // The client read the failed job (the hub never heard of it) without its text.
+        let failed: Job = serde_json::from_value(doc("abandoned")).unwrap();
+        let mut first = Follower::after(None);
+        assert!(first.take_job(5, &failed));
+        assert_eq!(first.place().to_string(), "5/~1");
+        // A fallback revives the job; the client resumes from its place.
+        let place = Place::parse(&first.place().to_string()).unwrap();
+        assert_eq!(hub.text_after(&place).count(), 0, "the hub holds it back");
+        let mut resumed = Follower::after(Some(place));
+        let piece = hub.text_after(&Place::at(0)).next().unwrap();
+        assert_eq!(
+            resumed.take_text(&piece),
+            Ok(None),
+            "and so does the stream"
+        );
+        let running: Job = serde_json::from_value(doc("running")).unwrap();
+        let mut earlier = Follower::after(Some(Place::at(2)));
+        earlier.take_job(2, &running);
+        assert_eq!(earlier.take_text(&piece), Ok(Some((0, "partial"))));
     }
 
     #[test]

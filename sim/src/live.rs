@@ -358,11 +358,18 @@ impl Live {
             return self.send(job, w, seq, &doc);
         }
         let held = if w.sent.at.is_some_and(|had| seq <= had) {
+            // The client has this document (or a newer one): it has seen what it ended.
             w.sent.take_job(seq, &parsed);
+            for a in parsed.attempts.iter().filter(|a| a.state.is_final()) {
+                w.finished.insert(a.id.clone());
+            }
             None
         } else {
             Some((seq, doc))
         };
+        // What the client saw end before this stream sent anything (its place says so,
+        // or the document it has): it wants no more of their text.
+        let knew_ended = w.finished.clone();
         home.load();
         let since = w.sent.place().clone();
         for piece in home.hub.text_after(&since) {
@@ -378,7 +385,7 @@ impl Live {
             }
         }
         if w.connected {
-            self.check_caught_up(job, home, w);
+            self.check_caught_up(job, home, w, &knew_ended);
         }
     }
 
@@ -600,9 +607,13 @@ impl Live {
 
     /// A stream open on a job still moving has all the text its hub has (the hub may
     /// have lost some, which the stream still holds): a reconnect after an attempt
-    /// ended still got what that attempt sent before it ended.
-    fn check_caught_up(&self, job: &str, home: &Home, w: &Watcher) {
+    /// ended still got what that attempt sent before it ended, unless the client had
+    /// seen it end before (`knew_ended`), and wants no more of it.
+    fn check_caught_up(&self, job: &str, home: &Home, w: &Watcher, knew_ended: &BTreeSet<String>) {
         for piece in home.hub.text_after(&Place::default()) {
+            if knew_ended.contains(piece.attempt_id) {
+                continue;
+            }
             let mine = w.texts.get(piece.attempt_id).map_or("", String::as_str);
             if !mine.starts_with(piece.text) {
                 self.problem(format!(
