@@ -48,6 +48,7 @@ pub(crate) async fn run(
                         input,
                         attempt_id: &call_id,
                         job: None,
+                        news: None,
                     };
                     match host.call(call).await {
                         CallOutcome::Output(..) => None,

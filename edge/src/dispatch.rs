@@ -15,7 +15,7 @@ use crate::clock;
 use crate::error::{ApiResult, AppError};
 use crate::fault;
 pub(crate) use crate::host::{send, Dispatch, PendingResult};
-use crate::host::{Host, ProviderCall, WorkerHost};
+use crate::host::{CallNews, Host, ProviderCall, WorkerHost};
 use crate::kinds;
 use crate::openai::CallOutcome;
 use crate::providers::{self, ProviderConfig};
@@ -336,6 +336,7 @@ fn poll_every(var: Option<String>) -> u64 {
 async fn call_and_record(host: &dyn Host, store: &Store, p: &Prepared<'_>) -> ApiResult<()> {
     let api_key = providers::api_key(&p.provider, host);
     let started = clock::now_ms();
+    let (news, heard) = CallNews::new();
     let call = host.call(ProviderCall {
         provider: &p.provider,
         api_key: api_key.as_deref(),
@@ -343,8 +344,14 @@ async fn call_and_record(host: &dyn Host, store: &Store, p: &Prepared<'_>) -> Ap
         input: &p.input,
         attempt_id: &p.attempt.id,
         job: Some((&p.attempt.job_id, p.attempt.n)),
+        news: Some(&news),
     });
-    let Some(outcome) = unless_stopped(host, store, p, call, started).await? else {
+    let watching = Watching {
+        news: &news,
+        heard,
+        started,
+    };
+    let Some(outcome) = unless_stopped(host, store, p, call, watching).await? else {
         return Ok(());
     };
     let event = match &outcome {
@@ -372,30 +379,60 @@ async fn call_and_record(host: &dyn Host, store: &Store, p: &Prepared<'_>) -> Ap
     }
 }
 
+/// What the dispatcher watches a call with: the call's news, the hub's word that its
+/// attempt ended, and when the call began.
+struct Watching<'a> {
+    news: &'a CallNews,
+    heard: futures_channel::oneshot::Receiver<()>,
+    started: f64,
+}
+
 /// The call's outcome; or, if its attempt is cancelled or its job won by another attempt
 /// before the provider answers, `None`: the call is dropped, and dropping it aborts its
 /// fetch, which closes the provider's connection (`openai::call`). The dispatcher reads
 /// the attempt every `CANCEL_POLL_MS` while it waits (one read by primary key; a failed
 /// read is tried again at the next tick), so a stop reaches the call within about one
-/// interval. A loser moves to `superseded` (its `race_lost` names it); a cancelled
-/// attempt is `cancelled` already.
+/// interval; a streamed call whose text the job's hub refuses (its document says the
+/// attempt ended) has it read at once. A loser moves to `superseded` (its `race_lost`
+/// names it); a cancelled attempt is `cancelled` already. The stop's line says the
+/// streamed text that was paid for and dropped with the call.
 async fn unless_stopped(
     host: &dyn Host,
     store: &Store,
     p: &Prepared<'_>,
     call: futures_util::future::LocalBoxFuture<'_, CallOutcome>,
-    started: f64,
+    watching: Watching<'_>,
 ) -> ApiResult<Option<CallOutcome>> {
     let every = poll_every(host.var("CANCEL_POLL_MS"));
     let attempt = p.attempt;
+    let Watching {
+        news,
+        heard,
+        started,
+    } = watching;
     let watch = async {
         let mut said = false;
+        // The hub's word, until it comes (once); then the ticks alone.
+        let mut heard = Some(heard);
         loop {
-            host.sleep(every).await;
+            let tick = host.sleep(every);
+            let woken = match heard.as_mut() {
+                Some(word) => match select(tick, word).await {
+                    Either::Left(_) => false,
+                    Either::Right(_) => {
+                        heard = None;
+                        true
+                    }
+                },
+                None => {
+                    tick.await;
+                    false
+                }
+            };
             match store.watch(&attempt.id).await {
                 Ok(Some(seen)) => {
                     if let Some(stop) = seen.stop(&attempt.id) {
-                        return stop;
+                        return (stop, woken);
                     }
                 }
                 Ok(None) => {}
@@ -412,7 +449,7 @@ async fn unless_stopped(
         }
     };
     futures_util::pin_mut!(watch);
-    let stop = match select(call, watch).await {
+    let (stop, woken) = match select(call, watch).await {
         Either::Left((outcome, _)) => return Ok(Some(outcome)),
         Either::Right((stop, call)) => {
             drop(call);
@@ -427,7 +464,9 @@ async fn unless_stopped(
                                 Stop::Cancelled => "cancelled",
                                 Stop::LostRace => "lost_race",
                             },
-                            "after_ms": ms}));
+                            "after_ms": ms,
+                            "woken_by": if woken { "hub" } else { "tick" },
+                            "streamed_chars": news.chars()}));
     if stop == Stop::LostRace {
         let error = AttemptError::new(
             "stopped_race_lost",

@@ -58,6 +58,48 @@ pub struct ProviderCall<'a> {
     /// The attempt's job and its `n`, where its streamed text goes as it comes (none
     /// for a certification's calls).
     pub job: Option<(&'a str, u32)>,
+    /// Where the call tells its dispatcher what it hears while it runs (none for a
+    /// certification's calls).
+    pub news: Option<&'a CallNews>,
+}
+
+/// What a running call tells the dispatcher that waits on it (`dispatch::unless_stopped`):
+/// how much streamed text it has read, and that the job's hub refused its text because
+/// the attempt ended, so that the dispatcher looks at the store at once rather than at
+/// its next tick.
+pub struct CallNews {
+    chars: std::cell::Cell<u64>,
+    ended: std::cell::RefCell<Option<futures_channel::oneshot::Sender<()>>>,
+}
+
+impl CallNews {
+    /// The news of one call, and what hears the hub's word that its attempt ended.
+    pub fn new() -> (Self, futures_channel::oneshot::Receiver<()>) {
+        let (tx, rx) = futures_channel::oneshot::channel();
+        let news = Self {
+            chars: std::cell::Cell::new(0),
+            ended: std::cell::RefCell::new(Some(tx)),
+        };
+        (news, rx)
+    }
+
+    /// The call has read `chars` code points of streamed text so far.
+    pub fn read(&self, chars: u64) {
+        self.chars.set(chars);
+    }
+
+    /// The code points of streamed text the call has read: paid for, and dropped with
+    /// the call if it is stopped.
+    pub fn chars(&self) -> u64 {
+        self.chars.get()
+    }
+
+    /// The job's hub says the attempt ended (its document says so); said once.
+    pub fn ended(&self) {
+        if let Some(tx) = self.ended.borrow_mut().take() {
+            let _ = tx.send(());
+        }
+    }
 }
 
 /// What the core asks of its platform.
@@ -152,6 +194,7 @@ impl Host for WorkerHost<'_> {
             call.input,
             call.attempt_id,
             sink,
+            call.news,
         ))
     }
 

@@ -79,8 +79,9 @@ pub(crate) struct TextSink<'a> {
 const HAND_OFF_MS: u64 = 2_000;
 
 /// Calls the provider once for attempt `attempt_id` and classifies the answer; a
-/// streamed answer's text goes to `sink` as it comes. Dropped before it ends, it aborts
-/// the fetch ([`AbortOnDrop`]).
+/// streamed answer's text goes to `sink` as it comes, and `news` hears how much came
+/// and whether the hub said the attempt ended. Dropped before it ends, it aborts the
+/// fetch ([`AbortOnDrop`]).
 pub(crate) async fn call(
     provider: &ProviderConfig,
     api_key: Option<&str>,
@@ -88,6 +89,7 @@ pub(crate) async fn call(
     input: &Value,
     attempt_id: &str,
     sink: Option<TextSink<'_>>,
+    news: Option<&crate::host::CallNews>,
 ) -> CallOutcome {
     let controller = AbortController::default();
     let signal = controller.signal();
@@ -127,7 +129,11 @@ pub(crate) async fn call(
                     .starts_with("text/event-stream")
             });
         if provider.stream && streamed && (200..=299).contains(&status) {
-            return read_stream(provider, &mut response, deadline, sink.as_ref(), attempt_id)
+            let to = Reader {
+                sink: sink.as_ref(),
+                news,
+            };
+            return read_stream(provider, &mut response, deadline, to, attempt_id)
                 .await
                 .map(|chat| Answer::Streamed(Box::new(chat)));
         }
@@ -199,22 +205,29 @@ enum Answer {
     Streamed(Box<ChatStream>),
 }
 
+/// Who hears of a streamed answer as it is read: the hub its text goes to, and the
+/// dispatcher's news of the call.
+#[derive(Clone, Copy)]
+struct Reader<'a> {
+    sink: Option<&'a TextSink<'a>>,
+    news: Option<&'a crate::host::CallNews>,
+}
+
 /// Reads a streamed answer's body chunk by chunk, each within `timeout_ms` of the last,
-/// and hands its text to `sink` meanwhile ([`hand_on`]); returns once both are done. A
+/// and hands its text to `to.sink` meanwhile ([`hand_on`]); returns once both are done. A
 /// body that fails or ends early is not an error here: [`ChatStream::end`] tells a
 /// cut-off from a finished answer. A stall is: the provider may still be working.
 async fn read_stream(
     provider: &ProviderConfig,
     response: &mut Response,
     deadline: f64,
-    sink: Option<&TextSink<'_>>,
+    to: Reader<'_>,
     attempt_id: &str,
 ) -> Result<ChatStream, Broke> {
     let chat = std::cell::RefCell::new(ChatStream::default());
     let (wake, woken) = futures_channel::mpsc::unbounded::<()>();
-    let read = read_body(provider, response, deadline, &chat, wake);
-    let (read, ()) =
-        futures_util::future::join(read, hand_on(sink, attempt_id, &chat, woken)).await;
+    let read = read_body(provider, response, deadline, &chat, wake, to.news);
+    let (read, ()) = futures_util::future::join(read, hand_on(to, attempt_id, &chat, woken)).await;
     read.map(|()| chat.into_inner())
 }
 
@@ -222,15 +235,16 @@ async fn read_stream(
 /// a time: each piece is what the hub lacks, so text that came while a piece was on its
 /// way goes with the next, and a hub that restarted and lost text is sent it again.
 /// Ends when the body is read and the hub has all of it, or when the hub says the
-/// attempt has ended, fails, or does not answer within [`HAND_OFF_MS`] (said in the
-/// log: the stream's clients then see the text only in the result).
+/// attempt has ended (which `to.news` hears, so that the call is stopped at once),
+/// fails, or does not answer within [`HAND_OFF_MS`] (said in the log: the stream's
+/// clients then see the text only in the result).
 async fn hand_on(
-    sink: Option<&TextSink<'_>>,
+    to: Reader<'_>,
     attempt_id: &str,
     chat: &std::cell::RefCell<ChatStream>,
     mut woken: futures_channel::mpsc::UnboundedReceiver<()>,
 ) {
-    let Some(sink) = sink else { return };
+    let Some(sink) = to.sink else { return };
     let mut sent = 0;
     let mut idle = 0;
     while woken.next().await.is_some() {
@@ -257,7 +271,12 @@ async fn hand_on(
                     }
                     "the hub takes no more".to_owned()
                 }
-                Either::Left((Ok(crate::live::Taken::Stop), _)) => return,
+                Either::Left((Ok(crate::live::Taken::Stop), _)) => {
+                    if let Some(news) = to.news {
+                        news.ended();
+                    }
+                    return;
+                }
                 Either::Left((Err(e), _)) => e,
                 Either::Right(_) => format!("the hub did not answer within {HAND_OFF_MS} ms"),
             };
@@ -271,13 +290,14 @@ async fn hand_on(
 }
 
 /// The reading half of [`read_stream`]: feeds the body to `chat`, and says on `wake`
-/// whenever text came.
+/// (and to `news`) whenever text came.
 async fn read_body(
     provider: &ProviderConfig,
     response: &mut Response,
     deadline: f64,
     chat: &std::cell::RefCell<ChatStream>,
     wake: futures_channel::mpsc::UnboundedSender<()>,
+    news: Option<&crate::host::CallNews>,
 ) -> Result<(), Broke> {
     let Ok(mut body) = response.stream() else {
         return Ok(());
@@ -336,6 +356,9 @@ async fn read_body(
                 let before = chat.chunks();
                 if !chat.feed(&decoded(&mut pending)).is_empty() {
                     let _ = wake.unbounded_send(());
+                    if let Some(news) = news {
+                        news.read(chat.chars());
+                    }
                 }
                 if chat.chunks() > before {
                     quiet_until = crate::clock::now_ms() + quiet_ms(&chat);

@@ -245,10 +245,17 @@ impl Host for SimHost {
                             .unwrap_or(rest.len());
                         let fed = !chat.feed(&rest[..cut]).is_empty();
                         rest = &rest[cut..];
+                        if let (true, Some(news)) = (fed, call.news) {
+                            news.read(chat.chars());
+                        }
                         if let (true, Some((job_id, n))) = (fed, call.job) {
-                            world
-                                .live()
-                                .hand(job_id, n, &attempt_id, chat.text(), &content);
+                            let live = world.live();
+                            if live.hand(job_id, n, &attempt_id, chat.text(), &content) {
+                                // As `openai::hand_on` does: the dispatcher looks now.
+                                if let Some(news) = call.news {
+                                    news.ended();
+                                }
+                            }
                         }
                         let next = onceclick_edge::sim::now_ms() as u64 + world.below(READ_GAP_MS);
                         Sleep::until(world.exec.clone(), next).await;

@@ -74,6 +74,9 @@ pub struct LiveFigures {
     /// Chunks of text a hub wrote to its storage, and writes that failed.
     pub kept: u64,
     pub keep_failed: u64,
+    /// Hand-offs the hub refused because the attempt had ended: the call then tells its
+    /// dispatcher, which reads the store at once (`host::CallNews::ended`).
+    pub refused_ended: u64,
 }
 
 impl LiveFigures {
@@ -91,6 +94,7 @@ impl LiveFigures {
         self.evictions += o.evictions;
         self.kept += o.kept;
         self.keep_failed += o.keep_failed;
+        self.refused_ended += o.refused_ended;
     }
 }
 
@@ -434,14 +438,22 @@ impl Live {
     }
 
     /// A streaming call of attempt `n` (`attempt_id`) of `job` has read `so_far` of
-    /// `whole`, and hands it on as `openai::hand_on` does.
-    pub(crate) fn hand(&self, job: &str, n: u32, attempt_id: &str, so_far: &str, whole: &str) {
+    /// `whole`, and hands it on as `openai::hand_on` does: `true` when the hub refused
+    /// it because the attempt has ended (the call then tells its dispatcher).
+    pub(crate) fn hand(
+        &self,
+        job: &str,
+        n: u32,
+        attempt_id: &str,
+        so_far: &str,
+        whole: &str,
+    ) -> bool {
         self.contents
             .borrow_mut()
             .insert(attempt_id.to_owned(), whole.to_owned());
         let mut handing = self.handing.borrow_mut();
         let Some(sent) = *handing.entry(attempt_id.to_owned()).or_insert(Some(0)) else {
-            return;
+            return false;
         };
         let mut homes = self.homes.borrow_mut();
         let home = homes.entry(job.to_owned()).or_default();
@@ -461,7 +473,7 @@ impl Live {
             if self.rng.borrow_mut().below(HAND_LOST_ONE_IN) == 0 {
                 self.count(|f| f.hand_failed += 1);
                 handing.insert(attempt_id.to_owned(), None);
-                return;
+                return false;
             }
             let piece = match home.hub.text(n, attempt_id, from, text, MAX_CHARS) {
                 Ok(Some(piece)) => piece,
@@ -474,8 +486,9 @@ impl Live {
                     continue;
                 }
                 Err(Refused::Ended) => {
+                    self.count(|f| f.refused_ended += 1);
                     handing.insert(attempt_id.to_owned(), None);
-                    return;
+                    return true;
                 }
             };
             from = piece.offset + piece.text.chars().count() as u64;
@@ -497,6 +510,7 @@ impl Live {
             }
         }
         handing.insert(attempt_id.to_owned(), Some(from));
+        false
     }
 
     /// What a client does to the live channel: open a stream on `job`, from the start

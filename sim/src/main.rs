@@ -77,7 +77,7 @@ fn run() -> Result<()> {
         seconds * 1e6 / figures.ops.max(1) as f64
     );
     println!(
-        "sim: seed {seed}: {} worlds, {} operations, {} requests, {} deliveries ({} redelivered), {} provider calls ({} stopped), {} shard alarms ({} attempts handed on), {} reconciler passes, {} crashes, {} clock jumps, {} store faults in {} batches, {} checks on {} jobs; live: {} streams opened, {} reconnected, {} events, {} of {} notifications lost, {} hub re-reads, {} hub restarts, {} hand-offs of text ({} failed, {} after an eviction), {} pieces of text sent, {} chunks of text kept ({} writes failed); no promise broken",
+        "sim: seed {seed}: {} worlds, {} operations, {} requests, {} deliveries ({} redelivered), {} provider calls ({} stopped), {} shard alarms ({} attempts handed on), {} reconciler passes, {} crashes, {} clock jumps, {} store faults in {} batches, {} checks on {} jobs; live: {} streams opened, {} reconnected, {} events, {} of {} notifications lost, {} hub re-reads, {} hub restarts, {} hand-offs of text ({} failed, {} after an eviction, {} refused as ended), {} pieces of text sent, {} chunks of text kept ({} writes failed); no promise broken",
         worlds,
         figures.ops,
         figures.requests,
@@ -104,6 +104,7 @@ fn run() -> Result<()> {
         figures.live.handed,
         figures.live.hand_failed,
         figures.live.evictions,
+        figures.live.refused_ended,
         figures.live.pieces,
         figures.live.kept,
         figures.live.keep_failed,
