@@ -336,7 +336,7 @@ fn poll_every(var: Option<String>) -> u64 {
 async fn call_and_record(host: &dyn Host, store: &Store, p: &Prepared<'_>) -> ApiResult<()> {
     let api_key = providers::api_key(&p.provider, host);
     let started = clock::now_ms();
-    let (news, heard) = CallNews::new();
+    let news = CallNews::default();
     let call = host.call(ProviderCall {
         provider: &p.provider,
         api_key: api_key.as_deref(),
@@ -348,7 +348,6 @@ async fn call_and_record(host: &dyn Host, store: &Store, p: &Prepared<'_>) -> Ap
     });
     let watching = Watching {
         news: &news,
-        heard,
         started,
     };
     let Some(outcome) = unless_stopped(host, store, p, call, watching).await? else {
@@ -379,11 +378,10 @@ async fn call_and_record(host: &dyn Host, store: &Store, p: &Prepared<'_>) -> Ap
     }
 }
 
-/// What the dispatcher watches a call with: the call's news, the hub's word that its
-/// attempt ended, and when the call began.
+/// What the dispatcher watches a call with: the call's news (what it read, and the
+/// hub's word that its attempt ended), and when the call began.
 struct Watching<'a> {
     news: &'a CallNews,
-    heard: futures_channel::oneshot::Receiver<()>,
     started: f64,
 }
 
@@ -405,29 +403,19 @@ async fn unless_stopped(
 ) -> ApiResult<Option<CallOutcome>> {
     let every = poll_every(host.var("CANCEL_POLL_MS"));
     let attempt = p.attempt;
-    let Watching {
-        news,
-        heard,
-        started,
-    } = watching;
+    let Watching { news, started } = watching;
     let watch = async {
         let mut said = false;
         // The hub's word, until it comes (once); then the ticks alone.
-        let mut heard = Some(heard);
+        let mut heard = false;
         loop {
             let tick = host.sleep(every);
-            let woken = match heard.as_mut() {
-                Some(word) => match select(tick, word).await {
-                    Either::Left(_) => false,
-                    Either::Right(_) => {
-                        heard = None;
-                        true
-                    }
-                },
-                None => {
-                    tick.await;
-                    false
-                }
+            let woken = if heard {
+                tick.await;
+                false
+            } else {
+                heard = matches!(select(tick, news.heard()).await, Either::Right(_));
+                heard
             };
             match store.watch(&attempt.id).await {
                 Ok(Some(seen)) => {

@@ -67,22 +67,14 @@ pub struct ProviderCall<'a> {
 /// how much streamed text it has read, and that the job's hub refused its text because
 /// the attempt ended, so that the dispatcher looks at the store at once rather than at
 /// its next tick.
+#[derive(Default)]
 pub struct CallNews {
     chars: std::cell::Cell<u64>,
-    ended: std::cell::RefCell<Option<futures_channel::oneshot::Sender<()>>>,
+    ended: std::cell::Cell<bool>,
+    waker: std::cell::RefCell<Option<std::task::Waker>>,
 }
 
 impl CallNews {
-    /// The news of one call, and what hears the hub's word that its attempt ended.
-    pub fn new() -> (Self, futures_channel::oneshot::Receiver<()>) {
-        let (tx, rx) = futures_channel::oneshot::channel();
-        let news = Self {
-            chars: std::cell::Cell::new(0),
-            ended: std::cell::RefCell::new(Some(tx)),
-        };
-        (news, rx)
-    }
-
     /// The call has read `chars` code points of streamed text so far.
     pub fn read(&self, chars: u64) {
         self.chars.set(chars);
@@ -94,11 +86,27 @@ impl CallNews {
         self.chars.get()
     }
 
-    /// The job's hub says the attempt ended (its document says so); said once.
+    /// The job's hub says the attempt ended (its document says so); wakes whoever waits
+    /// in [`CallNews::heard`].
     pub fn ended(&self) {
-        if let Some(tx) = self.ended.borrow_mut().take() {
-            let _ = tx.send(());
+        self.ended.set(true);
+        let waker = self.waker.take();
+        if let Some(waker) = waker {
+            waker.wake();
         }
+    }
+
+    /// Ready once the hub has said the attempt ended (at once if it has already). One
+    /// task waits on it: the call's dispatcher.
+    pub fn heard(&self) -> impl std::future::Future<Output = ()> + '_ {
+        futures_util::future::poll_fn(move |cx| {
+            if self.ended.get() {
+                std::task::Poll::Ready(())
+            } else {
+                *self.waker.borrow_mut() = Some(cx.waker().clone());
+                std::task::Poll::Pending
+            }
+        })
     }
 }
 
