@@ -228,7 +228,7 @@ async fn line_of(log: &Path, event: &str, attempt: &str, by: Instant) -> Result<
     }
 }
 
-/// One stop, timed: a job whose provider holds its call open for 10 s, cancelled
+/// One stop, timed: a job whose provider's call lasts about 10 s, cancelled
 /// `cancel_after_ms` into the call.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct StopFigure {
@@ -248,28 +248,58 @@ pub struct Stopped {
     pub marker: String,
 }
 
-/// Creates a job (as owner `stop-<random>`) whose provider holds its call open for 10 s,
-/// cancels it `cancel_after_ms` into the call, and waits for the mock to see the
-/// connection close. Fails if the cancel does not answer `cancelled` or the connection
-/// is not seen to close within 15 s.
+/// What a stop stops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopOf {
+    /// A call whose answer has not come: the primary holds its body open for 10 s. The
+    /// dispatcher sees the cancel at its next read of the attempt (`CANCEL_POLL_MS`).
+    Held,
+    /// A streamed answer, mid-stream: the fallback (which streams) writes two code
+    /// points every 100 ms, for about 12 s. The job's hub refuses the next piece once it
+    /// has the `cancelled` document, which wakes the dispatcher before its next read.
+    Streamed,
+}
+
+/// The summary a streamed stop's provider writes: 204 code points, 120 chunks of two
+/// with the rest of its JSON.
+const STREAMED_SUMMARY: &str = "The quarterly review ran long: revenue beat the forecast, \
+     costs held, hiring slowed in two teams, and the board asked for a plan to ship the \
+     new billing system before the spring release of the mobile app.";
+
+/// Creates a job (as owner `stop-<random>`) whose provider's call lasts about 10 s
+/// (`of` says how), cancels it `cancel_after_ms` into the call, and waits for the mock to
+/// see the connection close. Fails if the cancel does not answer `cancelled` or the
+/// connection is not seen to close within 15 s.
 pub async fn stop(
     base: &str,
     secret: &str,
     mock: &crate::client::Mock,
     cancel_after_ms: u64,
+    of: StopOf,
 ) -> Result<Stopped> {
     let owner = crate::client::unique("stop");
     let token = crate::auth::mint(secret, &owner, false, 600)?;
     let marker = crate::client::unique("stop");
-    mock.script(
-        "primary",
-        &marker,
-        serde_json::json!([{"hold_open_ms": 10_000}]),
-    )
-    .await;
+    let input = serde_json::json!({"text": crate::client::marked_text(&marker)});
+    let body = match of {
+        StopOf::Held => {
+            mock.script(
+                "primary",
+                &marker,
+                serde_json::json!([{"hold_open_ms": 10_000}]),
+            )
+            .await;
+            serde_json::json!({"kind": "summarize", "input": input})
+        }
+        StopOf::Streamed => {
+            let step = serde_json::json!({"summary": STREAMED_SUMMARY, "chunk_chars": 2,
+                                          "chunk_ms": 100});
+            mock.script("fallback", &marker, serde_json::json!([step]))
+                .await;
+            serde_json::json!({"kind": "summarize", "input": input, "provider": "fallback"})
+        }
+    };
     let http = reqwest::Client::new();
-    let body = serde_json::json!({"kind": "summarize",
-                                  "input": {"text": crate::client::marked_text(&marker)}});
     let created = create_fresh(&http, base, &token, &body)
         .await
         .context("the stop's job")?;

@@ -103,6 +103,14 @@ pub async fn open_path(api: &Api, token: Option<&str>, path: &str, last: Option<
     }
 }
 
+/// The change an event's id names: its `SEQ`, before any count of text or of ended
+/// attempts (`9/~1/2:40`). Panics on an id that is not a position.
+pub fn seq(id: &str) -> u64 {
+    let seq = id.split('/').next().unwrap_or_default();
+    seq.parse()
+        .unwrap_or_else(|_| panic!("the id {id:?} is no position"))
+}
+
 impl Stream {
     /// The next item, or `None` once the server ended the stream. Panics after 20 s of
     /// silence (the server sends a comment at least every 15 s).

@@ -469,9 +469,15 @@ async fn cancel_closes_the_providers_connection() {
         .expect("run with `cargo xtask test`")
         .parse()
         .unwrap();
-    let stopped = onceclick_tests::probe::stop(&api.base, &secret, &mock, 1000)
-        .await
-        .unwrap_or_else(|e| panic!("{e:#}"));
+    let stopped = onceclick_tests::probe::stop(
+        &api.base,
+        &secret,
+        &mock,
+        1000,
+        onceclick_tests::probe::StopOf::Held,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}"));
     let stop = stopped.figure;
     println!("the stop: {stop:?}");
     // Not a speed bound: the provider's timeout would close the connection at about

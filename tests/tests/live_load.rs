@@ -81,7 +81,7 @@ async fn subscribe(api: &Api, token: &str, job_id: &str) -> Subscriber {
 
 impl Subscriber {
     fn take(&mut self, position: &str, doc: Value) {
-        let position: u64 = position.parse().expect("a position is decimal");
+        let position = onceclick_tests::sse::seq(position);
         if let Some((last, _)) = self.seen.last() {
             assert!(
                 position > *last,

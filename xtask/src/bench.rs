@@ -551,23 +551,8 @@ fn job_cost(tools: &Tools, root: &Path) -> Result<Value> {
             &worker.secret,
             &worker.log,
         ))?;
-        let mock = onceclick_tests::client::Mock {
-            base: format!("http://127.0.0.1:{}", worker.mock_port),
-            http: reqwest::Client::new(),
-        };
-        // Cancels at five offsets across one watch interval (250 ms in this Worker), so
-        // that the figures do not depend on where the cancel falls between two reads.
-        let mut stops = Vec::new();
-        for offset in [0, 50, 100, 150, 200] {
-            let stop = runtime.block_on(onceclick_tests::probe::stop(
-                &worker.server.url,
-                &worker.secret,
-                &mock,
-                1000 + offset,
-            ))?;
-            stops.push(stop.figure);
-        }
-        stops.sort_by_key(|s| s.stop_ms);
+        let mock = mock_of(&worker);
+        let [stops, streamed_stops] = stops(&runtime, &worker, &mock)?;
         let paths = runtime.block_on(onceclick_tests::probe::paths(
             &worker.server.url,
             &worker.secret,
@@ -582,12 +567,71 @@ fn job_cost(tools: &Tools, root: &Path) -> Result<Value> {
             20,
         ))?;
         let mut value = serde_json::to_value(probe)?;
-        value["stops"] = serde_json::to_value(&stops)?;
+        value["stops"] = stops;
+        value["streamed_stops"] = streamed_stops;
         value["paths"] = serde_json::to_value(&paths)?;
         value["purge"] = serde_json::to_value(purge)?;
         out.insert(name.to_owned(), value);
     }
     Ok(Value::Object(out))
+}
+
+/// The mock provider of `worker`.
+fn mock_of(worker: &TestWorker) -> onceclick_tests::client::Mock {
+    onceclick_tests::client::Mock {
+        base: format!("http://127.0.0.1:{}", worker.mock_port),
+        http: reqwest::Client::new(),
+    }
+}
+
+/// The stops of one store, each kind apart (`probe::StopOf`): calls held open, then
+/// streamed answers, each cancelled at five offsets across one watch interval (250 ms in
+/// this Worker), so that the figures do not depend on where the cancel falls between two
+/// reads. Each list is shortest first.
+fn stops(
+    runtime: &tokio::runtime::Runtime,
+    worker: &TestWorker,
+    mock: &onceclick_tests::client::Mock,
+) -> Result<[Value; 2]> {
+    use onceclick_tests::probe::StopOf;
+    let mut out = [Value::Null, Value::Null];
+    for (slot, of) in out.iter_mut().zip([StopOf::Held, StopOf::Streamed]) {
+        let mut figures = Vec::new();
+        for offset in [0, 50, 100, 150, 200] {
+            let stop = runtime.block_on(onceclick_tests::probe::stop(
+                &worker.server.url,
+                &worker.secret,
+                mock,
+                1000 + offset,
+                of,
+            ))?;
+            figures.push(stop.figure);
+        }
+        figures.sort_by_key(|s| s.stop_ms);
+        *slot = serde_json::to_value(&figures)?;
+    }
+    Ok(out)
+}
+
+/// `cargo xtask bench --stops`: the stops alone (held and streamed, on each store), put
+/// into the last full run's bench/results.json, and BENCHMARKS.md rendered again from it.
+pub(crate) fn stops_only(tools: &Tools) -> Result<()> {
+    wrangler::build(tools, &EDGE)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let mut measured = Vec::new();
+    for (name, store) in [("d1", StoreKind::D1), ("durable", StoreKind::Durable)] {
+        let worker = TestWorker::start(tools, &tools.root, store)?;
+        measured.push((name, stops(&runtime, &worker, &mock_of(&worker))?));
+    }
+    rewrite(&tools.root, |results| {
+        for (name, [held, streamed]) in measured {
+            results["job_cost"][name]["stops"] = held;
+            results["job_cost"][name]["streamed_stops"] = streamed;
+        }
+        results["job_cost"]["stops_date"] = json!(today());
+    })
 }
 
 /// gzip bytes of what ships: both Workers as `wrangler deploy --dry-run` bundles them,

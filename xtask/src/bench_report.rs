@@ -278,16 +278,24 @@ fn job_cost(md: &mut String, cost: &Value) {
     }
     let _ = writeln!(
         md,
-        "\nStops (`tests/src/probe.rs`, `stop`): calls the mock holds open for 10 s, each cancelled at another point of a second's last watch interval (1,000 to 1,200 ms into the call); the dispatcher reads its attempt every `CANCEL_POLL_MS` (250 ms in this Worker; 1,000 ms deployed, which stretches the figures up to four times) and drops the call, which closes the connection. The close after the cancel's answer, per stop, shortest first:\n\n| store | ms from the cancel to the close | median | longest |\n|---|---|---|---|"
+        "\nStops (`tests/src/probe.rs`, `stop`), each cancelled at another point of a second's last watch interval (1,000 to 1,200 ms into the call). A call the mock holds open for 10 s (its answer not come): the dispatcher reads its attempt every `CANCEL_POLL_MS` (250 ms in this Worker; 1,000 ms deployed, which stretches these figures up to four times) and drops the call, which closes the connection. A streamed answer (two code points every 100 ms for about 12 s): the job's hub refuses the next piece once it has the `cancelled` document, which wakes the dispatcher before its tick (the tick stays the bound). The close after the cancel's answer, per stop, shortest first{}:\n\n| store | call | ms from the cancel to the close | median | longest |\n|---|---|---|---|---|",
+        cost["stops_date"]
+            .as_str()
+            .map(|d| format!(" (measured {d}, by `cargo xtask bench --stops`)"))
+            .unwrap_or_default()
     );
-    for (name, what) in [("d1", "D1"), ("durable", "a shard")] {
-        let Some(stops) = cost[name]["stops"].as_array().filter(|s| !s.is_empty()) else {
+    let kinds = [("stops", "held open"), ("streamed_stops", "streamed")];
+    for ((name, what), (list, of)) in [("d1", "D1"), ("durable", "a shard")]
+        .into_iter()
+        .flat_map(|store| kinds.map(|kind| (store, kind)))
+    {
+        let Some(stops) = cost[name][list].as_array().filter(|s| !s.is_empty()) else {
             continue;
         };
         let lags: Vec<f64> = stops.iter().map(|s| f(&s["stop_ms"])).collect();
         let _ = writeln!(
             md,
-            "| {what} | {} | **{:.0}** | {:.0} |",
+            "| {what} | {of} | {} | **{:.0}** | {:.0} |",
             lags.iter()
                 .map(|l| format!("{l:.0}"))
                 .collect::<Vec<_>>()

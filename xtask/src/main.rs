@@ -53,7 +53,7 @@ use std::path::PathBuf;
 use tools::{project_root, Tools};
 
 /// Printed after every parse error; `usage_says_what_parses` keeps it true to the grammar.
-const USAGE: &str = "usage: cargo xtask <dev [--port N] [--store durable] | test [--browser] [--e2e] [--soak] [--only NAME] [--store d1|durable] | token --owner NAME [--admin] [--ttl SECONDS] | sim [--seed N] [--ops N] [--world N] [--skip LIST] [--mutant NAME] [--mutants] [--soak] | build-edge | lint | sdk | bench [--store durable] [--live] [--render] | load | move-status [--local] [--persist DIR] | certify --provider NAME [--url URL]>";
+const USAGE: &str = "usage: cargo xtask <dev [--port N] [--store durable] | test [--browser] [--e2e] [--soak] [--only NAME] [--store d1|durable] | token --owner NAME [--admin] [--ttl SECONDS] | sim [--seed N] [--ops N] [--world N] [--skip LIST] [--mutant NAME] [--mutants] [--soak] | build-edge | lint | sdk | bench [--store durable] [--live] [--stops] [--render] | load | move-status [--local] [--persist DIR] | certify --provider NAME [--url URL]>";
 
 // One struct per command with its own flags, and `XtaskCmd`, the enum of them: generated
 // below from this grammar by `UPDATE_XFLAGS=1 cargo build -p xtask`.
@@ -120,6 +120,9 @@ xflags::xflags! {
             /// The live stream's figures alone, merged into bench/results.json and
             /// BENCHMARKS.md.
             optional --live
+            /// The stops alone (a held call and a streamed answer, cancelled), merged
+            /// into bench/results.json and BENCHMARKS.md.
+            optional --stops
             /// Writes BENCHMARKS.md again from bench/results.json and bench/ANALYSIS.md,
             /// measuring nothing.
             optional --render
@@ -212,6 +215,7 @@ pub struct Sdk;
 pub struct Bench {
     pub store: Option<String>,
     pub live: bool,
+    pub stops: bool,
     pub render: bool,
 }
 
@@ -283,6 +287,7 @@ fn real_main() -> Result<()> {
         XtaskCmd::Sdk(_) => sdk::build(&Tools::bootstrap()?),
         XtaskCmd::Bench(flags) if flags.render => bench::render_only(&project_root()),
         XtaskCmd::Bench(flags) if flags.live => bench::live_only(&Tools::bootstrap()?),
+        XtaskCmd::Bench(flags) if flags.stops => bench::stops_only(&Tools::bootstrap()?),
         XtaskCmd::Bench(flags) => match test_worker::StoreKind::parse(flags.store.as_deref())? {
             Some(test_worker::StoreKind::Durable) => {
                 bench_durable::run(&Tools::bootstrap()?).map(drop)
