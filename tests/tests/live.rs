@@ -878,7 +878,8 @@ fn chars_of(deltas: &Deltas) -> usize {
 // Issue 25: a stream cut off after its first chunks, and one that stalls past the
 // silence limit, each leave the attempt `unknown` (the provider did paid work) with its
 // partial text kept: a stream opened then, as the ops page's, gets exactly the text the
-// provider sent before it broke, and the document that says `unknown`. (The hub holds
+// provider sent before it broke, and the document that says `unknown`. The operator's
+// resolve with that text passes only if it keeps the kind's contract. (The hub holds
 // text under a kilobyte in memory alone: this Worker's 4 s silence limit ends the stall
 // well before an idle hub is evicted; ARCHITECTURE.md, "Left open".)
 #[tokio::test]
@@ -927,5 +928,38 @@ async fn an_unknown_streamed_attempt_keeps_its_partial_text() {
             "{fault}: the text sent before the break"
         );
         assert_eq!(docs.last().unwrap()["result"], Value::Null);
+
+        // The operator resolves with that text, its JSON closed: it passes only if it
+        // keeps the kind's contract. One that breaks it writes nothing.
+        let admin = api.admin_token("ops");
+        let resolve = format!("/v1/attempts/{}/resolve", id(&unknown["attempts"][0]));
+        let mut result: Value = serde_json::from_str(&format!("{sent}\"}}")).unwrap();
+        assert_eq!(result["summary"], "Ünïcode 会议 😀: ");
+        result["confidence"] = json!(0.5);
+        let body = json!({"outcome": "succeeded", "result": result});
+        let refused = send(api.post_json(&admin, &resolve, &body)).await;
+        assert_eq!(
+            (refused.status, refused.problem_code().as_str()),
+            (422, "contract_violation"),
+            "{fault}: {}",
+            refused.text
+        );
+        assert_eq!(
+            get(&api, &token, &job_id).await,
+            unknown,
+            "{fault}: nothing written"
+        );
+        result.as_object_mut().unwrap().remove("confidence");
+        let body = json!({"outcome": "succeeded", "result": result});
+        let resolved = send(api.post_json(&admin, &resolve, &body)).await;
+        assert_eq!(resolved.status, 200, "{fault}: {}", resolved.text);
+        assert_eq!(resolved.json()["status"], "succeeded");
+        assert_eq!(resolved.json()["result"], result);
+        let (rest, done) = text_until(&mut stream, "succeeded").await;
+        assert!(
+            rest.is_empty(),
+            "{fault}: no text after the resolve: {rest:?}"
+        );
+        assert_eq!(done["result"], result);
     }
 }
