@@ -295,6 +295,12 @@ impl Live {
                 "a stream of job {job} got a document that is not one: {doc}"
             ));
         };
+        // Whether sent or not, its ended attempts are the client's to know: a document
+        // not sent is one no newer than what the client has, which shows them ended too
+        // (the stream's `Follower::take_job` ends them in its place alike).
+        for a in parsed.attempts.iter().filter(|a| a.state.is_final()) {
+            w.finished.insert(a.id.clone());
+        }
         if !w.sent.take_job(seq, &parsed) {
             return;
         }
