@@ -314,9 +314,6 @@ impl Live {
         self.record(job, seq, doc, "sent");
         self.count(|f| f.events += 1);
         w.last = Some(seq);
-        for a in parsed.attempts.iter().filter(|a| a.state.is_final()) {
-            w.finished.insert(a.id.clone());
-        }
         match settled(doc) {
             Some(true) => {
                 w.connected = false;
