@@ -286,10 +286,11 @@ function render(job) {
   // The timeline: one row per attempt.
   const rows = job.attempts.map((a) => {
     const winner = job.completed_by === a.id;
-    return el("tr", { class: winner ? "winner" : "", "data-n": String(a.n), "data-provider": a.provider, "data-state": a.state, "data-winner": String(winner) },
+    return el("tr", { class: winner ? "winner" : "", "data-attempt": a.id, "data-n": String(a.n), "data-provider": a.provider, "data-state": a.state, "data-winner": String(winner) },
       el("td", {}, String(a.n)),
       el("td", {}, a.provider),
-      el("td", {}, badge(a.state), a.error ? el("div", { class: "hint" }, a.error.code) : null),
+      el("td", {}, badge(a.state), a.error ? el("div", { class: "hint" }, a.error.code) : null,
+        el("div", { class: "attempt-text" }, shown.texts?.get(a.id) ?? "")),
       el("td", { class: "duration", "data-from": a.started_at, "data-to": a.finished_at ?? "" }, duration(a.started_at, a.finished_at)),
       el("td", {}, winner ? "★ winner" : ""));
   });
@@ -372,13 +373,32 @@ function follow(jobId, job) {
   if (shown?.jobId !== jobId) {
     watcher?.abort();
     watcher = null;
-    shown = { jobId, job: null, events: [], states: new Map() };
+    shown = { jobId, job: null, events: [], states: new Map(), texts: new Map() };
+    renderText("", null);
     eventsRead = null;
     $("events").replaceChildren();
     announce(`Ticket ${jobId}.`);
   }
   if (job) render(job);
   if (!watcher) watch(jobId);
+}
+
+/** The text the SDK follows (`onText`: the first attempt to stream, then the winner):
+ * raw as the provider sends it, and (`onPartial`) its summary so far. */
+function renderText(text, attemptId) {
+  $("writing").hidden = !text;
+  if (!text) return;
+  $("writing-raw").textContent = text;
+  if ($("writing").dataset.attempt !== attemptId) $("writing-text").textContent = "";
+  const a = shown?.job?.attempts.find((x) => x.id === attemptId);
+  $("writing-by").textContent = a ? `attempt ${a.n} on ${a.provider}` : "";
+  $("writing").dataset.attempt = attemptId ?? "";
+}
+
+/** An attempt's streamed text, under its row of the timeline. */
+function renderAttemptText(attemptId) {
+  const row = document.querySelector(`#timeline tr[data-attempt="${attemptId}"] .attempt-text`);
+  if (row) row.textContent = shown.texts.get(attemptId) ?? "";
 }
 
 /** `wait` until the job needs nobody (or a decision); then, while an attempt is still
@@ -388,7 +408,21 @@ async function watch(jobId) {
   watcher = ctl;
   const { signal } = ctl;
   try {
-    const job = await app.wait(jobId, { signal, onUpdate: (j) => { if (!signal.aborted) render(j); } });
+    const job = await app.wait(jobId, {
+      signal,
+      onUpdate: (j) => { if (!signal.aborted) render(j); },
+      // Each attempt's text, in the timeline; the one followed (the first to stream,
+      // then the winner) in "Being written".
+      onDelta: (d) => {
+        if (signal.aborted || shown?.jobId !== jobId) return;
+        shown.texts.set(d.attemptId, (shown.texts.get(d.attemptId) ?? "") + d.text);
+        renderAttemptText(d.attemptId);
+      },
+      onText: (text, { attemptId }) => { if (!signal.aborted && shown?.jobId === jobId) renderText(text, attemptId); },
+      onPartial: (partial) => {
+        if (!signal.aborted && shown?.jobId === jobId && typeof partial?.summary === "string") $("writing-text").textContent = partial.summary;
+      },
+    });
     if (signal.aborted) return;
     render(job);
     const attemptLive = () => (shown?.job?.attempts ?? []).some((a) => LIVE.has(a.state));
@@ -485,7 +519,13 @@ const LAB_WORDS = {
   extra_key: "gets an answer with a key the contract does not name",
   race: "runs a hedge race that you finish in reverse order",
   swallow: "has its answer swallowed on the way back",
+  stream: "streams its answer slowly: reload mid-way, or cancel",
+  stream_stall: "streams, then stalls past its timeout",
+  stream_cut: "streams, then its connection is cut",
+  stream_race: "runs a hedge race where both attempts stream",
 };
+/** The faults whose job runs on the fallback, which streams. */
+const ON_FALLBACK = new Set(["stream", "stream_stall", "stream_cut"]);
 
 /** Scripts the mock for the fault; returns the gates it holds. The first call of the
  * text on that provider misbehaves, every later one answers normally. */
@@ -498,6 +538,14 @@ async function arm(fault, text) {
     case "hang": await script("primary", text, once({ delay_ms: 60000 })); return {};
     case "unavailable": await script("primary", text, once({ status: 503 })); return {};
     case "extra_key": await script("primary", text, once({ reply: "extra_key" })); return {};
+    case "stream": await script("fallback", text, once({ chunk_chars: 2, chunk_ms: 150 })); return {};
+    case "stream_stall": await script("fallback", text, once({ chunk_chars: 2, chunk_ms: 100, stream_fault: "stall", fault_after: 12 })); return {};
+    case "stream_cut": await script("fallback", text, once({ chunk_chars: 2, chunk_ms: 100, stream_fault: "cut", fault_after: 12 })); return {};
+    case "stream_race":
+      // Both stream (under `cargo xtask dev`): the primary slowly, the hedge faster.
+      await script("primary", text, once({ chunk_chars: 1, chunk_ms: 250 }));
+      await script("fallback", text, once({ chunk_chars: 2, chunk_ms: 60 }));
+      return {};
     case "race":
       await script("primary", text, once({ gate: `${id}-primary` }));
       await script("fallback", text, once({ gate: `${id}-fallback` }));
@@ -519,8 +567,11 @@ async function generate({ resumed = false } = {}) {
   const known = tickets.get();
   // The race runs on the hedged kind; otherwise the text's ticket keeps its kind, so
   // that a second click during a race is the same intent as the first.
-  const kind = fault === "race" ? "summarize_hedged" : known?.text === text ? known.kind : "summarize";
-  const same = known && known.text === text && known.kind === kind;
+  const kind = fault === "race" || fault === "stream_race" ? "summarize_hedged" : known?.text === text ? known.kind : "summarize";
+  // The streamed faults run on the fallback, which streams (its wrangler.toml entry says
+  // "stream": true); the ticket keeps the provider, so a reload is the same intent.
+  const provider = ON_FALLBACK.has(fault) ? "fallback" : known?.text === text && known.kind === kind ? known.provider : undefined;
+  const same = known && known.text === text && known.kind === kind && known.provider === provider;
 
   if (same && known.jobId && known.status === "succeeded" && !resumed) {
     // The SDK frees a key once its job has succeeded; the page keeps the promise that
@@ -535,7 +586,7 @@ async function generate({ resumed = false } = {}) {
   } else if (fault !== "normal") {
     lab.set("normal");
   }
-  const ticket = fresh ? { text, kind, jobId: null, status: null, gates: {} } : known;
+  const ticket = fresh ? { text, kind, provider, jobId: null, status: null, gates: {} } : known;
   if (fresh) tickets.put(ticket);
   renderHint();
 
@@ -558,7 +609,7 @@ async function generate({ resumed = false } = {}) {
       note(`This Generate goes through the fault proxy (${setting("proxy")}${path}), which lets the Worker answer and then drops the answer.`);
     }
     const onRetry = (info) => note(`${info.status ? `The server answered ${info.status}` : `No answer (${info.code})`}: the SDK sends the same request again, with the same Idempotency-Key, in ${(info.delayMs / 1000).toFixed(2)} s (try ${info.attempt}).`);
-    const job = await client.submit(kind, { text }, { onRetry });
+    const job = await client.submit(kind, { text }, { onRetry, provider });
     const now = tickets.get();
     if (now && now.text === text && now.kind === kind) tickets.put({ ...now, jobId: job.id, status: job.status });
     if (resumed) note(`After the reload, the same text was sent again with the same key: ticket ${job.id}.`);
@@ -667,6 +718,7 @@ const SCENARIOS = {
   extra_key: ["extra_key", "Press Generate: the answer breaks the contract and cannot win; then press Try the fallback."],
   race: ["race", "Press Generate. When both attempts run, release the hedge's answer first, then the primary's."],
   late: ["hold", "Press Generate, cancel the job, then release the primary's answer: the late result is discarded and logged."],
+  stream: ["stream", "Press Generate: the summary is written as it comes. Reload mid-way (it goes on where it was), or cancel (the provider's connection closes, and no more text comes)."],
 };
 
 async function reusedKey() {

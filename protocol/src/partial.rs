@@ -53,7 +53,7 @@ pub fn close(text: &str) -> Option<String> {
                     if is_key {
                         break;
                     }
-                    let mut closed = text[..end].to_owned();
+                    let mut closed = text.get(..end)?.to_owned();
                     closed.push('"');
                     closers(&open, &mut closed);
                     return Some(closed);
@@ -72,7 +72,7 @@ pub fn close(text: &str) -> Option<String> {
                     .iter()
                     .position(|b| matches!(b, b',' | b'}' | b']' | b':') || b.is_ascii_whitespace())
                     .map_or(bytes.len(), |n| i + n);
-                if !is_scalar(&text[i..end]) {
+                if !text.get(i..end).is_some_and(is_scalar) {
                     break;
                 }
                 cut = Some(end);
@@ -82,7 +82,7 @@ pub fn close(text: &str) -> Option<String> {
         }
         i += 1;
     }
-    let mut closed = text[..cut?].to_owned();
+    let mut closed = text.get(..cut?)?.to_owned();
     closers(&open, &mut closed);
     Some(closed)
 }
@@ -117,11 +117,10 @@ fn string_end(bytes: &[u8], start: usize) -> (usize, bool) {
                 };
                 // `\uD83D` waits for its low half, which JSON parsers other than the
                 // browser's require.
+                // (D800–DBFF: its first two hex digits are D and 8–B.)
                 let high = len == 6
-                    && std::str::from_utf8(&escape[2..])
-                        .ok()
-                        .and_then(|h| u16::from_str_radix(h, 16).ok())
-                        .is_some_and(|u| (0xd800..0xdc00).contains(&u));
+                    && matches!(escape[2], b'd' | b'D')
+                    && matches!(escape[3], b'8' | b'9' | b'a' | b'b' | b'A' | b'B');
                 i += len;
                 if !high {
                     safe = i;
@@ -219,6 +218,13 @@ mod tests {
         assert_eq!(closed("{\"s\": \"a\\u00e9"), Some(json!({"s": "aé"})));
         assert_eq!(closed("{\"s\": \"\\ud83d"), Some(json!({"s": ""})));
         assert_eq!(closed("{\"s\": \"\\ud83d\\ude00"), Some(json!({"s": "😀"})));
+        // Upper case too; a low half or a character outside the surrogates stands alone.
+        assert_eq!(closed("{\"s\": \"a\\uDBFF"), Some(json!({"s": "a"})));
+        assert_eq!(closed("{\"s\": \"a\\u00E9"), Some(json!({"s": "aé"})));
+        assert_eq!(
+            closed("{\"s\": \"a\\uE000"),
+            Some(json!({"s": "a\u{e000}"}))
+        );
         assert_eq!(closed("tru"), None);
         assert_eq!(closed("12"), Some(json!(12)));
     }

@@ -49,6 +49,13 @@ export interface UseSubmit<Input, Result> {
     error: SubmitError | null;
     /** True while submitting, and while the job shown is queued or running. */
     pending: boolean;
+    /**
+     * The text the job's provider streams as it writes it (`wait`'s `onText`): the first
+     * attempt that streams, then the winner's. A reload continues it. "" until text comes.
+     */
+    text: string;
+    /** `text`'s JSON so far, closed and parsed (best effort); null until it says something. */
+    partial: Partial<Result> | null;
 }
 
 /**

@@ -15,7 +15,7 @@ import { useCallback, useEffect, useRef, useState } from "react";
 /** The statuses a `wait` settles on: finished, or waiting for a decision. */
 const SETTLED = new Set(["succeeded", "cancelled", "failed", "unknown"]);
 
-const IDLE = { job: null, status: "idle", error: null };
+const IDLE = { job: null, status: "idle", error: null, text: "", partial: null };
 
 /** An `OnceclickError` as it is; anything else (a rejected client promise) in its shape. */
 function asError(e) {
@@ -58,11 +58,18 @@ export function useSubmit(client, kind) {
       if (!mine()) return;
       l.job = job;
       setState((s) => ({
+        ...s,
         job,
         status: job.status,
         error: s.job !== null && s.job.id === job.id && s.job.version === job.version ? s.error : null,
       }));
     };
+    // The text the job's attempt streams (the winner's, once known), and its JSON so far:
+    // the job's, so another job starts with none (a wait that begins late gets the text
+    // so far before the job itself).
+    if (l.job === null || l.job.id !== jobId) setState((s) => ({ ...s, text: "", partial: null }));
+    const onText = (text) => mine() && setState((s) => ({ ...s, text }));
+    const onPartial = (partial) => mine() && setState((s) => ({ ...s, partial }));
     if (first) {
       show(first);
       if (SETTLED.has(first.status)) return first;
@@ -70,7 +77,7 @@ export function useSubmit(client, kind) {
     const controller = new AbortController();
     l.controller = controller;
     try {
-      const job = await c.wait(jobId, { signal: controller.signal, onUpdate: show });
+      const job = await c.wait(jobId, { signal: controller.signal, onUpdate: show, onText, onPartial });
       show(job);
       return mine() ? job : null;
     } catch (e) {
@@ -113,7 +120,7 @@ export function useSubmit(client, kind) {
       } catch (e) {
         if (mine()) {
           live.current.job = null;
-          setState({ job: null, status: "idle", error: asError(e) });
+          setState({ ...IDLE, error: asError(e) });
         }
         return null;
       }
@@ -175,7 +182,7 @@ export function useSubmit(client, kind) {
         const job = await c.cancel(jobId);
         if (!mine()) return null;
         live.current.job = job;
-        setState({ job, status: job.status, error: null });
+        setState((s) => ({ ...s, job, status: job.status, error: null }));
         return job;
       }),
     [onShown],

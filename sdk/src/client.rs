@@ -9,6 +9,7 @@ use crate::js::future_to_promise;
 use crate::json;
 use crate::keys::{self, Intent, Keys};
 use crate::live;
+use crate::text::Show;
 use crate::types::{
     option_function, option_signal, option_string, policy, ClientOptions, ForgetOptions,
     RetryOptions, SubmitOptions, WaitOptions,
@@ -186,23 +187,23 @@ impl Client {
         let client = self.clone();
         future_to_promise(async move {
             let policy = policy(&options);
-            let on_update = option_function(&options, "onUpdate");
+            let mut show = Show::of(&options);
             let timeout = js::get(&options, "timeoutMs").as_f64();
             let live = js::get(&options, "live").as_bool() != Some(false);
             let first_ms = js::get(&options, "firstEventMs")
                 .as_f64()
                 .unwrap_or(FIRST_EVENT_MS);
             let work = async {
-                let from = match live {
-                    true => match client.follow(&job_id, on_update.as_ref(), first_ms).await {
-                        Followed::Settled(job) => return Ok(job),
-                        Followed::Poll(from) => from,
-                    },
-                    false => None,
+                let followed = match live {
+                    true => client.follow(&job_id, &mut show, first_ms).await,
+                    false => Followed::Poll(None),
                 };
-                client
-                    .poll(&job_id, &policy, on_update.as_ref(), from)
-                    .await
+                let job = match followed {
+                    Followed::Settled(job) => job,
+                    Followed::Poll(from) => client.poll(&job_id, &policy, &mut show, from).await?,
+                };
+                show.end(&job);
+                Ok(job)
             };
             let job = match timeout {
                 None => js::abortable(policy.signal.as_ref(), work).await??,
@@ -503,12 +504,7 @@ impl Client {
     /// runs (`first_ms` then applies to it), until the job ends its wait or the stream
     /// cannot be had. Dropping this (an abort, a timeout) leaves the connection; the
     /// connection closes when no job is left.
-    async fn follow(
-        &self,
-        job_id: &str,
-        on_update: Option<&js_sys::Function>,
-        first_ms: f64,
-    ) -> Followed {
+    async fn follow(&self, job_id: &str, show: &mut Show, first_ms: f64) -> Followed {
         let (number, mailbox, start) = self.inner.watching.borrow_mut().watch(job_id);
         let _leave = Leave {
             watching: &self.inner.watching,
@@ -536,13 +532,12 @@ impl Client {
             match watch::take(&mailbox).await {
                 Update::Job(job) => {
                     self.seen_job(&job);
-                    if let Some(callback) = on_update {
-                        let _ = callback.call1(&JsValue::NULL, &job);
-                    }
+                    show.job(&job);
                     if waits_end(&job) {
                         return Followed::Settled(job);
                     }
                 }
+                Update::Text(attempt, offset, text) => show.piece(&attempt, offset, &text),
                 Update::Poll(from) => return Followed::Poll(from),
             }
         }
@@ -679,19 +674,32 @@ impl Client {
                 let live::Item::Event { event, id, data } = item else {
                     continue;
                 };
-                // Once text has come, an id also counts it (`7/1:40`): this reader keeps
-                // the document's position alone (the text it does not show yet).
-                let id = id.split('/').next().unwrap_or_default();
-                if event != "job" || !live::is_position(id) {
+                // Once text has come, an id also counts it (`7/1:40`), and is kept whole:
+                // the next connection resumes after the last piece.
+                if !live::is_position(watch::seq(&id)) {
                     continue;
                 }
-                let Ok(job) = js_sys::JSON::parse(&data) else {
+                let Ok(data) = js_sys::JSON::parse(&data) else {
                     continue;
                 };
-                let Some(job_id) = js::get_string(&job, "id") else {
-                    continue;
+                let text = |name| js::get_string(&data, name);
+                let mut watching = watching.borrow_mut();
+                let new = match event.as_str() {
+                    "job" => text("id").is_some_and(|job_id| watching.deliver(&id, &job_id, &data)),
+                    "delta" => match (
+                        text("job_id"),
+                        text("attempt_id"),
+                        js::get(&data, "offset").as_f64(),
+                        text("text"),
+                    ) {
+                        (Some(job_id), Some(attempt), Some(offset), Some(piece)) => {
+                            watching.deliver_text(&id, &job_id, &attempt, offset, &piece)
+                        }
+                        _ => false,
+                    },
+                    _ => false,
                 };
-                if watching.borrow_mut().deliver(id, &job_id, &job) {
+                if new {
                     failures = 0;
                 }
             }
@@ -702,7 +710,7 @@ impl Client {
         &self,
         job_id: &str,
         policy: &Policy,
-        on_update: Option<&js_sys::Function>,
+        show: &mut Show,
         from: Option<String>,
     ) -> Result<JsValue, OnceclickError> {
         let path = format!("/v1/jobs/{job_id}");
@@ -719,9 +727,7 @@ impl Client {
             } else {
                 etag = answer.header("ETag");
                 let job = self.job_answer(answer).await?;
-                if let Some(callback) = on_update {
-                    let _ = callback.call1(&JsValue::NULL, &job);
-                }
+                show.job(&job);
                 if waits_end(&job) {
                     return Ok(job);
                 }

@@ -32,6 +32,7 @@ mod json;
 mod keys;
 mod live;
 mod share;
+mod text;
 mod types;
 mod watch;
 

@@ -18,7 +18,9 @@
 //!
 //! The messages: `{t: "want", tab, jobs: [id…]}`, a follower's whole set;
 //! `{t: "who"}`, a new leader asking for those; `{t: "job", id, job}`, a document at
-//! its position; `{t: "poll", job}`, follow that job by polling.
+//! its place; `{t: "text", id, of, attempt, offset, text}`, a piece of an attempt's
+//! text in job `of` (a tab that joins is first given each attempt's text so far, at
+//! offset 0, then the document); `{t: "poll", job}`, follow that job by polling.
 //!
 //! Where the browser lacks either API (Web Locks needs a secure context; `localhost`
 //! is one), each client runs its own connection.
@@ -149,6 +151,11 @@ pub(crate) async fn run(
     let _ = done.call0(&JsValue::NULL);
 }
 
+/// The place (`id`) a message from the tab that leads names, if it is one.
+fn place(message: &JsValue) -> Option<String> {
+    js::get_string(message, "id").filter(|id| live::is_position(watch::seq(id)))
+}
+
 /// A message from another tab. Only a follower takes documents; only the leader takes
 /// announcements (`Watching::want` ignores them otherwise).
 fn heard(watching: &mut Watching, message: &JsValue) {
@@ -164,11 +171,20 @@ fn heard(watching: &mut Watching, message: &JsValue) {
         Some("who") if watching.following => watching.interrupt(),
         Some("job") if watching.following => {
             let job = js::get(message, "job");
-            if let (Some(id), Some(job_id)) = (
-                js::get_string(message, "id").filter(|id| live::is_position(id)),
-                js::get_string(&job, "id"),
-            ) {
+            if let (Some(id), Some(job_id)) = (place(message), js::get_string(&job, "id")) {
                 watching.deliver(&id, &job_id, &job);
+            }
+        }
+        Some("text") if watching.following => {
+            let text = |name| js::get_string(message, name);
+            if let (Some(id), Some(job_id), Some(attempt), Some(offset), Some(piece)) = (
+                place(message),
+                text("of"),
+                text("attempt"),
+                js::get(message, "offset").as_f64(),
+                text("text"),
+            ) {
+                watching.deliver_text(&id, &job_id, &attempt, offset, &piece);
             }
         }
         // Taken leading too: word from the tab that led before this one, which the lock

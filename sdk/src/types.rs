@@ -65,10 +65,29 @@ export interface SubmitOptions {
   /** Called before each retry of the request this submit waits on. */
   onRetry?: (info: RetryInfo) => void;
 }
+/** A piece of an attempt's streamed text, as `onDelta` gets it: new text only, never twice. */
+export interface TextDelta {
+  attemptId: string;
+  /** The code points (not UTF-16 units) of the attempt's text before this piece. */
+  offset: number;
+  text: string;
+}
 export interface WaitOptions {
   signal?: AbortSignal;
   /** Called with the job once per change, in order. */
   onUpdate?: (job: Job) => void;
+  /**
+   * A provider that streams: the text of the attempt followed, whole, each time it
+   * grows. It follows the first attempt that streams until the job names its winner,
+   * then the winner (a hedge's losing text is not shown). A wait that begins late, in
+   * a reload or another tab, gets the text so far first; a job that succeeded with no
+   * text seen gives its result's JSON once.
+   */
+  onText?: (text: string, info: { attemptId: string }) => void;
+  /** With `onText`'s text: the JSON it begins, closed and parsed (best effort, like a partial object). */
+  onPartial?: (partial: unknown) => void;
+  /** Every attempt's pieces, as they come (a hedge's two attempts both). */
+  onDelta?: (delta: TextDelta) => void;
   /** Reject with code "timeout" after this long. */
   timeoutMs?: number;
   /**

@@ -23,6 +23,9 @@ pub(crate) const MAX_JOBS: usize = onceclick_protocol::live::MAX_STREAM_JOBS;
 pub(crate) enum Update {
     /// A newer document of its job.
     Job(JsValue),
+    /// A piece of an attempt's text that the wait lacks: the attempt, the code points
+    /// before it, the piece.
+    Text(String, f64, String),
     /// The stream cannot be had: poll, starting after this position.
     Poll(Option<String>),
 }
@@ -76,6 +79,13 @@ struct Watched {
     id: String,
     /// The position of the last document the stream gave, and that document.
     last: Option<(String, JsValue)>,
+    /// Where the stream stands for this job (`7/1:40`): the last document's counter
+    /// and the code points of each attempt's text had, as the last event's id said.
+    /// The next connection resumes from it.
+    at: Option<String>,
+    /// Each attempt's text so far, until the job is final: what a wait or tab that
+    /// joins late is given first, and what each piece is trimmed against.
+    texts: Vec<(String, String)>,
     waiters: Vec<(u32, Shared)>,
     /// The other tabs that follow this job through this one's connection, while it
     /// leads.
@@ -127,6 +137,9 @@ impl Watching {
         let full = self.jobs.len() >= MAX_JOBS;
         match self.jobs.iter_mut().find(|j| j.id == job_id) {
             Some(job) => {
+                for (attempt, text) in &job.texts {
+                    put(&mailbox, Update::Text(attempt.clone(), 0.0, text.clone()));
+                }
                 if let Some((_, doc)) = &job.last {
                     put(&mailbox, Update::Job(doc.clone()));
                 }
@@ -138,6 +151,8 @@ impl Watching {
                 self.jobs.push(Watched {
                     id: job_id.to_owned(),
                     last: None,
+                    at: None,
+                    texts: Vec::new(),
                     waiters: vec![(number, mailbox.clone())],
                     tabs: Vec::new(),
                 });
@@ -183,15 +198,24 @@ impl Watching {
         for job in &mut self.jobs {
             let wants = ids.includes(&JsValue::from_str(&job.id), 0);
             job.tabs.retain(|t| *t != tab);
+            if !wants {
+                continue;
+            }
+            // The text so far first (a stream's catch-up may bring it before the job's
+            // first document), then the document.
+            if let Some(place) = &job.at {
+                for (attempt, text) in &job.texts {
+                    post_text(&channel, place, &job.id, attempt, 0.0, text);
+                }
+            }
             match &job.last {
-                Some((at, doc)) if wants => {
+                Some((at, doc)) => {
                     post_job(&channel, at, doc);
                     if !waits_end(doc) {
                         job.tabs.push(tab);
                     }
                 }
-                _ if wants => job.tabs.push(tab),
-                _ => {}
+                None => job.tabs.push(tab),
             }
         }
         self.jobs
@@ -208,6 +232,8 @@ impl Watching {
             self.jobs.push(Watched {
                 id,
                 last: None,
+                at: None,
+                texts: Vec::new(),
                 waiters: Vec::new(),
                 tabs: vec![tab],
             });
@@ -272,7 +298,7 @@ impl Watching {
             }
             query.push_str("job=");
             query.push_str(&String::from(js_sys::encode_uri_component(&job.id)));
-            if let Some((at, _)) = &job.last {
+            if let Some(at) = &job.at {
                 query.push(':');
                 query.push_str(at);
             }
@@ -295,11 +321,15 @@ impl Watching {
         if job
             .last
             .as_ref()
-            .is_some_and(|(seen, _)| !crate::live::after(id, seen))
+            .is_some_and(|(seen, _)| !crate::live::after(seq(id), seq(seen)))
         {
             return false;
         }
         job.last = Some((id.to_owned(), doc.clone()));
+        job.at = Some(id.to_owned());
+        if status_of(doc).is_some_and(JobStatus::is_final) {
+            job.texts = Vec::new();
+        }
         for (_, mailbox) in &job.waiters {
             put(mailbox, Update::Job(doc.clone()));
         }
@@ -311,6 +341,62 @@ impl Watching {
                 job.tabs.clear();
                 self.prune();
             }
+        }
+        true
+    }
+
+    /// A piece of `attempt`'s text at `offset` code points (a `delta` event, or the tab
+    /// that leads), at place `id`: hands what is new of it to the job's waits and,
+    /// leading, to the other tabs that follow the job. What they already have is cut
+    /// off (a reconnect from a place that counts less text, a restarted hub that sends
+    /// its kept text from the start), so each text only grows; a piece that begins past
+    /// the text's end cannot be placed, and is dropped. Returns whether it was new.
+    pub(crate) fn deliver_text(
+        &mut self,
+        id: &str,
+        job_id: &str,
+        attempt: &str,
+        offset: f64,
+        text: &str,
+    ) -> bool {
+        let Some(job) = self.jobs.iter_mut().find(|j| j.id == job_id) else {
+            return false;
+        };
+        if job
+            .last
+            .as_ref()
+            .is_some_and(|(_, doc)| status_of(doc).is_some_and(JobStatus::is_final))
+        {
+            return false;
+        }
+        let at = match job.texts.iter().position(|(a, _)| a == attempt) {
+            Some(at) => at,
+            None => {
+                job.texts.push((attempt.to_owned(), String::new()));
+                job.texts.len() - 1
+            }
+        };
+        let have = &mut job.texts[at].1;
+        let count = have.chars().count() as f64;
+        let new: String = match (0.0..=count).contains(&offset) {
+            true => text.chars().skip((count - offset) as usize).collect(),
+            false => String::new(),
+        };
+        if new.is_empty() {
+            // Nothing of it is kept: a text that stays empty is no text.
+            job.texts.retain(|(_, t)| !t.is_empty());
+            return false;
+        }
+        have.push_str(&new);
+        job.at = Some(id.to_owned());
+        for (_, mailbox) in &job.waiters {
+            put(
+                mailbox,
+                Update::Text(attempt.to_owned(), count, new.clone()),
+            );
+        }
+        if let (Some(channel), false) = (&self.leading, job.tabs.is_empty()) {
+            post_text(channel, id, job_id, attempt, count, &new);
         }
         true
     }
@@ -347,7 +433,7 @@ fn tell_poll(job: Watched, channel: Option<&JsValue>) {
     if let (Some(channel), false) = (channel, job.tabs.is_empty()) {
         post_poll(channel, &job.id);
     }
-    let at = job.last.map(|(at, _)| at);
+    let at = job.last.map(|(at, _)| seq(&at).to_owned());
     for (_, mailbox) in job.waiters {
         put(&mailbox, Update::Poll(at.clone()));
     }
@@ -375,6 +461,27 @@ pub(crate) fn post_job(channel: &JsValue, at: &str, doc: &JsValue) {
     post(
         channel,
         &[("t", "job".into()), ("id", at.into()), ("job", doc.clone())],
+    );
+}
+
+/// The document counter of place `id` (`7` of `7/1:40`).
+pub(crate) fn seq(id: &str) -> &str {
+    id.split('/').next().unwrap_or_default()
+}
+
+/// Leading: posts a piece of `attempt`'s text in job `job_id`, at place `at`, to the
+/// other tabs.
+fn post_text(channel: &JsValue, at: &str, job_id: &str, attempt: &str, offset: f64, text: &str) {
+    post(
+        channel,
+        &[
+            ("t", "text".into()),
+            ("id", at.into()),
+            ("of", job_id.into()),
+            ("attempt", attempt.into()),
+            ("offset", offset.into()),
+            ("text", text.into()),
+        ],
     );
 }
 

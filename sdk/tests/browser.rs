@@ -48,6 +48,11 @@ export async function postJson(url, body) {
   if (!r.ok) throw new Error(`${url} answered ${r.status}`);
 }
 export function nowMs() { return performance.now(); }
+export async function certify(url, token) {
+  const r = await fetch(url, { method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${token}` }, body: "{}" });
+  const body = await r.json();
+  if (!r.ok || !body.reports.every((report) => report.passed)) throw new Error(`certification: ${r.status} ${JSON.stringify(body)}`);
+}
 export function announcedOnPageshow(base, token, jobId, ms) {
   const sub = JSON.parse(atob(token.split(".")[1].replace(/-/g, "+").replace(/_/g, "/"))).sub;
   const channel = new BroadcastChannel(`onceclick-stream/1:${base}:${sub}`);
@@ -57,6 +62,35 @@ export function announcedOnPageshow(base, token, jobId, ms) {
     channel.onmessage = (e) => { if (e.data.t === "want" && e.data.jobs.includes(jobId)) done(true); };
     window.dispatchEvent(new PageTransitionEvent("pageshow", { persisted: true }));
   });
+}
+export function recorder() {
+  const r = { texts: [], attempts: [], deltas: [], partials: [], waiting: [] };
+  const heard = () => { r.waiting = r.waiting.filter(([enough, resolve]) => !(enough() && (resolve(), true))); };
+  r.options = {
+    onText: (text, info) => { r.texts.push(text); r.attempts.push(info.attemptId); heard(); },
+    onDelta: (delta) => { r.deltas.push(delta); heard(); },
+    onPartial: (partial) => { r.partials.push(partial); },
+  };
+  r.deltasAtLeast = (n) => new Promise((resolve) => { r.waiting.push([() => r.deltas.length >= n, resolve]); heard(); });
+  return r;
+}
+export function textProblems(r, attempt, content) {
+  const problems = [];
+  let at = 0, joined = "";
+  for (const d of r.deltas.filter((d) => d.attemptId === attempt)) {
+    if (d.offset !== at) problems.push(`a delta at ${d.offset} where the text had ${at} code points`);
+    if (d.text.length === 0) problems.push("an empty delta");
+    joined += d.text;
+    at += [...d.text].length;
+  }
+  if (joined !== content) problems.push(`the deltas joined are ${JSON.stringify(joined)}, not ${JSON.stringify(content)}`);
+  const texts = r.texts.filter((_, i) => r.attempts[i] === attempt);
+  for (let i = 1; i < texts.length; i++) {
+    if (!texts[i].startsWith(texts[i - 1]) || texts[i] === texts[i - 1]) problems.push(`onText ${i} does not grow the one before it`);
+  }
+  if (r.texts.at(-1) !== content) problems.push(`the last onText is ${JSON.stringify(r.texts.at(-1))}`);
+  if (r.attempts.at(-1) !== attempt) problems.push(`the last onText follows ${r.attempts.at(-1)}, not ${attempt}`);
+  return problems.join("; ");
 }
 export function rejectsAt(promise) {
   return promise.then(() => { throw new Error("expected a rejection"); }, (e) => ({ error: e, at: performance.now() }));
@@ -69,9 +103,13 @@ extern "C" {
     fn copyStorage(from: &JsValue, keep_job_ids: bool, age_ms: f64) -> JsValue;
     fn postJson(url: &str, body: &str) -> Promise;
     fn nowMs() -> f64;
+    fn certify(url: &str, token: &str) -> Promise;
     #[wasm_bindgen(js_name = announcedOnPageshow)]
     fn announced_on_pageshow(base: &str, token: &str, job_id: &str, ms: u32) -> Promise;
     fn rejectsAt(promise: &Promise) -> Promise;
+    fn recorder() -> JsValue;
+    #[wasm_bindgen(js_name = textProblems)]
+    fn text_problems(recorder: &JsValue, attempt: &str, content: &str) -> String;
 }
 
 fn env(name: &str, value: Option<&'static str>) -> &'static str {
@@ -1359,5 +1397,259 @@ async fn an_aborted_wait_closes_a_stream_whose_answer_has_not_come() {
         live_streams(&log).len(),
         1,
         "one connection, closed: {log:?}"
+    );
+}
+
+// Issue 25: streamed text through the SDK. The test Worker's `fallback` streams.
+
+/// The summary the streamed tests' provider writes: accents, CJK and an emoji.
+const STREAMED: &str =
+    "Café, 会议 and 😀: the meeting ran long, and the numbers came in above the forecast";
+
+/// The content the mock streams for a summary (`tests/src/mock.rs`, `content_of`): its
+/// JSON object, keys in order.
+fn streamed_content(summary: &str) -> String {
+    let o = Object::new();
+    set(&o, "sentiment", "neutral");
+    set(&o, "summary", summary);
+    js_sys::JSON::stringify(&o).unwrap().into()
+}
+
+/// A new scenario whose `fallback` calls stream [`STREAMED`] in pieces of `chunk_chars`
+/// code points `chunk_ms` apart; a client through the proxy (storage `storage`), and the
+/// input (longer than the summary, as the kind's contract wants).
+async fn streamed_scenario(
+    name: &str,
+    chunk_chars: u32,
+    chunk_ms: u32,
+) -> (String, String, JsValue) {
+    let id = scenario(name);
+    let step = format!(
+        r#"[{{"summary":{},"chunk_chars":{chunk_chars},"chunk_ms":{chunk_ms}}}]"#,
+        String::from(js_sys::JSON::stringify(&STREAMED.into()).unwrap())
+    );
+    script("fallback", &id, &step).await;
+    let base = format!("{}/pass/{id}", proxy());
+    let text = input(&format!(
+        "{id}: {STREAMED}, as everyone who was there will tell you."
+    ));
+    (id, base, text)
+}
+
+fn on_fallback() -> JsValue {
+    options(&[("provider", "fallback".into())])
+}
+
+/// The id of `job`'s attempt number `n` (from 1).
+fn attempt_id(job: &JsValue, n: u32) -> String {
+    let attempts = js_sys::Array::from(&get(job, "attempts"));
+    attempts
+        .iter()
+        .find(|a| get(a, "n").as_f64() == Some(f64::from(n)))
+        .map(|a| get(&a, "id").as_string().unwrap())
+        .unwrap_or_else(|| panic!("no attempt {n}: {:?}", js_sys::JSON::stringify(job)))
+}
+
+/// Resolves once recorder `r` heard at least `n` deltas.
+fn deltas_at_least(r: &JsValue, n: u32) -> Promise {
+    let wait: js_sys::Function = get(r, "deltasAtLeast").unchecked_into();
+    wait.call1(r, &n.into()).unwrap().unchecked_into()
+}
+
+fn recorded(r: &JsValue, name: &str) -> Vec<JsValue> {
+    js_sys::Array::from(&get(r, name)).iter().collect()
+}
+
+#[wasm_bindgen_test]
+async fn streamed_text_reaches_on_text_whole_in_order_and_as_a_partial_object() {
+    let (_, base, text) = streamed_scenario("text", 3, 20).await;
+    let c = client(&base, Some(mapStorage()));
+    let job = ok(c.submit(
+        "summarize".into(),
+        text,
+        Some(on_fallback().unchecked_into()),
+    ))
+    .await;
+    let r = recorder();
+    let done = ok(c.wait(id_of(&job), Some(get(&r, "options").unchecked_into()))).await;
+    assert_eq!(get(&done, "status"), "succeeded");
+    let attempt = attempt_id(&done, 1);
+    let content = streamed_content(STREAMED);
+    assert_eq!(text_problems(&r, &attempt, &content), "");
+    assert!(
+        recorded(&r, "texts").len() > 3,
+        "the text came in pieces, each shown as it came"
+    );
+    // The partial objects: the summary grows through them, and ends whole.
+    let summaries: Vec<String> = recorded(&r, "partials")
+        .iter()
+        .filter_map(|p| get(p, "summary").as_string())
+        .collect();
+    assert!(
+        summaries.iter().all(|s| STREAMED.starts_with(s.as_str())),
+        "{summaries:?}"
+    );
+    assert!(
+        summaries.iter().any(|s| s.len() < STREAMED.len()),
+        "a partial summary was shown before the end: {summaries:?}"
+    );
+    assert_eq!(summaries.last().map(String::as_str), Some(STREAMED));
+    assert_eq!(get(&get(&done, "result"), "summary"), STREAMED);
+    assert_eq!(get(&done, "completed_by"), attempt.as_str());
+}
+
+// A reload in mid-stream: the page's wait goes, a new client with the same storage
+// submits the same intent, gets the same job, and its text continues from where it was.
+#[wasm_bindgen_test]
+async fn a_reload_mid_stream_continues_the_same_jobs_text() {
+    let (_, base, text) = streamed_scenario("reload", 3, 60).await;
+    let storage = mapStorage();
+    let before = client(&base, Some(storage.clone()));
+    let job = ok(before.submit(
+        "summarize".into(),
+        text.clone(),
+        Some(on_fallback().unchecked_into()),
+    ))
+    .await;
+    let controller = web_sys::AbortController::new().unwrap();
+    let r1 = recorder();
+    set(
+        get(&r1, "options").unchecked_ref(),
+        "signal",
+        controller.signal(),
+    );
+    let first = before.wait(id_of(&job), Some(get(&r1, "options").unchecked_into()));
+    ok(deltas_at_least(&r1, 4)).await;
+    controller.abort();
+    let error = JsFuture::from(first).await.unwrap_err();
+    assert_eq!(get(&error, "code"), "aborted");
+    let shown = recorded(&r1, "texts").last().unwrap().as_string().unwrap();
+
+    let after = client(&base, Some(storage));
+    let again = ok(after.submit(
+        "summarize".into(),
+        text,
+        Some(on_fallback().unchecked_into()),
+    ))
+    .await;
+    assert_eq!(id_of(&again), id_of(&job), "the reload found the same job");
+    let r2 = recorder();
+    let done = ok(after.wait(id_of(&again), Some(get(&r2, "options").unchecked_into()))).await;
+    assert_eq!(get(&done, "status"), "succeeded");
+    let attempt = attempt_id(&done, 1);
+    let content = streamed_content(STREAMED);
+    assert_eq!(text_problems(&r2, &attempt, &content), "");
+    let first_text = recorded(&r2, "texts")[0].as_string().unwrap();
+    assert!(
+        first_text.starts_with(&shown) && content.starts_with(&first_text),
+        "the text went on from {shown:?}, not from {first_text:?}"
+    );
+    assert!(shown.len() < content.len(), "the reload came mid-stream");
+}
+
+// Two tabs show the same text: the one that leads streams it, and hands the other the
+// text so far, then each piece.
+#[wasm_bindgen_test]
+async fn two_tabs_show_the_same_streamed_text() {
+    let (_, base, text) = streamed_scenario("tabs", 3, 40).await;
+    let one = client(&base, Some(mapStorage()));
+    let other = client(&base, Some(mapStorage()));
+    let job = ok(one.submit(
+        "summarize".into(),
+        text,
+        Some(on_fallback().unchecked_into()),
+    ))
+    .await;
+    let r1 = recorder();
+    let first = JsFuture::from(one.wait(id_of(&job), Some(get(&r1, "options").unchecked_into())));
+    futures_util::pin_mut!(first);
+    let some_text = JsFuture::from(deltas_at_least(&r1, 3));
+    let first = match futures_util::future::select(first, some_text).await {
+        futures_util::future::Either::Right((_, first)) => first,
+        futures_util::future::Either::Left(_) => panic!("the job ended before it streamed"),
+    };
+    let r2 = recorder();
+    let second =
+        JsFuture::from(other.wait(id_of(&job), Some(get(&r2, "options").unchecked_into())));
+    let (a, b) = futures_util::future::join(first, second).await;
+    let content = streamed_content(STREAMED);
+    for (done, r) in [(a.unwrap(), &r1), (b.unwrap(), &r2)] {
+        assert_eq!(get(&done, "status"), "succeeded");
+        assert_eq!(text_problems(r, &attempt_id(&done, 1), &content), "");
+    }
+}
+
+/// A hedged job whose primary is held at a gate while its hedge (`fallback`) streams:
+/// the scenario, its client, the job and the gate.
+async fn hedged_stream(name: &str, chunk_ms: u32) -> (Client, JsValue, String) {
+    let (id, base, text) = streamed_scenario(name, 2, chunk_ms).await;
+    let gate = format!("{id}-gate");
+    script("primary", &id, &format!(r#"[{{"gate":"{gate}"}}]"#)).await;
+    // A hedge goes only to a provider certified for the kind.
+    let admin = env(
+        "ONCECLICK_SDK_ADMIN_TOKEN",
+        option_env!("ONCECLICK_SDK_ADMIN_TOKEN"),
+    );
+    ok(certify(
+        &format!("{base}/v1/providers/fallback/certify"),
+        admin,
+    ))
+    .await;
+    let c = client(&base, Some(mapStorage()));
+    let job = ok(c.submit("summarize_hedged".into(), text, None)).await;
+    (c, job, gate)
+}
+
+// A hedge race where the hedge streams and wins: the SDK's final text is the winner's,
+// and the job's result is what it says.
+#[wasm_bindgen_test]
+async fn a_hedge_that_streams_and_wins_is_the_text_and_the_result() {
+    let (c, job, gate) = hedged_stream("hedge-wins", 10).await;
+    let r = recorder();
+    let done = ok(c.wait(id_of(&job), Some(get(&r, "options").unchecked_into()))).await;
+    release(&gate).await;
+    assert_eq!(get(&done, "status"), "succeeded");
+    let hedge = attempt_id(&done, 2);
+    assert_eq!(get(&done, "completed_by"), hedge.as_str());
+    assert_eq!(text_problems(&r, &hedge, &streamed_content(STREAMED)), "");
+    let last = recorded(&r, "texts").last().unwrap().clone();
+    let parsed = js_sys::JSON::parse(&last.as_string().unwrap()).unwrap();
+    assert_eq!(
+        get(&parsed, "summary"),
+        get(&get(&done, "result"), "summary")
+    );
+}
+
+// A hedge race where the hedge streamed first and the primary (which does not stream)
+// wins: the SDK followed the hedge's text, then shows the winner's, and never the
+// loser's after the winner was known.
+#[wasm_bindgen_test]
+async fn a_hedge_that_streamed_and_lost_gives_way_to_the_winners_text() {
+    let (c, job, gate) = hedged_stream("hedge-loses", 100).await;
+    let r = recorder();
+    let wait = JsFuture::from(c.wait(id_of(&job), Some(get(&r, "options").unchecked_into())));
+    ok(deltas_at_least(&r, 2)).await;
+    release(&gate).await;
+    let done = wait.await.unwrap();
+    assert_eq!(get(&done, "status"), "succeeded");
+    let (primary, hedge) = (attempt_id(&done, 1), attempt_id(&done, 2));
+    assert_eq!(get(&done, "completed_by"), primary.as_str());
+    let attempts: Vec<String> = recorded(&r, "attempts")
+        .iter()
+        .map(|a| a.as_string().unwrap())
+        .collect();
+    assert_eq!(attempts.first(), Some(&hedge), "the hedge streamed first");
+    let winner_from = attempts.iter().position(|a| *a == primary);
+    assert!(
+        winner_from.is_some_and(|at| attempts[at..].iter().all(|a| *a == primary)),
+        "once the winner is shown, only the winner: {attempts:?}"
+    );
+    let last = recorded(&r, "texts").last().unwrap().as_string().unwrap();
+    assert_eq!(
+        Some(last),
+        js_sys::JSON::stringify(&get(&done, "result"))
+            .ok()
+            .map(String::from),
+        "the winner's text is its result"
     );
 }

@@ -296,6 +296,57 @@ test("a hedge race finished in reverse order shows one winner and one superseded
   });
 });
 
+/** The streamed text the page shows (raw, as the provider sends it), once it has `n` code points. */
+async function writtenAtLeast(page, n) {
+  await page.waitForFunction((n) => [...(document.querySelector("#writing-raw")?.textContent ?? "")].length >= n, n, { timeout: h.WAIT_MS });
+  return page.locator("#writing-raw").textContent();
+}
+
+test("a streamed answer is written as it comes, and a reload mid-stream continues it on the same job", { timeout: TEST_MS }, async () => {
+  await h.withPage(browser, "stream-reload", {}, async (page) => {
+    const text = h.uniqueText("stream");
+    await h.arm(page, "stream");
+    await page.locator("#text").fill(text);
+    await page.locator("#generate").click();
+    const before = await writtenAtLeast(page, 10);
+    const ticket = await h.ticket(page);
+    assert.equal(await page.locator("#job-status").getAttribute("data-status"), "running", "mid-stream");
+
+    await page.reload();
+    await h.ready(page);
+    assert.equal(await h.waitTicket(page, ticket), ticket, "the same ticket after the reload");
+    await h.waitStatus(page, "succeeded");
+    const after = await page.locator("#writing-raw").textContent();
+    assert.ok(after.startsWith(before), `the text went on from ${JSON.stringify(before)}: ${JSON.stringify(after)}`);
+    // The text written is the answer: its summary is the result the page shows.
+    const written = JSON.parse(after);
+    assert.equal(written.summary, await page.locator("#result-summary").innerText());
+    assert.equal(await page.locator("#writing-text").innerText(), written.summary, "the summary, written from the partial object");
+    assert.equal((await h.providerCalls(text)).length, 1, "one provider call");
+    assert.equal(await h.jobsWithText(text, ticket), 1, "one job");
+  });
+});
+
+test("cancel mid-stream stops the text and closes the provider's connection", { timeout: TEST_MS }, async () => {
+  await h.withPage(browser, "stream-stop", {}, async (page) => {
+    const text = h.uniqueText("stream-stop");
+    await h.arm(page, "stream");
+    await page.locator("#text").fill(text);
+    await page.locator("#generate").click();
+    await writtenAtLeast(page, 6);
+    await page.locator("#cancel").click();
+    await h.waitStatus(page, "cancelled");
+    await h.waitFor(async () => {
+      const calls = await h.providerCalls(text);
+      return calls.some((c) => typeof c.closed_after_ms === "number");
+    }, "the mock seeing its connection closed");
+    assert.equal((await h.providerCalls(text)).length, 1, "one provider call");
+    const shown = await page.locator("#writing-raw").textContent();
+    assert.throws(() => JSON.parse(shown), "the text stopped before the answer was whole");
+    assert.equal(await page.locator("#result").isHidden(), true, "no result");
+  });
+});
+
 test("the page passes an axe-core scan, works from the keyboard and logs no console error", { timeout: TEST_MS }, async () => {
   await h.withPage(browser, "accessibility", {}, async (page) => {
     const scan = () => h.axeScan(page);

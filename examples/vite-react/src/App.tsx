@@ -30,7 +30,7 @@ function save(draft: Draft) {
 
 export function App() {
   const [text, setText] = useState("");
-  const { submit, follow, retry, cancel, job, status, error, pending } = useSubmit<SummarizeInput, Summary>(
+  const { submit, follow, retry, cancel, job, status, error, pending, partial } = useSubmit<SummarizeInput, Summary>(
     client,
     "summarize",
   );
@@ -89,6 +89,10 @@ export function App() {
             </strong>
             {job.attempts.length > 1 && ` after ${job.attempts.length} attempts`}
           </p>
+        )}
+        {job?.result == null && typeof partial?.summary === "string" && (
+          // A provider that streams: the summary as it is written (a reload continues it).
+          <p id="writing">{partial.summary}</p>
         )}
         {job?.result != null && (
           <article id="result">

@@ -1,0 +1,138 @@
+//! What one `wait` shows of its job: every change (`onUpdate`), and the text its
+//! attempts stream (`onDelta`, `onText`, `onPartial`).
+//!
+//! The pieces that reach a wait are already trimmed to what it lacks (`watch.rs`), so
+//! each attempt's text here only grows, and each piece begins where it ends. `onText`
+//! follows one attempt: the first that streams, until the job names its winner
+//! (`completed_by`), which it then follows; an attempt followed that ends without
+//! winning hands over to one still running, in the order their text came.
+
+use crate::js;
+use wasm_bindgen::JsValue;
+
+pub(crate) struct Show {
+    on_update: Option<js_sys::Function>,
+    on_text: Option<js_sys::Function>,
+    on_partial: Option<js_sys::Function>,
+    on_delta: Option<js_sys::Function>,
+    /// Each attempt's text so far, in the order their first pieces came.
+    texts: Vec<(String, String)>,
+    /// The attempt whose text `onText` shows.
+    followed: Option<String>,
+}
+
+impl Show {
+    /// The callbacks of the wait's `options`.
+    pub(crate) fn of(options: &JsValue) -> Show {
+        let f = |name| crate::types::option_function(options, name);
+        Show {
+            on_update: f("onUpdate"),
+            on_text: f("onText"),
+            on_partial: f("onPartial"),
+            on_delta: f("onDelta"),
+            texts: Vec::new(),
+            followed: None,
+        }
+    }
+
+    /// A piece of `attempt`'s text, at `offset` code points (where its text so far
+    /// ends).
+    pub(crate) fn piece(&mut self, attempt: &str, offset: f64, text: &str) {
+        if let Some(on_delta) = &self.on_delta {
+            let delta = js::object(&[
+                ("attemptId", attempt.into()),
+                ("offset", offset.into()),
+                ("text", text.into()),
+            ]);
+            let _ = on_delta.call1(&JsValue::NULL, &delta);
+        }
+        match self.texts.iter_mut().find(|(a, _)| a == attempt) {
+            Some((_, have)) => have.push_str(text),
+            None => self.texts.push((attempt.to_owned(), text.to_owned())),
+        }
+        let followed = self.followed.get_or_insert_with(|| attempt.to_owned());
+        if followed == attempt {
+            self.show();
+        }
+    }
+
+    /// A newer document of the job: `onUpdate`, then `onText` if the attempt it follows
+    /// changed (the winner named, or the one followed ended without winning).
+    pub(crate) fn job(&mut self, job: &JsValue) {
+        if let Some(on_update) = &self.on_update {
+            let _ = on_update.call1(&JsValue::NULL, job);
+        }
+        let next = match js::get_string(job, "completed_by") {
+            Some(winner) => Some(winner),
+            None if self.followed.as_deref().is_some_and(|a| !streams(job, a)) => self
+                .texts
+                .iter()
+                .map(|(a, _)| a)
+                .find(|a| streams(job, a))
+                .cloned(),
+            None => return,
+        };
+        if next != self.followed {
+            self.followed = next;
+            self.show();
+        }
+    }
+
+    /// The document `wait` resolves to. A job that succeeded with no text of its winner
+    /// shown (it did not stream, or its text was dropped when it settled, before this
+    /// wait began: a reload) shows the result's JSON as the winner's final text, once.
+    pub(crate) fn end(&mut self, job: &JsValue) {
+        let result = js::get(job, "result");
+        if result.is_object() && self.text().is_empty() {
+            if let Ok(text) = js_sys::JSON::stringify(&result) {
+                let winner = js::get_string(job, "completed_by").unwrap_or_default();
+                self.texts.push((winner.clone(), text.into()));
+                self.followed = Some(winner);
+                self.show();
+            }
+        }
+    }
+
+    /// The text of the attempt followed.
+    fn text(&self) -> &str {
+        let followed = self.followed.as_deref();
+        self.texts
+            .iter()
+            .find(|(a, _)| Some(a.as_str()) == followed)
+            .map_or("", |(_, text)| text)
+    }
+
+    /// `onText` and `onPartial` with the text of the attempt followed, if it has any.
+    fn show(&self) {
+        let (Some(attempt), text) = (&self.followed, self.text()) else {
+            return;
+        };
+        if text.is_empty() {
+            return;
+        }
+        if let Some(on_text) = &self.on_text {
+            let info = js::object(&[("attemptId", attempt.as_str().into())]);
+            let _ = on_text.call2(&JsValue::NULL, &text.into(), &info);
+        }
+        if let Some(on_partial) = &self.on_partial {
+            let partial = onceclick_protocol::partial::close(text)
+                .and_then(|json| js_sys::JSON::parse(&json).ok());
+            if let Some(partial) = partial {
+                let _ = on_partial.call1(&JsValue::NULL, &partial);
+            }
+        }
+    }
+}
+
+/// Whether `job` shows `attempt` still able to stream: `starting`, `running`, or
+/// `unknown` (its call may still be reading).
+fn streams(job: &JsValue, attempt: &str) -> bool {
+    let attempts = js_sys::Array::from(&js::get(job, "attempts"));
+    attempts.iter().any(|a| {
+        js::get_string(&a, "id").as_deref() == Some(attempt)
+            && matches!(
+                js::get_string(&a, "state").as_deref(),
+                Some("starting" | "running" | "unknown")
+            )
+    })
+}
