@@ -241,12 +241,14 @@ impl std::fmt::Display for Place {
     }
 }
 
-/// `text` less its first `chars` code points.
+/// `text` less its first `chars` code points. (`str::get`, not slicing: the SDK uses it
+/// too, and a slice's panic path would link `core::fmt`'s escaping tables into it.)
 pub fn after_chars(text: &str, chars: u64) -> &str {
     let skip = usize::try_from(chars).unwrap_or(usize::MAX);
     text.char_indices()
         .nth(skip)
-        .map_or("", |(at, _)| &text[at..])
+        .and_then(|(at, _)| text.get(at..))
+        .unwrap_or_default()
 }
 
 /// The most jobs one stream (`GET /v1/stream?job=…`) may follow.

@@ -377,26 +377,27 @@ impl Watching {
             }
         };
         let have = &mut job.texts[at].1;
-        let count = have.chars().count() as f64;
-        let new: String = match (0.0..=count).contains(&offset) {
-            true => text.chars().skip((count - offset) as usize).collect(),
-            false => String::new(),
+        let count = have.chars().count() as u64;
+        let new = match (0.0..=count as f64).contains(&offset) {
+            true => onceclick_protocol::live::after_chars(text, count - offset as u64),
+            false => "",
         };
         if new.is_empty() {
             // Nothing of it is kept: a text that stays empty is no text.
             job.texts.retain(|(_, t)| !t.is_empty());
             return false;
         }
-        have.push_str(&new);
+        have.push_str(new);
         job.at = Some(id.to_owned());
+        let count = count as f64;
         for (_, mailbox) in &job.waiters {
             put(
                 mailbox,
-                Update::Text(attempt.to_owned(), count, new.clone()),
+                Update::Text(attempt.to_owned(), count, new.to_owned()),
             );
         }
         if let (Some(channel), false) = (&self.leading, job.tabs.is_empty()) {
-            post_text(channel, id, job_id, attempt, count, &new);
+            post_text(channel, id, job_id, attempt, count, new);
         }
         true
     }

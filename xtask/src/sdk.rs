@@ -32,9 +32,9 @@ use std::path::{Path, PathBuf};
 /// they share, re-announcing after the back/forward cache, 0.56 KB; integers written by
 /// JS instead of Rust's formatting saved 0.1 KB); 64 B more for reading a `job` event
 /// whose id also counts text (`7/1:40`, issue 25) by its position (56,839 B); raised to
-/// 59.5 KiB for issue 25's streamed text in `wait` (60,717 B): the place and each
+/// 59.5 KiB for issue 25's streamed text in `wait` (60,480 B): the place and each
 /// attempt's text kept per job, trimmed pieces handed to waits and tabs, `onText`
-/// following the first attempt then the winner, `onDelta` (about 2.9 KB), and
+/// following the first attempt then the winner, `onDelta` (about 2.7 KB), and
 /// `onPartial` through `protocol::partial::close` (0.95 KB, once its `&str` slicing,
 /// whose panic path pulled in `core::fmt`'s escaping, was made `str::get`: that alone
 /// was 4 KB). Issue 25's target is 43 KiB with all of it, still to be paid for with
