@@ -1032,11 +1032,20 @@ async fn waits_on_many_jobs_share_one_live_connection() {
         jobs.push(id_of(&job));
     }
     let held = jobs[0].clone();
+    // Once the held job shows `running` and each of the first eight has had a document
+    // (so that each has a position to resume from: the stream may bring the held job's
+    // change before another job's first document).
     let (held_running, shown_running) = latch();
     let on_update = {
         let held = held.clone();
+        let seen = std::cell::RefCell::new(std::collections::HashSet::new());
+        let running = std::cell::Cell::new(false);
         Closure::<dyn Fn(JsValue)>::new(move |job: JsValue| {
+            seen.borrow_mut().insert(id_of(&job));
             if get(&job, "status") == "running" && id_of(&job) == held {
+                running.set(true);
+            }
+            if running.get() && seen.borrow().len() >= JOBS {
                 let _ = shown_running.call0(&JsValue::NULL);
             }
         })

@@ -8,7 +8,11 @@
 // - requests: what the browser sends for one job whose provider takes 10 s: the demo
 //   page, the SDK alone on the same origin, and the SDK on another origin (counted at
 //   the proxy, preflights included);
-// - first: from a stream's request to its first bytes (the `: live` comment).
+// - first: from a stream's request to its first bytes (the `: live` comment);
+// - text: a streamed answer (the fallback, 4 code points every 25 ms): from `submit` to
+//   the first `onText`, beside a request straight to the mock to its first content
+//   chunk, taking turns; and from each chunk leaving the mock (its clock: the same
+//   machine's) to the `onText` that shows it.
 
 const assert = require("node:assert/strict");
 const h = require("./harness.js");
@@ -16,6 +20,7 @@ const h = require("./harness.js");
 const LAG_JOBS = Number(process.env.ONCECLICK_BENCH_LAG_JOBS || 24);
 const CLICKS = Number(process.env.ONCECLICK_BENCH_CLICKS || 10);
 const FIRSTS = Number(process.env.ONCECLICK_BENCH_FIRSTS || 20);
+const TEXTS = Number(process.env.ONCECLICK_BENCH_TEXTS || 12);
 const CLICK_DELAY_MS = 300;
 const SLOW_JOB_MS = 10_000;
 
@@ -176,6 +181,77 @@ async function first(page) {
   return quantiles(times);
 }
 
+/** Time to first text through onceclick and straight from the mock; chunk to `onText`. */
+async function text(page) {
+  const first = { onceclick: [], mock: [] };
+  const chunkToText = [];
+  for (let n = 0; n < TEXTS; n++) {
+    const direct = h.uniqueText(`text-direct-${n}`);
+    const viaJob = h.uniqueText(`text-job-${n}`);
+    for (const t of [direct, viaJob]) {
+      await h.mockPost("/_script", { provider: "fallback", contains: t, steps: [{ chunk_chars: 4, chunk_ms: 25 }] });
+    }
+    const seen = await page.evaluate(async ({ direct, viaJob, mock, jobFirst }) => {
+      // Straight to the mock, as the Worker calls it: to the first chunk with content.
+      const straight = async () => {
+        const started = performance.now();
+        const r = await fetch(`${mock}/fallback/v1/chat/completions`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ model: "mock-large", stream: true, messages: [
+            { role: "system", content: "You summarize texts." },
+            { role: "user", content: `Summarize this text:\n\n${direct}` },
+          ] }),
+        });
+        const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
+        let buffer = "";
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) return null;
+          buffer += value;
+          if (/"content":"[^"]/.test(buffer)) {
+            const ms = performance.now() - started;
+            await reader.cancel();
+            return ms;
+          }
+        }
+      };
+      // Through onceclick: submit on the fallback, to the first onText.
+      const throughJob = async () => {
+        const started = performance.now();
+        let first = null;
+        const shown = [];
+        const job = await window.bench.submit("summarize", { text: viaJob }, { provider: "fallback" });
+        const done = await window.bench.wait(job.id, {
+          onText: (text) => {
+            if (first === null) first = performance.now() - started;
+            shown.push([[...text].length, Date.now()]);
+          },
+        });
+        return { first, shown, status: done.status };
+      };
+      const order = jobFirst ? [throughJob, straight] : [straight, throughJob];
+      const results = [];
+      for (const run of order) results.push(await run());
+      const [job, mockMs] = jobFirst ? results : [results[1], results[0]];
+      return { job, mockMs };
+    }, { direct, viaJob, mock: h.MOCK, jobFirst: n % 2 === 0 });
+    assert.equal(seen.job.status, "succeeded", `text job ${n}`);
+    assert.ok(seen.job.first !== null && seen.mockMs !== null, `text ${n} came both ways`);
+    first.onceclick.push(seen.job.first);
+    first.mock.push(seen.mockMs);
+    // Each chunk the mock sent for the job, to the first onText that held it.
+    const calls = await h.providerCalls(viaJob);
+    assert.equal(calls.length, 1, `one provider call for text job ${n}`);
+    for (const [chars, sentAt] of calls[0].sent) {
+      const shown = seen.job.shown.find(([length]) => length >= chars);
+      assert.ok(shown, `chunk up to ${chars} code points reached onText`);
+      chunkToText.push(shown[1] - sentAt);
+    }
+  }
+  return { first_onceclick: quantiles(first.onceclick), first_mock: quantiles(first.mock), chunk_to_text: quantiles(chunkToText) };
+}
+
 (async () => {
   const browser = await h.launch();
   const context = await browser.newContext();
@@ -187,6 +263,7 @@ async function first(page) {
       lag: await lag(page),
       click: await click(page),
       first: await first(page),
+      text: await text(page),
       requests: await requests(page, context),
     };
     console.log(`LIVE_BENCH ${JSON.stringify(figures)}`);

@@ -113,6 +113,10 @@ pub struct Call {
     /// answer: how long after the call came, in ms.
     #[serde(default)]
     pub closed_after_ms: Option<u64>,
+    /// A streamed answer: for each chunk of content, the code points of content sent so
+    /// far with it, and when (ms since the Unix epoch) its last bytes left the mock.
+    #[serde(default)]
+    pub sent: Vec<(u64, u64)>,
 }
 
 #[derive(Default)]
@@ -243,6 +247,7 @@ async fn chat(
             stream: body["stream"] == true,
             include_usage: body["stream_options"]["include_usage"] == true,
             closed_after_ms: None,
+            sent: Vec::new(),
         });
         let step = inner
             .scripts
@@ -437,8 +442,9 @@ fn chunk(delta: Value, finish_reason: Option<&str>) -> String {
 
 /// What a streamed answer sends next.
 enum Piece {
-    /// These bytes, after this pause.
-    Send(u64, Vec<u8>),
+    /// These bytes, after this pause; with the content's code points so far when they
+    /// end a chunk of content (recorded in the call's `sent` as they leave).
+    Send(u64, Vec<u8>, Option<u64>),
     /// A comment every 100 ms, and no chunk, until this long after the call came (so
     /// each is a write that finds a connection the client closed).
     Comments(Duration),
@@ -447,7 +453,7 @@ enum Piece {
 }
 
 fn send(pause: u64, bytes: impl Into<Vec<u8>>) -> Piece {
-    Piece::Send(pause, bytes.into())
+    Piece::Send(pause, bytes.into(), None)
 }
 
 /// A streamed answer (`text/event-stream`) of `step`'s content, chunk by chunk, as an
@@ -486,6 +492,7 @@ fn streamed(watched: Watched, step: &Step, text: &str, prompt: &str, usage: bool
     ));
     let mut finish = "stop";
     let mut ended = false;
+    let mut sent_chars = 0;
     for (n, piece) in pieces.iter().enumerate() {
         if n == fault_after {
             match fault {
@@ -516,7 +523,8 @@ fn streamed(watched: Watched, step: &Step, text: &str, prompt: &str, usage: bool
         // client reads lines, and characters, across reads.
         let (a, b) = data.split_at(data.len() / 2);
         plan.push(send(step.chunk_ms, a.to_vec()));
-        plan.push(send(0, b.to_vec()));
+        sent_chars += piece.chars().count() as u64;
+        plan.push(Piece::Send(0, b.to_vec(), Some(sent_chars)));
     }
     if !ended {
         plan.push(send(0, chunk(json!({}), Some(finish))));
@@ -555,14 +563,22 @@ fn streamed(watched: Watched, step: &Step, text: &str, prompt: &str, usage: bool
                 }
                 Some((Ok(Vec::new()), (plan, Some(watched))))
             }
-            Piece::Send(pause, _) => {
+            Piece::Send(pause, ..) => {
                 if *pause > 0 {
                     tokio::time::sleep(Duration::from_millis(*pause).min(MAX_HOLD)).await;
                 }
-                let Some((n, Piece::Send(_, bytes))) = plan.next() else {
+                let Some((n, Piece::Send(_, bytes, content))) = plan.next() else {
                     return None;
                 };
                 watched.answered = n + 1 == last;
+                if let Some(chars) = content {
+                    let at = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_millis() as u64);
+                    if let Some(call) = watched.mock.lock().calls.get_mut(watched.index) {
+                        call.sent.push((chars, at));
+                    }
+                }
                 Some((Ok::<_, std::io::Error>(bytes), (plan, Some(watched))))
             }
             Piece::Break => {

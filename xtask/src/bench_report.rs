@@ -327,7 +327,7 @@ fn live(md: &mut String, l: &Value) {
         }
         format!("{:.0} / {:.0}", f(&v["p50"]), f(&v["p99"]))
     };
-    let rows: [(&str, &[&str], &str); 4] = [
+    let rows: [(&str, &[&str], &str); 7] = [
         (
             "commit to `onUpdate`, pushed: p50 / p99 ms",
             &["lag", "push"],
@@ -346,6 +346,21 @@ fn live(md: &mut String, l: &Value) {
         (
             "a stream's request to its first bytes (`: live`): p50 / p99 ms",
             &["first"],
+            "",
+        ),
+        (
+            "streamed text: `submit` to the first `onText` (a new job on the streaming fallback): p50 / p99 ms",
+            &["text", "first_onceclick"],
+            "≤ the next line + 30 at p50",
+        ),
+        (
+            "the same text straight from the mock, taking turns: request to its first content chunk: p50 / p99 ms",
+            &["text", "first_mock"],
+            "",
+        ),
+        (
+            "a chunk leaving the mock to the `onText` that shows it: p50 / p99 ms",
+            &["text", "chunk_to_text"],
             "",
         ),
     ];
