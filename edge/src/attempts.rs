@@ -339,7 +339,7 @@ pub(crate) async fn decide_resolve(
             kind.check_output(&stored.job.input, &result)
                 .map_err(|v| AppError::new(ErrorCode::ContractViolation, v.0))?;
             let completion = store
-                .complete(&job_id, attempt_id, Offer::Resolution, &result)
+                .complete(&job_id, attempt_id, Offer::Resolution, &result, None)
                 .await?;
             let provider = stored
                 .job

@@ -670,7 +670,9 @@ async fn record(
     outcome: CallOutcome,
 ) -> ApiResult<bool> {
     let (from, to, error): (&[AttemptState], _, _) = match outcome {
-        CallOutcome::Output(output, _) => {
+        CallOutcome::Output(output, tokens) => {
+            let tokens =
+                tokens.map(|t| json!({"prompt": t.prompt, "completion": t.completion}).to_string());
             record_result(
                 host,
                 store,
@@ -678,6 +680,7 @@ async fn record(
                 &attempt.job_id,
                 &attempt.provider,
                 &output,
+                tokens,
             )
             .await?;
             return Ok(false);
@@ -735,9 +738,16 @@ async fn record_result(
     job_id: &str,
     provider: &str,
     output: &Value,
+    tokens: Option<String>,
 ) -> ApiResult<()> {
     match persist(host, || {
-        store.complete(job_id, attempt_id, Offer::Provider, output)
+        store.complete(
+            job_id,
+            attempt_id,
+            Offer::Provider,
+            output,
+            tokens.as_deref(),
+        )
     })
     .await
     {
@@ -750,6 +760,7 @@ async fn record_result(
                 job_id: job_id.to_owned(),
                 provider: provider.to_owned(),
                 output: output.to_string(),
+                tokens,
             };
             crate::log::error(
                 json!({"event": "result_queued", "job_id": job_id, "attempt_id": attempt_id,
@@ -780,7 +791,13 @@ async fn record_pending(
 ) -> ApiResult<()> {
     let output: Value = serde_json::from_str(&pending.output).map_err(AppError::internal)?;
     let completion = persist(host, || {
-        store.complete(&pending.job_id, attempt_id, Offer::Provider, &output)
+        store.complete(
+            &pending.job_id,
+            attempt_id,
+            Offer::Provider,
+            &output,
+            pending.tokens.as_deref(),
+        )
     })
     .await?;
     log_completion(&pending.job_id, attempt_id, &pending.provider, &completion);

@@ -33,6 +33,9 @@ pub struct PendingResult {
     pub job_id: String,
     pub provider: String,
     pub output: String,
+    /// The tokens the provider stated for it (`{"prompt", "completion"}`, JSON text).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<String>,
 }
 
 /// Sends `message`; false (and a line in the log) if the queue refused it.

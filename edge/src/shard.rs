@@ -51,6 +51,10 @@ pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
         "0007_one_position.sql",
         include_str!("../migrations/0007_one_position.sql"),
     ),
+    (
+        "0008_attempt_tokens.sql",
+        include_str!("../migrations/0008_attempt_tokens.sql"),
+    ),
 ];
 
 const MIGRATIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS onceclick_migrations (

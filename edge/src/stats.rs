@@ -96,6 +96,7 @@ impl Figures {
             "retries_started": self.count("retries_started"),
             "failovers": {"started": self.count("failovers_started"), "skipped": self.count("failovers_skipped")},
             "hedges": {"started": self.count("hedges_started"), "skipped": self.count("hedges_skipped")},
+            "tokens": self.count("tokens"),
             "latency_ms": {
                 "answered": self.histogram.iter().sum::<i64>(),
                 "p50": self.quantile(0.50),

@@ -18,8 +18,9 @@
 use crate::sse::{Events, Item};
 use serde_json::Value;
 
-/// What a provider says it billed for one answer (a chat completion's `usage`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// What a provider says it billed for one answer (a chat completion's `usage`); an
+/// attempt's `tokens` in the job document.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Tokens {
     /// The prompt's tokens.
     pub prompt: u64,

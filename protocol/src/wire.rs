@@ -71,6 +71,9 @@ pub struct Attempt {
     pub finished_at: Option<String>,
     /// Why it failed, where it did.
     pub error: Option<AttemptError>,
+    /// The tokens its provider stated for its answer (`usage`), once it answered.
+    #[serde(default)]
+    pub tokens: Option<crate::chat::Tokens>,
 }
 
 /// Why an attempt failed or went unknown.

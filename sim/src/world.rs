@@ -1636,6 +1636,28 @@ impl World {
                 )
             })
             .collect();
+        // Tokens are written only with an answer (its attempt won, or lost the race),
+        // and are what the provider stated: the sim's streamed answers state 9 and 4,
+        // its whole answers nothing.
+        for r in self.db.query(
+            place,
+            "SELECT id, state, tokens FROM attempts WHERE job_id = ?1 AND tokens IS NOT NULL",
+            &[json!(job_id)],
+        ) {
+            let state = s(r.get("state")).unwrap_or_default();
+            let tokens = s(r.get("tokens")).unwrap_or_default();
+            let stated = serde_json::from_str::<onceclick_protocol::chat::Tokens>(&tokens).ok()
+                == Some(onceclick_protocol::chat::Tokens {
+                    prompt: 9,
+                    completion: 4,
+                });
+            if !matches!(state.as_str(), "succeeded" | "superseded") || !stated {
+                self.violate(format!(
+                    "attempt {:?} of job {job_id} is {state} with tokens {tokens}: only an answer's attempt carries what its provider stated",
+                    s(r.get("id"))
+                ));
+            }
+        }
         // What the database recorded of results that did not become the job's.
         for r in self.db.query(
             place,

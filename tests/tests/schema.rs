@@ -765,9 +765,12 @@ fn the_lean_schema_keeps_every_job_its_document_etag_and_log() {
         .filter(|p| p.extension().is_some_and(|e| e == "sql"))
         .collect();
     files.sort();
-    let (before, after): (Vec<_>, Vec<_>) = files
-        .into_iter()
-        .partition(|p| p.file_name().unwrap().to_string_lossy().as_ref() < "0007");
+    let name = |p: &std::path::PathBuf| p.file_name().unwrap().to_string_lossy().into_owned();
+    let (before, rest): (Vec<_>, Vec<_>) =
+        files.into_iter().partition(|p| name(p).as_str() < "0007");
+    // 0007 alone; the ones after it are checked at the end.
+    let (after, later): (Vec<_>, Vec<_>) =
+        rest.into_iter().partition(|p| name(p).starts_with("0007"));
     let conn = Connection::open_in_memory().unwrap();
     conn.execute_batch("PRAGMA foreign_keys = ON").unwrap();
     for file in &before {
@@ -904,4 +907,25 @@ fn the_lean_schema_keeps_every_job_its_document_etag_and_log() {
         })
         .unwrap();
     assert_eq!(fk, 0);
+
+    // 0008 adds each attempt's tokens: the same documents, every attempt with
+    // `tokens: null` (none was stated before it).
+    assert!(
+        later.iter().any(|p| name(p).starts_with("0008")),
+        "{later:?}"
+    );
+    for file in &later {
+        conn.execute_batch(&std::fs::read_to_string(file).unwrap())
+            .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    }
+    let newest = seen(&conn, "job_log");
+    assert_eq!(newest.len(), new.len());
+    for ((id, doc, _, _), (_, was, _, _)) in newest.iter().zip(&new) {
+        let mut expected: serde_json::Value = serde_json::from_str(was).unwrap();
+        for attempt in expected["attempts"].as_array_mut().unwrap() {
+            attempt["tokens"] = serde_json::Value::Null;
+        }
+        let doc: serde_json::Value = serde_json::from_str(doc).unwrap();
+        assert_eq!(doc, expected, "{id}");
+    }
 }

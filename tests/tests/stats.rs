@@ -34,7 +34,8 @@ async fn the_figures_follow_what_jobs_and_attempts_do() {
     let key = unique("figures-key");
     let created = send(api.create(&token, Some(&key), &body)).await;
     assert_eq!(created.status, 201);
-    api.wait_job(&token, &id(&created.json()), status_is("succeeded"))
+    let succeeded = api
+        .wait_job(&token, &id(&created.json()), status_is("succeeded"))
         .await;
     assert_eq!(
         send(api.create(&token, Some(&key), &body)).await.status,
@@ -63,8 +64,20 @@ async fn the_figures_follow_what_jobs_and_attempts_do() {
     ))
     .await;
     assert_eq!(retry.status, 201, "{}", retry.text);
-    api.wait_job(&token, &id(&failing), status_is("succeeded"))
+    let retried = api
+        .wait_job(&token, &id(&failing), status_is("succeeded"))
         .await;
+    // Each answer's attempt carries the tokens its provider stated (the mock: a token
+    // per four characters), the whole answer's (primary) and the streamed one's
+    // (fallback, from its usage chunk); the failed attempt, none.
+    let stated = |job: &Value, n: usize| -> i64 {
+        let tokens = &job["attempts"][n]["tokens"];
+        let (p, c) = (at(tokens, "prompt"), at(tokens, "completion"));
+        assert!(p > 0 && c > 0, "{job}");
+        p + c
+    };
+    let paid = stated(&succeeded, 0) + stated(&retried, 1);
+    assert_eq!(retried["attempts"][0]["tokens"], Value::Null, "{retried}");
 
     // A job whose provider hangs past its timeout: unknown.
     let marker = unique("figures-hang");
@@ -86,6 +99,7 @@ async fn the_figures_follow_what_jobs_and_attempts_do() {
         ("attempts.unknown", 1),
         ("retries_started", 1),
         ("latency_ms.answered", 3),
+        ("tokens", paid),
     ] {
         assert!(
             grew(path) >= least,

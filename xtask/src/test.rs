@@ -260,13 +260,16 @@ fn integration(
 /// document that shows the win, the text kept as chunks of a KB each and dropped by one
 /// `deleteAll` at the settle, and frames cut below 16,384 code points (about 0.9 KB, by
 /// the same measure; 700 B under 412 KiB left no room for the stop that comes next).
+/// Raised to 414 KiB for the tokens per attempt (issue 25: written with the answer,
+/// carried by a queued result, in the document and the figures), which left 13 B of
+/// 413 KiB (422,899 B by `gzip -9` of the dry run's wasm and shim).
 /// That is over the 400 KiB target: what the next steps
 /// add, and the way back under it, are to come from trimming (the `join_all`s above
 /// first). Lowered as the Worker shrinks (BENCHMARKS.md), so that it cannot grow back unnoticed:
 /// the `url` crate, for one, would add about 75 KB with its IDNA tables (`req.url()`,
 /// `worker::Url`: use `http::query` and `Request::new`), and boon in the wasm
 /// about 475 KB.
-const WORKER_BUDGET: usize = 413 * 1024;
+const WORKER_BUDGET: usize = 414 * 1024;
 
 /// Fails when `bytes` is over `limit`.
 fn budget(what: &str, bytes: usize, limit: usize) -> Result<()> {

@@ -377,6 +377,7 @@ impl Store {
         attempt_id: &str,
         offer: Offer,
         output: &Value,
+        tokens: Option<&str>,
     ) -> ApiResult<Completion> {
         let output = json_text(output)?;
         let from = offer.leaves();
@@ -394,6 +395,7 @@ impl Store {
                 js(&output),
                 js(from),
                 js_flag(strict),
+                js_opt(tokens),
             ],
         )?;
         let discard = self.stmt(sql::COMPLETE_DISCARD, &[js(attempt_id), js_flag(strict)])?;

@@ -288,6 +288,8 @@ pub(crate) const COMPLETE_SUPERSEDE_STARTING: &str = concat!(
 /// The offering attempt becomes `succeeded` if it won, else `superseded`; with `?5 = 1`
 /// (an admin's resolution) only when its result equals the job's. A win from `running`
 /// keeps the compare-and-swap's number (`won_seq`: its log line is read from the row).
+/// `?6` is the tokens its provider stated for the answer, winner's or loser's: both
+/// were paid for (NULL for a resolution).
 pub(crate) const COMPLETE_SETTLE: &str = concat!(
     "UPDATE attempts
         SET state = CASE WHEN (SELECT completed_by FROM jobs WHERE id = ?1) = ?2
@@ -297,7 +299,8 @@ pub(crate) const COMPLETE_SETTLE: &str = concat!(
     ",
             won_seq = CASE WHEN state = 'running'
                             AND (SELECT completed_by FROM jobs WHERE id = ?1) = ?2
-                           THEN (SELECT seq FROM jobs WHERE id = ?1) END
+                           THEN (SELECT seq FROM jobs WHERE id = ?1) END,
+            tokens = ?6
       WHERE id = ?2 AND job_id = ?1
         AND state IN (SELECT value FROM json_each(?4))
         AND (SELECT status FROM jobs WHERE id = ?1) = 'succeeded'
