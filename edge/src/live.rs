@@ -29,7 +29,7 @@ use crate::store::Store;
 use futures_util::future::LocalBoxFuture;
 use onceclick_protocol::chat::MAX_CHARS;
 use onceclick_protocol::live::{
-    after_chars, Hub, Keeper, Piece, Place, Position, Refused, FRAME_CHARS,
+    after_chars, EndChunk, Hub, Keeper, Piece, Place, Position, Refused, FRAME_CHARS,
 };
 use onceclick_protocol::Job;
 use std::cell::RefCell;
@@ -282,11 +282,18 @@ struct Attachment {
 impl Live {
     /// Takes change `seq` if it is newer than any heard of, and sends it to every
     /// stream; drops it otherwise.
-    fn offer(&self, seq: u64, doc: &str) {
+    async fn offer(&self, seq: u64, doc: &str) {
         if !self.latest.borrow_mut().offer(seq, doc) {
             return;
         }
         self.broadcast(&frame(seq, doc));
+        // An attempt that went `unknown` keeps its whole text, not only its whole
+        // kilobytes: the operator reads it to resolve the attempt, maybe after this
+        // instance is gone. (The chunks are taken in one borrow, written after it.)
+        let chunks = self.keeper.borrow_mut().at_unknown(&self.latest.borrow());
+        for chunk in chunks {
+            self.keep(chunk).await;
+        }
         // The result is stored, or the job ended without one: its text is done with
         // (`Hub::offer` dropped it from memory). Storage holds nothing else, so all of
         // it goes, whatever this instance knows of it; the re-read alarm too (since the
@@ -378,18 +385,28 @@ impl Live {
         let chunk = due.and_then(|from| {
             let hub = self.latest.borrow();
             let text = after_chars(hub.text_of(n)?, from);
-            Some((Keeper::key(n, from), format!("{attempt}\n{text}")))
+            Some(EndChunk {
+                n,
+                chars,
+                key: Keeper::key(n, from),
+                value: format!("{attempt}\n{text}"),
+            })
         });
-        if let Some((key, value)) = chunk {
-            // A write that fails costs the restart's read-back, not the stream: said in
-            // the log, and tried again a kilobyte later.
-            match self.state.storage().put_raw(&key, value).await {
-                Ok(()) => self.keeper.borrow_mut().wrote(n, chars),
-                Err(e) => crate::log::error(serde_json::json!({"event": "live_text_unkept",
-                    "attempt_id": attempt, "cause": e.to_string()})),
-            }
+        if let Some(chunk) = chunk {
+            self.keep(chunk).await;
         }
         Response::ok(have(&self.latest.borrow()))
+    }
+
+    /// Writes a chunk of an attempt's text to storage. A write that fails costs a
+    /// restart's read-back, not the stream: said in the log, and tried again with more
+    /// text (a kilobyte later, or at the next document that shows it `unknown`).
+    async fn keep(&self, chunk: EndChunk) {
+        match self.state.storage().put_raw(&chunk.key, chunk.value).await {
+            Ok(()) => self.keeper.borrow_mut().wrote(chunk.n, chunk.chars),
+            Err(e) => crate::log::error(serde_json::json!({"event": "live_text_unkept",
+                "key": chunk.key, "cause": e.to_string()})),
+        }
     }
 
     async fn subscribe(&self, req: &Request) -> Result<Response> {
@@ -458,7 +475,7 @@ impl Live {
         match store.job(None, &job.job).await {
             Ok(Some(stored)) => {
                 if let Some(seq) = Position::of_etag(&stored.etag) {
-                    self.offer(seq.0, &stored.doc);
+                    self.offer(seq.0, &stored.doc).await;
                 }
             }
             // Purged: its streams end, and a reconnect is told 404.
@@ -493,7 +510,7 @@ impl DurableObject for Live {
                 let body = req.text().await?;
                 match unframe(&body) {
                     Some(Frame::Doc(seq, doc)) => {
-                        self.offer(seq, doc);
+                        self.offer(seq, doc).await;
                         Ok(Response::empty()?.with_status(204))
                     }
                     _ => Response::error("not a frame", 400),

@@ -299,6 +299,10 @@ pub struct Hub {
     /// one may yet succeed, and its call may still be streaming), or all of its
     /// attempts once it is settled.
     ended: Vec<String>,
+    /// The attempts (by `n`) the newest document shows `unknown`, while the job is not
+    /// settled: their calls broke off, so their text may grow no more, and is kept
+    /// whole ([`Keeper::at_unknown`]).
+    unknown: Vec<u32>,
 }
 
 /// Why a hub took nothing of a piece of text.
@@ -385,6 +389,12 @@ impl Hub {
                 .iter()
                 .filter(|a| settled || a.state.is_final())
                 .map(|a| a.id.clone())
+                .collect();
+            self.unknown = job
+                .attempts
+                .iter()
+                .filter(|a| !settled && a.state == AttemptState::Unknown)
+                .filter_map(|a| u32::try_from(a.n).ok())
                 .collect();
             if settled {
                 self.drop_text();
@@ -510,6 +520,19 @@ pub struct Keeper {
     loaded: bool,
 }
 
+/// A chunk to write: [`Keeper::at_unknown`]'s, for attempt `n` up to `chars`, at `key`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EndChunk {
+    /// The attempt's `n`.
+    pub n: u32,
+    /// The code points of its text the chunk keeps it up to.
+    pub chars: u64,
+    /// Its storage key ([`Keeper::key`]).
+    pub key: String,
+    /// Its value: the attempt's id, a newline, the text.
+    pub value: String,
+}
+
 /// One chunk of kept text, as [`Keeper::key`] names it.
 struct Chunk {
     n: u32,
@@ -600,6 +623,38 @@ impl Keeper {
             attempt_id: attempt_id.to_owned(),
             text: text.to_owned(),
         })
+    }
+
+    /// The chunks to write now that `hub`'s newest document shows attempts `unknown`:
+    /// of each, the text since its last write, if any was not tried yet (the write "at
+    /// the end": a hub evicted or restarted after it still has the whole text for the
+    /// operator, not only its whole kilobytes). Each is taken as tried; say
+    /// [`wrote`](Self::wrote)`(n, chars)` of each that was written.
+    pub fn at_unknown(&mut self, hub: &Hub) -> Vec<EndChunk> {
+        let mut chunks = Vec::new();
+        for &n in &hub.unknown {
+            let chars = hub.chars(n);
+            let (Some(streamed), true) = (
+                hub.texts.iter().find(|t| t.n == n),
+                chars > self.tried.chars(n),
+            ) else {
+                continue;
+            };
+            self.tried.set(n, chars);
+            self.stored = true;
+            let from = self.kept.chars(n);
+            chunks.push(EndChunk {
+                n,
+                chars,
+                key: Self::key(n, from),
+                value: format!(
+                    "{}\n{}",
+                    streamed.attempt_id,
+                    after_chars(&streamed.text, from)
+                ),
+            });
+        }
+        chunks
     }
 
     /// The job settled: whether its storage is to be emptied (it may hold text, or this
@@ -1014,6 +1069,68 @@ mod tests {
         let mut empty = Keeper::default();
         empty.load(&mut Hub::default(), Vec::new(), 100);
         assert!(!empty.settle(), "read back, nothing there");
+    }
+
+    #[test]
+    fn a_keeper_keeps_an_unknown_attempts_whole_text_once() {
+        let doc = |status: &str, first: &str, second: &str| {
+            let attempt = |n: u32, state: &str| {
+                serde_json::json!({"id": format!("att_{n}"), "n": n, "provider": "p",
+                    "state": state, "started_at": "t", "finished_at": null, "error": null})
+            };
+            serde_json::json!({"id": "job_1", "kind": "summarize", "status": status,
+                "version": 1, "input": {}, "provider": "p", "result": null,
+                "completed_by": null, "created_at": "t", "updated_at": "t",
+                "attempts": [attempt(1, first), attempt(2, second)]})
+            .to_string()
+        };
+        let (mut hub, mut keeper) = (Hub::default(), Keeper::every(4));
+        assert!(hub.offer(2, &doc("running", "running", "running")));
+        hub.text(1, "att_1", 0, "abcdé😀", 100).unwrap();
+        hub.text(2, "att_2", 0, "xy", 100).unwrap();
+        // A kilobyte (here 4 code points) was written while it streamed.
+        assert_eq!(keeper.due(1, 6), Some(0));
+        keeper.wrote(1, 6);
+        hub.text(1, "att_1", 6, "fg", 100).unwrap();
+        assert!(keeper.at_unknown(&hub).is_empty(), "nothing unknown yet");
+        // Attempt 1 went unknown: the rest of its text, from its last write; attempt 2
+        // still runs and keeps its pace.
+        assert!(hub.offer(3, &doc("unknown", "unknown", "running")));
+        let chunks = keeper.at_unknown(&hub);
+        assert_eq!(
+            chunks,
+            [EndChunk {
+                n: 1,
+                chars: 8,
+                key: Keeper::key(1, 6),
+                value: "att_1\nfg".to_owned(),
+            }]
+        );
+        keeper.wrote(1, 8);
+        assert!(keeper.at_unknown(&hub).is_empty(), "once");
+        // Its call still read a piece (it may yet win): kept at the next document.
+        hub.text(1, "att_1", 8, "h", 100).unwrap();
+        assert!(hub.offer(4, &doc("unknown", "unknown", "failed")));
+        let chunks = keeper.at_unknown(&hub);
+        assert_eq!(chunks.len(), 1);
+        assert_eq!(
+            (chunks[0].key.as_str(), chunks[0].value.as_str()),
+            ("text/1/8", "att_1\nh")
+        );
+        // A failed write is not tried again until there is more text.
+        assert!(keeper.at_unknown(&hub).is_empty());
+        // A fresh hub reads the whole text back from the three chunks.
+        let entries = vec![
+            (Keeper::key(1, 0), "att_1\nabcdé😀".to_owned()),
+            (Keeper::key(1, 6), "att_1\nfg".to_owned()),
+            (chunks[0].key.clone(), chunks[0].value.clone()),
+        ];
+        let (mut fresh, mut back) = (Keeper::default(), Hub::default());
+        fresh.load(&mut back, entries, 100);
+        assert_eq!(back.text_of(1), Some("abcdé😀fgh"));
+        // A settled job keeps nothing, its unknown attempt's included.
+        assert!(hub.offer(5, &doc("cancelled", "unknown", "failed")));
+        assert!(keeper.at_unknown(&hub).is_empty());
     }
 
     #[test]

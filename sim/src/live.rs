@@ -74,6 +74,8 @@ pub struct LiveFigures {
     /// Chunks of text a hub wrote to its storage, and writes that failed.
     pub kept: u64,
     pub keep_failed: u64,
+    /// Of those, the chunks written at an attempt's end (its `unknown` document).
+    pub kept_at_end: u64,
     /// Hand-offs the hub refused because the attempt had ended: the call then tells its
     /// dispatcher, which reads the store at once (`host::CallNews::ended`).
     pub refused_ended: u64,
@@ -94,6 +96,7 @@ impl LiveFigures {
         self.evictions += o.evictions;
         self.kept += o.kept;
         self.keep_failed += o.keep_failed;
+        self.kept_at_end += o.kept_at_end;
         self.refused_ended += o.refused_ended;
     }
 }
@@ -129,6 +132,9 @@ struct Home {
     /// eviction and a restart).
     keeper: Keeper,
     storage: BTreeMap<String, String>,
+    /// How far each attempt's text was written at its `unknown` document, by `n`: what
+    /// the storage must give back whole, to any later instance.
+    whole: BTreeMap<u32, u64>,
     watchers: Vec<Watcher>,
     read_at: u64,
 }
@@ -139,6 +145,7 @@ impl Default for Home {
             hub: Hub::default(),
             keeper: Keeper::every(KEEP_EVERY),
             storage: BTreeMap::new(),
+            whole: BTreeMap::new(),
             watchers: Vec::new(),
             read_at: 0,
         }
@@ -334,8 +341,23 @@ impl Live {
         for w in home.watchers.iter_mut().filter(|w| w.connected) {
             self.send(job, w, seq, doc);
         }
+        // As `Live::offer` does: an attempt gone `unknown` keeps its whole text.
+        for chunk in home.keeper.at_unknown(&home.hub) {
+            if self.rng.borrow_mut().below(KEEP_FAILS_ONE_IN) == 0 {
+                self.count(|f| f.keep_failed += 1);
+            } else {
+                self.count(|f| {
+                    f.kept += 1;
+                    f.kept_at_end += 1;
+                });
+                home.storage.insert(chunk.key, chunk.value);
+                home.keeper.wrote(chunk.n, chunk.chars);
+                home.whole.insert(chunk.n, chunk.chars);
+            }
+        }
         if settled(doc) == Some(true) && home.keeper.settle() {
             home.storage.clear();
+            home.whole.clear();
         }
     }
 
@@ -662,6 +684,14 @@ impl Live {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         fresh.1.load(&mut fresh.0, entries, MAX_CHARS);
+        for (n, chars) in &home.whole {
+            if fresh.0.chars(*n) < *chars {
+                self.problem(format!(
+                    "the hub of job {job} wrote attempt {n}'s text to {chars} code points when it went unknown, and reads back {}",
+                    fresh.0.chars(*n)
+                ));
+            }
+        }
         for (key, value) in &home.storage {
             let Some((attempt_id, _)) = value.split_once('\n') else {
                 continue;

@@ -77,7 +77,7 @@ fn run() -> Result<()> {
         seconds * 1e6 / figures.ops.max(1) as f64
     );
     println!(
-        "sim: seed {seed}: {} worlds, {} operations, {} requests, {} deliveries ({} redelivered), {} provider calls ({} stopped), {} shard alarms ({} attempts handed on), {} reconciler passes, {} crashes, {} clock jumps, {} store faults in {} batches, {} checks on {} jobs; live: {} streams opened, {} reconnected, {} events, {} of {} notifications lost, {} hub re-reads, {} hub restarts, {} hand-offs of text ({} failed, {} after an eviction, {} refused as ended), {} pieces of text sent, {} chunks of text kept ({} writes failed); no promise broken",
+        "sim: seed {seed}: {} worlds, {} operations, {} requests, {} deliveries ({} redelivered), {} provider calls ({} stopped), {} shard alarms ({} attempts handed on), {} reconciler passes, {} crashes, {} clock jumps, {} store faults in {} batches, {} checks on {} jobs; live: {} streams opened, {} reconnected, {} events, {} of {} notifications lost, {} hub re-reads, {} hub restarts, {} hand-offs of text ({} failed, {} after an eviction, {} refused as ended), {} pieces of text sent, {} chunks of text kept ({} at an attempt's unknown end; {} writes failed); no promise broken",
         worlds,
         figures.ops,
         figures.requests,
@@ -107,6 +107,7 @@ fn run() -> Result<()> {
         figures.live.refused_ended,
         figures.live.pieces,
         figures.live.kept,
+        figures.live.kept_at_end,
         figures.live.keep_failed,
     );
     if figures.ops < ops {
@@ -131,6 +132,7 @@ fn run() -> Result<()> {
             || live.hand_failed == 0
             || live.evictions == 0
             || live.kept == 0
+            || live.kept_at_end == 0
             || live.keep_failed == 0)
     {
         bail!("the live channel went untested in {ops} operations: {live:?}");
