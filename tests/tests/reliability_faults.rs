@@ -176,12 +176,34 @@ async fn job(api: &Api, _mock: &Mock, when: &str) -> Verdict {
 }
 
 /// A job whose dispatch carries `fault`; it must still end `succeeded` with one call.
-async fn dispatched(api: &Api, mock: &Mock, op: &str, when: &str) -> Verdict {
+async fn dispatched(api: &Api, mock: &Mock, op: &str, when: &str, streamed: bool) -> Verdict {
     let token = api.token("matrix");
     let marker = unique(&format!("matrix-{op}"));
-    let reply = api
-        .create_marked(&token, "summarize", &marker, Some(&format!("{op}:{when}")))
-        .await;
+    let fault = format!("{op}:{when}");
+    let reply = match streamed {
+        false => {
+            api.create_marked(&token, "summarize", &marker, Some(&fault))
+                .await
+        }
+        // The fallback streams its answer, in pieces handed to the job's hub while the
+        // fault waits at the claim or the completion.
+        true => {
+            let summary = "Streamed, piece by piece: the numbers came in above the forecast";
+            mock.script(
+                "fallback",
+                &marker,
+                json!([{"summary": summary, "chunk_chars": 4, "chunk_ms": 10}]),
+            )
+            .await;
+            let body = json!({"kind": "summarize", "provider": "fallback",
+                              "input": {"text": text(&marker)}});
+            send(
+                api.create(&token, Some(&unique("key")), &body.to_string())
+                    .header(FAULT, &fault),
+            )
+            .await
+        }
+    };
     check!(reply.status == 201, "create answered {}", reply.status);
     let job_id = id(&reply.json());
     let done = api.wait_job(&token, &job_id, status_is("succeeded")).await;
@@ -191,10 +213,21 @@ async fn dispatched(api: &Api, mock: &Mock, op: &str, when: &str) -> Verdict {
         done["completed_by"] == att.as_str(),
         "the result is not the attempt's"
     );
+    let calls = mock.calls(&marker).await;
+    check!(calls.len() == 1, "more than one provider call");
     check!(
-        mock.calls(&marker).await.len() == 1,
-        "more than one provider call"
+        calls[0]["stream"] == streamed,
+        "the call streamed: {}, not {streamed}",
+        calls[0]["stream"]
     );
+    if streamed {
+        check!(
+            done["result"]["summary"]
+                .as_str()
+                .is_some_and(|s| s.starts_with("Streamed, piece by piece")),
+            "the streamed answer is not the result: {done}"
+        );
+    }
     none_in_doubt_without_a_call(mock, &marker, &done).await
 }
 
@@ -651,7 +684,10 @@ async fn cell(api: &Api, mock: &Mock, op: &'static str, when: &'static str) -> V
     match op {
         "create_or_get_job" => create_or_get_job(api, mock, when).await,
         "job" => job(api, mock, when).await,
-        "claim" | "complete" => dispatched(api, mock, op, when).await,
+        "claim" | "complete" => dispatched(api, mock, op, when, false).await,
+        // The same store calls on a streamed answer (the fault's name is the call's).
+        "claim (streamed)" => dispatched(api, mock, "claim", when, true).await,
+        "complete (streamed)" => dispatched(api, mock, "complete", when, true).await,
         "move_attempt" => move_attempt(api, mock, when).await,
         "insert_attempt" => insert_attempt(api, mock, when).await,
         "insert_hedge" => insert_hedge(api, mock, when).await,
@@ -663,11 +699,13 @@ async fn cell(api: &Api, mock: &Mock, op: &'static str, when: &'static str) -> V
     }
 }
 
-const OPS: [&str; 21] = [
+const OPS: [&str; 23] = [
     "create_or_get_job",
     "job",
     "claim",
     "complete",
+    "claim (streamed)",
+    "complete (streamed)",
     "move_attempt",
     "insert_attempt",
     "insert_hedge",
