@@ -117,6 +117,7 @@ pub(crate) fn run(tools: &Tools, root: &Path, reports: &Path, store: StoreKind) 
     let mut created: Vec<String> = Vec::new();
     let mut requests = 0usize;
     let mut kills_mid_dispatch = 0usize;
+    let mut streams_cut = std::collections::HashSet::new();
     // Attempts `starting` (committed, not yet claimed) when a kill fell, summed: some had
     // their message sent already, the others only the shard's rows and alarm can
     // dispatch once the reconciler's sweep is held back.
@@ -142,28 +143,32 @@ pub(crate) fn run(tools: &Tools, root: &Path, reports: &Path, store: StoreKind) 
             drop(worker);
             break;
         }
-        // Jobs whose provider answers at once, after a while, or never in time.
+        // Jobs whose provider answers at once, after a while, or never in time, or
+        // streams its answer for about 2 s (the fallback), so that kills land mid-stream.
         let lifetime = Duration::from_millis(rng.below(1800));
         let jobs: Vec<(String, u64)> = (0..JOBS_PER_LIFE)
-            .map(|i| (format!("{marker} life {life} job {i}"), rng.below(4)))
+            .map(|i| (format!("{marker} life {life} job {i}"), rng.below(5)))
             .collect();
         let made = runtime.block_on(async {
             for (text, kind) in &jobs {
-                let step = match kind {
-                    0 => json!([{}]),
-                    1 => json!([{"delay_ms": 400}]),
-                    2 => json!([{"status": 500}]),
-                    _ => json!([{"delay_ms": 5000}]),
+                let (provider, step) = match kind {
+                    0 => ("primary", json!([{}])),
+                    1 => ("primary", json!([{"delay_ms": 400}])),
+                    2 => ("primary", json!([{"status": 500}])),
+                    3 => ("primary", json!([{"delay_ms": 5000}])),
+                    _ => ("fallback", json!([{"chunk_chars": 2, "chunk_ms": 60}])),
                 };
-                mock.script("primary", text, step).await;
+                mock.script(provider, text, step).await;
             }
             let mut sends: futures::stream::FuturesUnordered<_> = jobs
                 .iter()
-                .map(|(text, _)| {
-                    let body =
-                        json!({"kind": "summarize", "input": {"text": format!("{text}: crash me.")}})
-                            .to_string();
-                    send(api.create(&token, Some(&unique("crash-key")), &body))
+                .map(|(text, kind)| {
+                    let mut body =
+                        json!({"kind": "summarize", "input": {"text": format!("{text}: crash me.")}});
+                    if *kind == 4 {
+                        body["provider"] = json!("fallback");
+                    }
+                    send(api.create(&token, Some(&unique("crash-key")), &body.to_string()))
                 })
                 .collect();
             // Every answer that arrives before the kill counts; the rest are cut off.
@@ -188,6 +193,15 @@ pub(crate) fn run(tools: &Tools, root: &Path, reports: &Path, store: StoreKind) 
             .unwrap_or(0);
         if in_flight > 0 {
             kills_mid_dispatch += 1;
+        }
+        // A streamed call running when the kill came: its dispatcher is lost mid-stream
+        // (each attempt counted once, though it may stay `running` over several lives).
+        if let Ok(mut running) = onceclick_tests::db::open_in(&persist)
+            .prepare("SELECT id FROM attempts WHERE state = 'running' AND provider = 'fallback'")
+        {
+            if let Ok(ids) = running.query_map([], |r| r.get::<_, String>(0)) {
+                streams_cut.extend(ids.flatten());
+            }
         }
         starting_at_kills += onceclick_tests::db::open_in(&persist)
             .query_row(
@@ -281,6 +295,7 @@ pub(crate) fn run(tools: &Tools, root: &Path, reports: &Path, store: StoreKind) 
         lost as i64 + two_winners + bad_winner + stranded + second_calls as i64 + bad_rollup;
     let figures = json!({
         "crashes": CRASHES, "kills_mid_dispatch": kills_mid_dispatch, "seed": seed,
+        "streams_cut_by_kills": streams_cut.len(),
         "starting_at_kills": starting_at_kills,
         "requests": requests, "jobs_created": created.len(), "attempts": attempts,
         "provider_calls": calls.len(), "unknown_timed_out": timed_out,
