@@ -347,6 +347,36 @@ test("cancel mid-stream stops the text and closes the provider's connection", { 
   });
 });
 
+test("a hedge race where both attempts stream shows both texts and keeps the winner's", { timeout: TEST_MS }, async () => {
+  await h.withPage(browser, "stream-race", {}, async (page) => {
+    const text = h.uniqueText("stream-race");
+    await h.arm(page, "stream_race");
+    await page.locator("#text").fill(text);
+    await page.locator("#generate").click();
+    // Both attempts write in the timeline at once (the primary slowly, the hedge faster).
+    await page.waitForFunction(() => {
+      const written = (n) => document.querySelector(`#timeline tr[data-n="${n}"] .attempt-text`)?.textContent ?? "";
+      return written(1).length > 0 && written(2).length > 0;
+    }, null, { timeout: h.WAIT_MS });
+    await h.waitStatus(page, "succeeded");
+    const final = await h.waitRows(page, [
+      { n: 1, provider: "primary", state: "superseded", winner: false },
+      { n: 2, provider: "fallback", state: "succeeded", winner: true },
+    ]);
+    assert.equal(final.filter((r) => r.winner).length, 1, "one winner");
+    // What the page shows as written is the winner's text, and it is the result.
+    const winner = await page.locator('#timeline tr[data-winner="true"]').getAttribute("data-attempt");
+    assert.equal(await page.locator("#writing").getAttribute("data-attempt"), winner);
+    const written = JSON.parse(await page.locator("#writing-raw").textContent());
+    assert.equal(written.summary, await page.locator("#result-summary").innerText());
+    // The loser's text stopped short of a whole answer: the page kept it apart.
+    const loser = await page.locator('#timeline tr[data-n="1"] .attempt-text').textContent();
+    assert.throws(() => JSON.parse(loser), `the loser's text is not a whole answer: ${loser}`);
+    const calls = await h.providerCalls(text);
+    assert.deepEqual(calls.map((c) => [c.provider, c.stream]).sort(), [["fallback", true], ["primary", true]], "one call each, both streamed");
+  });
+});
+
 test("the page passes an axe-core scan, works from the keyboard and logs no console error", { timeout: TEST_MS }, async () => {
   await h.withPage(browser, "accessibility", {}, async (page) => {
     const scan = () => h.axeScan(page);

@@ -676,9 +676,15 @@ async fn wait_calls(State(mock): State<Mock>, Query(q): Query<CallQuery>) -> Res
 
 /// Providers for a Worker that talks to a mock on `port`, as the `PROVIDERS` var:
 /// `primary` answers whole, `fallback` streams.
-pub fn providers_var(port: u16, timeout_ms: u64, fallback_abandon_after_ms: Option<u64>) -> String {
+pub fn providers_var(
+    port: u16,
+    timeout_ms: u64,
+    fallback_abandon_after_ms: Option<u64>,
+    primary_streams: bool,
+) -> String {
     // `fallback` streams its answers: every test that reaches it runs the streamed path,
-    // `primary` the whole answer.
+    // `primary` the whole answer (unless `primary_streams`: the demo page's end-to-end
+    // tests, where a hedge race has two streams).
     let mut fallback = json!({"name": "fallback", "base_url": format!("http://127.0.0.1:{port}/fallback/v1"),
                               "model": "mock-large", "timeout_ms": timeout_ms, "api_key_secret": "FALLBACK_API_KEY",
                               "stream": true});
@@ -688,7 +694,8 @@ pub fn providers_var(port: u16, timeout_ms: u64, fallback_abandon_after_ms: Opti
     json!([
         // A prompt limit no golden prompt fits: certifying `primary` must refuse it.
         {"name": "primary", "base_url": format!("http://127.0.0.1:{port}/primary/v1"),
-         "model": "mock-small", "timeout_ms": timeout_ms, "max_prompt_tokens": 10},
+         "model": "mock-small", "timeout_ms": timeout_ms, "max_prompt_tokens": 10,
+         "stream": primary_streams},
         fallback,
     ])
     .to_string()

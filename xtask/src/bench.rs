@@ -249,6 +249,7 @@ fn start(tools: &Tools, root: &Path, seed: Option<&Path>) -> Result<Servers> {
         persist_from,
         config: config.cloned(),
         provider_timeout_ms: crate::test_worker::TEST_TIMEOUT_MS,
+        primary_streams: false,
     };
     let onceclick = TestWorker::launch(tools, root, &launch(None, Some(&no_consumer)))?;
     let seeded = match seed {

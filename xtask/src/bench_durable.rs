@@ -93,6 +93,7 @@ pub(crate) fn run(tools: &Tools) -> Result<Value> {
             persist_from: None,
             config: Some(config.clone()),
             provider_timeout_ms: TEST_TIMEOUT_MS,
+            primary_streams: false,
         };
         let worker = TestWorker::launch(tools, &root, &how)?;
         let token = onceclick_tests::auth::mint(&worker.secret, "bench", false, 3600)?;

@@ -61,6 +61,7 @@ fn launch(tools: &Tools, store: StoreKind, config: std::path::PathBuf) -> Result
             persist_from: None,
             config: Some(config),
             provider_timeout_ms: 15_000,
+            primary_streams: false,
         },
     )
 }

@@ -79,7 +79,7 @@ pub(crate) fn run(tools: &Tools, root: &Path, reports: &Path, store: StoreKind) 
         tools,
         root.join(format!("target/xtask/crash-{}", store.name())),
     )?;
-    let mut vars = base_vars(&secret, mock_port, TIMEOUT_MS, None);
+    let mut vars = base_vars(&secret, mock_port, TIMEOUT_MS, None, false);
     let starting_after = match store {
         StoreKind::Durable => "3600000",
         StoreKind::D1 => "1000",

@@ -43,7 +43,7 @@ pub(crate) fn run(tools: &Tools, root: &Path) -> Result<()> {
         mock_port,
         mock,
     } = Scratch::new(tools, root.join("target/xtask/move"))?;
-    let base_vars = base_vars(&secret, mock_port, TEST_TIMEOUT_MS, None);
+    let base_vars = base_vars(&secret, mock_port, TEST_TIMEOUT_MS, None, false);
     // Step 1's flag is written as the TOML boolean (`REFUSE_NEW_KEYS = true`), the form
     // a string-only read would have taken for "off"; `--var` would pass a string.
     let refusing = wrangler::derived_config(root, "wrangler-move-refuse.toml", |config| {

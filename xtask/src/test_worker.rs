@@ -85,12 +85,18 @@ pub(crate) fn base_vars(
     mock_port: u16,
     timeout_ms: u64,
     abandon_ms: Option<u64>,
+    primary_streams: bool,
 ) -> Vec<(String, String)> {
     vec![
         ("AUTH_SECRET".into(), secret.to_owned()),
         (
             "PROVIDERS".into(),
-            onceclick_tests::mock::providers_var(mock_port, timeout_ms, abandon_ms),
+            onceclick_tests::mock::providers_var(
+                mock_port,
+                timeout_ms,
+                abandon_ms,
+                primary_streams,
+            ),
         ),
         ("FALLBACK_API_KEY".into(), "test-key".into()),
     ]
@@ -141,6 +147,8 @@ pub(crate) struct Launch<'a> {
     pub(crate) config: Option<PathBuf>,
     /// Every provider's `timeout_ms`.
     pub(crate) provider_timeout_ms: u64,
+    /// `primary` streams its answers too (`fallback` always does).
+    pub(crate) primary_streams: bool,
 }
 
 impl Launch<'_> {
@@ -155,6 +163,7 @@ impl Launch<'_> {
             persist_from: None,
             config: None,
             provider_timeout_ms,
+            primary_streams: false,
         }
     }
 }
@@ -173,7 +182,11 @@ impl TestWorker {
     /// provider timeout ([`E2E_TIMEOUT_MS`]), and the committed wrangler.toml, rate
     /// limit included.
     pub(crate) fn start_for_e2e(tools: &Tools, root: &Path) -> Result<Self> {
-        Self::launch(tools, root, &Launch::for_tests(E2E_TIMEOUT_MS))
+        // Both providers stream, as under `cargo xtask dev`: the page's hedge race has
+        // two streams.
+        let mut how = Launch::for_tests(E2E_TIMEOUT_MS);
+        how.primary_streams = true;
+        Self::launch(tools, root, &how)
     }
 
     pub(crate) fn launch(tools: &Tools, root: &Path, how: &Launch<'_>) -> Result<Self> {
@@ -194,7 +207,13 @@ impl TestWorker {
             "xtask: starting wrangler dev on 127.0.0.1:{port} (log: {})",
             log.display()
         );
-        let mut vars = base_vars(&secret, mock_port, how.provider_timeout_ms, Some(200));
+        let mut vars = base_vars(
+            &secret,
+            mock_port,
+            how.provider_timeout_ms,
+            Some(200),
+            how.primary_streams,
+        );
         vars.extend(
             how.store
                 .vars()
