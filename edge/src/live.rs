@@ -287,13 +287,7 @@ impl Live {
             return;
         }
         self.broadcast(&frame(seq, doc));
-        // An attempt that went `unknown` keeps its whole text, not only its whole
-        // kilobytes: the operator reads it to resolve the attempt, maybe after this
-        // instance is gone. (The chunks are taken in one borrow, written after it.)
-        let chunks = self.keeper.borrow_mut().at_unknown(&self.latest.borrow());
-        for chunk in chunks {
-            self.keep(chunk).await;
-        }
+        self.keep_unknown().await;
         // The result is stored, or the job ended without one: its text is done with
         // (`Hub::offer` dropped it from memory). Storage holds nothing else, so all of
         // it goes, whatever this instance knows of it; the re-read alarm too (since the
@@ -395,7 +389,19 @@ impl Live {
         if let Some(chunk) = chunk {
             self.keep(chunk).await;
         }
+        // A piece of an attempt already `unknown` (its call read on) is kept at once.
+        self.keep_unknown().await;
         Response::ok(have(&self.latest.borrow()))
+    }
+
+    /// An attempt that went `unknown` keeps its whole text, not only its whole
+    /// kilobytes: the operator reads it to resolve the attempt, maybe after this instance
+    /// is gone. (The chunks are taken in one borrow, written after it.)
+    async fn keep_unknown(&self) {
+        let chunks = self.keeper.borrow_mut().at_unknown(&self.latest.borrow());
+        for chunk in chunks {
+            self.keep(chunk).await;
+        }
     }
 
     /// Writes a chunk of an attempt's text to storage. A write that fails costs a

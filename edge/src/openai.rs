@@ -626,6 +626,8 @@ mod tests {
             r#", "usage": {"prompt_tokens": -1, "completion_tokens": 9}"#,
             r#", "usage": {"prompt_tokens": "31", "completion_tokens": 9}"#,
             r#", "usage": null"#,
+            // Past 2^32 - 1: no count a provider bills (the figures' sums stay whole).
+            r#", "usage": {"prompt_tokens": 4294967296, "completion_tokens": 9}"#,
         ] {
             let (_, tokens) = output_of(&envelope(usage)).unwrap_or_else(|e| panic!("{e}"));
             assert_eq!(tokens, None, "{usage}");

@@ -18,9 +18,11 @@
 use crate::sse::{Events, Item};
 use serde_json::Value;
 
-/// What a provider says it billed for one answer (a chat completion's `usage`); an
-/// attempt's `tokens` in the job document.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+/// The largest token count taken from a provider's `usage`: 2^32 - 1.
+pub const MAX_TOKENS: u64 = u32::MAX as u64;
+
+/// What a provider says it billed for one answer (a chat completion's `usage`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Tokens {
     /// The prompt's tokens.
     pub prompt: u64,
@@ -29,9 +31,11 @@ pub struct Tokens {
 }
 
 impl Tokens {
-    /// A chat completion's `usage` object, if both counts in it are whole numbers.
+    /// A chat completion's `usage` object, if both counts in it are whole numbers of at
+    /// most [`MAX_TOKENS`] (a larger one is no count a provider bills: taken as none,
+    /// so that the figures' sums stay whole numbers).
     pub fn of_usage(usage: &Value) -> Option<Tokens> {
-        let count = |name: &str| usage.get(name)?.as_u64();
+        let count = |name: &str| usage.get(name)?.as_u64().filter(|n| *n <= MAX_TOKENS);
         Some(Tokens {
             prompt: count("prompt_tokens")?,
             completion: count("completion_tokens")?,

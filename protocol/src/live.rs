@@ -626,17 +626,18 @@ impl Keeper {
     }
 
     /// The chunks to write now that `hub`'s newest document shows attempts `unknown`:
-    /// of each, the text since its last write, if any was not tried yet (the write "at
+    /// of each, the text since its last write, if any is not written yet (the write "at
     /// the end": a hub evicted or restarted after it still has the whole text for the
-    /// operator, not only its whole kilobytes). Each is taken as tried; say
-    /// [`wrote`](Self::wrote)`(n, chars)` of each that was written.
+    /// operator, not only its whole kilobytes). A write that failed is given again at
+    /// the next call. Each is taken as tried; say [`wrote`](Self::wrote)`(n, chars)` of
+    /// each that was written.
     pub fn at_unknown(&mut self, hub: &Hub) -> Vec<EndChunk> {
         let mut chunks = Vec::new();
         for &n in &hub.unknown {
             let chars = hub.chars(n);
             let (Some(streamed), true) = (
                 hub.texts.iter().find(|t| t.n == n),
-                chars > self.tried.chars(n),
+                chars > self.kept.chars(n),
             ) else {
                 continue;
             };
@@ -1117,8 +1118,8 @@ mod tests {
             (chunks[0].key.as_str(), chunks[0].value.as_str()),
             ("text/1/8", "att_1\nh")
         );
-        // A failed write is not tried again until there is more text.
-        assert!(keeper.at_unknown(&hub).is_empty());
+        // A failed write is given again at the next call (the next document or piece).
+        assert_eq!(keeper.at_unknown(&hub), chunks);
         // A fresh hub reads the whole text back from the three chunks.
         let entries = vec![
             (Keeper::key(1, 0), "att_1\nabcdé😀".to_owned()),

@@ -71,9 +71,11 @@ pub struct Attempt {
     pub finished_at: Option<String>,
     /// Why it failed, where it did.
     pub error: Option<AttemptError>,
-    /// The tokens its provider stated for its answer (`usage`), once it answered.
+    /// The tokens its provider stated for its answer (`{prompt, completion}`), once it
+    /// answered. (A JSON value, not a type of its own: a derived reader would cost the
+    /// Worker about a kilobyte, for a member it never reads.)
     #[serde(default)]
-    pub tokens: Option<crate::chat::Tokens>,
+    pub tokens: Option<serde_json::Value>,
 }
 
 /// Why an attempt failed or went unknown.

@@ -28,6 +28,8 @@ export interface AttemptError { code: string; message: string; retryable: boolea
 export interface Attempt {
   id: string; n: number; provider: string; state: AttemptState;
   started_at: string; finished_at: string | null; error: AttemptError | null;
+  /** What its provider stated it billed for its answer, once it answered. */
+  tokens: { prompt: number; completion: number } | null;
 }
 export interface Job<Result = unknown, Input = unknown> {
   id: string; kind: string; status: JobStatus; version: number; input: Input;

@@ -342,6 +342,16 @@ impl Live {
             self.send(job, w, seq, doc);
         }
         // As `Live::offer` does: an attempt gone `unknown` keeps its whole text.
+        self.keep_unknown(home);
+        if settled(doc) == Some(true) && home.keeper.settle() {
+            home.storage.clear();
+            home.whole.clear();
+        }
+    }
+
+    /// What `Live::keep_unknown` writes: the rest of each `unknown` attempt's text, each
+    /// write failing one time in `KEEP_FAILS_ONE_IN` (and given again at the next call).
+    fn keep_unknown(&self, home: &mut Home) {
         for chunk in home.keeper.at_unknown(&home.hub) {
             if self.rng.borrow_mut().below(KEEP_FAILS_ONE_IN) == 0 {
                 self.count(|f| f.keep_failed += 1);
@@ -354,10 +364,6 @@ impl Live {
                 home.keeper.wrote(chunk.n, chunk.chars);
                 home.whole.insert(chunk.n, chunk.chars);
             }
-        }
-        if settled(doc) == Some(true) && home.keeper.settle() {
-            home.storage.clear();
-            home.whole.clear();
         }
     }
 
@@ -533,6 +539,8 @@ impl Live {
                     home.keeper.wrote(n, chars);
                 }
             }
+            // As `Live::text` does: a piece of an attempt already `unknown` is kept at once.
+            self.keep_unknown(home);
         }
         handing.insert(attempt_id.to_owned(), Some(from));
         false

@@ -1646,11 +1646,8 @@ impl World {
         ) {
             let state = s(r.get("state")).unwrap_or_default();
             let tokens = s(r.get("tokens")).unwrap_or_default();
-            let stated = serde_json::from_str::<onceclick_protocol::chat::Tokens>(&tokens).ok()
-                == Some(onceclick_protocol::chat::Tokens {
-                    prompt: 9,
-                    completion: 4,
-                });
+            let stated = serde_json::from_str::<serde_json::Value>(&tokens).ok()
+                == Some(json!({"prompt": 9, "completion": 4}));
             if !matches!(state.as_str(), "succeeded" | "superseded") || !stated {
                 self.violate(format!(
                     "attempt {:?} of job {job_id} is {state} with tokens {tokens}: only an answer's attempt carries what its provider stated",

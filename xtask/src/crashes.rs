@@ -318,6 +318,11 @@ pub(crate) fn run(tools: &Tools, root: &Path, reports: &Path, store: StoreKind) 
         kills_mid_dispatch >= CRASHES / 2,
         "only {kills_mid_dispatch} of {CRASHES} kills landed while work was in flight: {figures}"
     );
+    // Nor one whose kills never cut a stream.
+    anyhow::ensure!(
+        !streams_cut.is_empty(),
+        "no kill landed while an answer streamed: {figures}"
+    );
     Ok(())
 }
 
