@@ -969,19 +969,22 @@ mod tests {
         assert_eq!(hub.chars(1), 0);
     }
 
+    /// A document of job `job_1` in `status`, with attempts 1 and 2 in `first` and
+    /// `second`.
+    fn doc(status: &str, first: &str, second: &str) -> String {
+        let attempt = |n: u32, state: &str| {
+            serde_json::json!({"id": format!("att_{n}"), "n": n, "provider": "p",
+                "state": state, "started_at": "t", "finished_at": null, "error": null})
+        };
+        serde_json::json!({"id": "job_1", "kind": "summarize", "status": status,
+            "version": 1, "input": {}, "provider": "p", "result": null,
+            "completed_by": null, "created_at": "t", "updated_at": "t",
+            "attempts": [attempt(1, first), attempt(2, second)]})
+        .to_string()
+    }
+
     #[test]
     fn a_hub_refuses_an_ended_attempts_text_and_drops_a_settled_jobs() {
-        let doc = |status: &str, first: &str, second: &str| {
-            let attempt = |n: u32, state: &str| {
-                serde_json::json!({"id": format!("att_{n}"), "n": n, "provider": "p",
-                    "state": state, "started_at": "t", "finished_at": null, "error": null})
-            };
-            serde_json::json!({"id": "job_1", "kind": "summarize", "status": status,
-                "version": 1, "input": {}, "provider": "p", "result": null,
-                "completed_by": null, "created_at": "t", "updated_at": "t",
-                "attempts": [attempt(1, first), attempt(2, second)]})
-            .to_string()
-        };
         let mut hub = Hub::default();
         assert!(hub.offer(2, &doc("running", "running", "running")));
         hub.text(1, "att_1", 0, "ab", 100).unwrap();
@@ -1074,17 +1077,6 @@ mod tests {
 
     #[test]
     fn a_keeper_keeps_an_unknown_attempts_whole_text_once() {
-        let doc = |status: &str, first: &str, second: &str| {
-            let attempt = |n: u32, state: &str| {
-                serde_json::json!({"id": format!("att_{n}"), "n": n, "provider": "p",
-                    "state": state, "started_at": "t", "finished_at": null, "error": null})
-            };
-            serde_json::json!({"id": "job_1", "kind": "summarize", "status": status,
-                "version": 1, "input": {}, "provider": "p", "result": null,
-                "completed_by": null, "created_at": "t", "updated_at": "t",
-                "attempts": [attempt(1, first), attempt(2, second)]})
-            .to_string()
-        };
         let (mut hub, mut keeper) = (Hub::default(), Keeper::every(4));
         assert!(hub.offer(2, &doc("running", "running", "running")));
         hub.text(1, "att_1", 0, "abcdé😀", 100).unwrap();
