@@ -415,7 +415,10 @@ async function watch(jobId) {
       // then the winner) in "Being written".
       onDelta: (d) => {
         if (signal.aborted || shown?.jobId !== jobId) return;
-        shown.texts.set(d.attemptId, (shown.texts.get(d.attemptId) ?? "") + d.text);
+        // `offset` is in code points: a second watch of the same job (an unknown one, say)
+        // starts its pieces from 0 again, so the text held is cut there, never doubled.
+        const held = [...(shown.texts.get(d.attemptId) ?? "")].slice(0, d.offset).join("");
+        shown.texts.set(d.attemptId, held + d.text);
         renderAttemptText(d.attemptId);
       },
       onText: (text, { attemptId }) => { if (!signal.aborted && shown?.jobId === jobId) renderText(text, attemptId); },

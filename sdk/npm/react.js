@@ -72,7 +72,12 @@ export function useSubmit(client, kind) {
     const onPartial = (partial) => mine() && setState((s) => ({ ...s, partial }));
     if (first) {
       show(first);
-      if (SETTLED.has(first.status)) return first;
+      if (SETTLED.has(first.status)) {
+        // Settled before it was followed (a submit that found its job done): its text
+        // is its result's JSON, as `wait`'s last `onText` would have said.
+        if (first.result != null) setState((s) => ({ ...s, text: JSON.stringify(first.result), partial: first.result }));
+        return first;
+      }
     }
     const controller = new AbortController();
     l.controller = controller;
@@ -171,7 +176,10 @@ export function useSubmit(client, kind) {
     (options) =>
       onShown(async (c, jobId, mine) => {
         await c.retry(jobId, options);
-        return mine() ? watch(c, jobId, undefined, mine) : null;
+        if (!mine()) return null;
+        // The failed attempt's text is not the new attempt's.
+        setState((s) => ({ ...s, text: "", partial: null }));
+        return watch(c, jobId, undefined, mine);
       }),
     [onShown, watch],
   );

@@ -1,8 +1,10 @@
 //! One live connection per browser, not one per tab. The clients of one API and one
 //! owner in the tabs of one origin queue for the Web Lock
-//! `onceclick-stream/1:<baseUrl>:<owner>`, and meet on the `BroadcastChannel` of the
-//! same name (the owner is the token's `sub`, or the token itself when it has none: a
-//! tab never hears of another owner's jobs, nor streams them):
+//! `onceclick-stream/2:<baseUrl>:<owner>`, and meet on the `BroadcastChannel` of the
+//! same name. The owner is the token's `sub`, or the token itself when it has none: a
+//! tab never hears of another owner's jobs, nor streams them. Version 2 since the
+//! messages' ids became places (`7/1:40`): a tab on an older SDK, which reads them as
+//! positions, queues apart rather than drop every document.
 //!
 //! - The client that holds the lock **leads**. It runs the connection for its own jobs
 //!   and for every job the others want, and posts each document it hears to them.
@@ -44,7 +46,7 @@ pub(crate) async fn run(
     lead: impl Future<Output = ()>,
 ) {
     let name = [
-        "onceclick-stream/1:",
+        "onceclick-stream/2:",
         base_url,
         ":",
         owner.unwrap_or_default(),

@@ -78,18 +78,25 @@ impl Show {
         }
     }
 
-    /// The document `wait` resolves to. A job that succeeded with no text of its winner
-    /// shown (it did not stream, or its text was dropped when it settled, before this
-    /// wait began: a reload) shows the result's JSON as the winner's final text, once.
+    /// The document `wait` resolves to. A job that succeeded shows its result's JSON as
+    /// the winner's final text, once, unless the winner's text seen is whole JSON
+    /// already: it did not stream, its text was dropped when it settled before this
+    /// wait began (a reload), or its tail was missed (a reconnect as it settled, or a
+    /// fall-back to polling), so that the last `onText` is never cut short.
     pub(crate) fn end(&mut self, job: &JsValue) {
         let result = js::get(job, "result");
-        if result.is_object() && self.text().is_empty() {
-            if let Ok(text) = js_sys::JSON::stringify(&result) {
-                let winner = js::get_string(job, "completed_by").unwrap_or_default();
-                self.texts.push((winner.clone(), text.into()));
-                self.followed = Some(winner);
-                self.show();
+        if !result.is_object() || js_sys::JSON::parse(self.text()).is_ok() {
+            return;
+        }
+        if let Ok(text) = js_sys::JSON::stringify(&result) {
+            let winner = js::get_string(job, "completed_by").unwrap_or_default();
+            let text = String::from(text);
+            match self.texts.iter_mut().find(|(a, _)| *a == winner) {
+                Some((_, have)) => *have = text,
+                None => self.texts.push((winner.clone(), text)),
             }
+            self.followed = Some(winner);
+            self.show();
         }
     }
 

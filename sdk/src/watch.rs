@@ -83,6 +83,11 @@ struct Watched {
     /// and the code points of each attempt's text had, as the last event's id said.
     /// The next connection resumes from it.
     at: Option<String>,
+    /// Whether a piece came that began past the text held (a tab that heard the
+    /// leader's pieces before its answer to `want`): from then on `at` keeps only the
+    /// counter, so the next connection sends each attempt's text from its start, and
+    /// the part missed is filled in rather than skipped for good.
+    gap: bool,
     /// Each attempt's text so far, until the job is final: what a wait or tab that
     /// joins late is given first, and what each piece is trimmed against.
     texts: Vec<(String, String)>,
@@ -152,6 +157,7 @@ impl Watching {
                     id: job_id.to_owned(),
                     last: None,
                     at: None,
+                    gap: false,
                     texts: Vec::new(),
                     waiters: vec![(number, mailbox.clone())],
                     tabs: Vec::new(),
@@ -233,6 +239,7 @@ impl Watching {
                 id,
                 last: None,
                 at: None,
+                gap: false,
                 texts: Vec::new(),
                 waiters: Vec::new(),
                 tabs: vec![tab],
@@ -326,7 +333,7 @@ impl Watching {
             return false;
         }
         job.last = Some((id.to_owned(), doc.clone()));
-        job.at = Some(id.to_owned());
+        job.stand(id);
         if status_of(doc).is_some_and(JobStatus::is_final) {
             job.texts = Vec::new();
         }
@@ -380,7 +387,11 @@ impl Watching {
         let count = have.chars().count() as u64;
         let new = match (0.0..=count as f64).contains(&offset) {
             true => onceclick_protocol::live::after_chars(text, count - offset as u64),
-            false => "",
+            false => {
+                job.gap = true;
+                job.at = job.at.as_deref().map(|at| seq(at).to_owned());
+                ""
+            }
         };
         if new.is_empty() {
             // Nothing of it is kept: a text that stays empty is no text.
@@ -388,7 +399,7 @@ impl Watching {
             return false;
         }
         have.push_str(new);
-        job.at = Some(id.to_owned());
+        job.stand(id);
         let count = count as f64;
         for (_, mailbox) in &job.waiters {
             put(
@@ -425,6 +436,20 @@ impl Watching {
             tell_poll(job, channel.as_ref());
         }
         self.running = false;
+    }
+}
+
+impl Watched {
+    /// The stream stands at place `id` for this job: all of it, or only its counter
+    /// once a piece was missed (see `gap`).
+    fn stand(&mut self, id: &str) {
+        self.at = Some(
+            match self.gap {
+                true => seq(id),
+                false => id,
+            }
+            .to_owned(),
+        );
     }
 }
 

@@ -53,23 +53,28 @@ export async function certify(url, token) {
   const body = await r.json();
   if (!r.ok || !body.reports.every((report) => report.passed)) throw new Error(`certification: ${r.status} ${JSON.stringify(body)}`);
 }
-export function announcedOnPageshow(base, token, jobId, ms) {
+export function wantHeard(base, token, jobId, ms) {
   const sub = JSON.parse(atob(token.split(".")[1].replace(/-/g, "+").replace(/_/g, "/"))).sub;
-  const channel = new BroadcastChannel(`onceclick-stream/1:${base}:${sub}`);
+  const channel = new BroadcastChannel(`onceclick-stream/2:${base}:${sub}`);
   return new Promise((resolve) => {
     const done = (heard) => { clearTimeout(timer); channel.close(); resolve(heard); };
     const timer = setTimeout(() => done(false), ms);
     channel.onmessage = (e) => { if (e.data.t === "want" && e.data.jobs.includes(jobId)) done(true); };
-    window.dispatchEvent(new PageTransitionEvent("pageshow", { persisted: true }));
   });
 }
+export function announcedOnPageshow(base, token, jobId, ms) {
+  const heard = wantHeard(base, token, jobId, ms);
+  window.dispatchEvent(new PageTransitionEvent("pageshow", { persisted: true }));
+  return heard;
+}
 export function recorder() {
-  const r = { texts: [], attempts: [], deltas: [], partials: [], waiting: [] };
+  const r = { texts: [], attempts: [], deltas: [], partials: [], updates: [], waiting: [] };
   const heard = () => { r.waiting = r.waiting.filter(([enough, resolve]) => !(enough() && (resolve(), true))); };
   r.options = {
     onText: (text, info) => { r.texts.push(text); r.attempts.push(info.attemptId); heard(); },
     onDelta: (delta) => { r.deltas.push(delta); heard(); },
     onPartial: (partial) => { r.partials.push(partial); },
+    onUpdate: (job) => { r.updates.push([job.status, r.deltas.length]); },
   };
   r.deltasAtLeast = (n) => new Promise((resolve) => { r.waiting.push([() => r.deltas.length >= n, resolve]); heard(); });
   return r;
@@ -106,6 +111,8 @@ extern "C" {
     fn certify(url: &str, token: &str) -> Promise;
     #[wasm_bindgen(js_name = announcedOnPageshow)]
     fn announced_on_pageshow(base: &str, token: &str, job_id: &str, ms: u32) -> Promise;
+    #[wasm_bindgen(js_name = wantHeard)]
+    fn want_heard(base: &str, token: &str, job_id: &str, ms: u32) -> Promise;
     fn rejectsAt(promise: &Promise) -> Promise;
     fn recorder() -> JsValue;
     #[wasm_bindgen(js_name = textProblems)]
@@ -1578,9 +1585,16 @@ async fn two_tabs_show_the_same_streamed_text() {
         futures_util::future::Either::Left(_) => panic!("the job ended before it streamed"),
     };
     let r2 = recorder();
+    // The second tab follows through the first's connection: it announces the job.
+    let announced = JsFuture::from(want_heard(&base, token(), &id_of(&job), 5_000));
     let second =
         JsFuture::from(other.wait(id_of(&job), Some(get(&r2, "options").unchecked_into())));
-    let (a, b) = futures_util::future::join(first, second).await;
+    let (a, b, announced) = futures_util::future::join3(first, second, announced).await;
+    assert_eq!(
+        announced.unwrap(),
+        true,
+        "the second tab followed, it did not lead"
+    );
     let content = streamed_content(STREAMED);
     for (done, r) in [(a.unwrap(), &r1), (b.unwrap(), &r2)] {
         assert_eq!(get(&done, "status"), "succeeded");
@@ -1652,6 +1666,19 @@ async fn a_hedge_that_streamed_and_lost_gives_way_to_the_winners_text() {
     assert!(
         winner_from.is_some_and(|at| attempts[at..].iter().all(|a| *a == primary)),
         "once the winner is shown, only the winner: {attempts:?}"
+    );
+    // No piece of the loser's comes after the document that names the winner.
+    let deltas = recorded(&r, "deltas");
+    let settled = recorded(&r, "updates")
+        .iter()
+        .find(|u| get(u, "0") == "succeeded")
+        .map(|u| get(u, "1").as_f64().unwrap() as usize);
+    assert!(
+        settled.is_some_and(|at| deltas[at..]
+            .iter()
+            .all(|d| get(d, "attemptId") != hedge.as_str())),
+        "a delta of the loser after the succeeded document: {settled:?} of {}",
+        deltas.len()
     );
     let last = recorded(&r, "texts").last().unwrap().as_string().unwrap();
     assert_eq!(

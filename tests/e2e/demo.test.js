@@ -310,7 +310,8 @@ test("a streamed answer is written as it comes, and a reload mid-stream continue
     await page.locator("#generate").click();
     const before = await writtenAtLeast(page, 10);
     const ticket = await h.ticket(page);
-    assert.equal(await page.locator("#job-status").getAttribute("data-status"), "running", "mid-stream");
+    // Text may come before the job's first document (the catch-up): the status is awaited.
+    await h.waitStatus(page, "running");
 
     await page.reload();
     await h.ready(page);
@@ -336,12 +337,14 @@ test("cancel mid-stream stops the text and closes the provider's connection", { 
     await writtenAtLeast(page, 6);
     await page.locator("#cancel").click();
     await h.waitStatus(page, "cancelled");
+    const atCancel = await page.locator("#writing-raw").textContent();
     await h.waitFor(async () => {
       const calls = await h.providerCalls(text);
       return calls.some((c) => typeof c.closed_after_ms === "number");
     }, "the mock seeing its connection closed");
     assert.equal((await h.providerCalls(text)).length, 1, "one provider call");
     const shown = await page.locator("#writing-raw").textContent();
+    assert.equal(shown, atCancel, "no text after the job said cancelled");
     assert.throws(() => JSON.parse(shown), "the text stopped before the answer was whole");
     assert.equal(await page.locator("#result").isHidden(), true, "no result");
   });
