@@ -192,6 +192,30 @@ pub fn attempts_of(job_id: &str) -> i64 {
     count("SELECT count(*) FROM attempts WHERE job_id = ?1", job_id)
 }
 
+/// The id of every job in the store (D1's, or every shard's).
+pub fn job_ids() -> std::collections::HashSet<String> {
+    let conn = open();
+    let mut stmt = conn
+        .prepare("SELECT id FROM jobs")
+        .unwrap_or_else(|e| panic!("the jobs' ids: {e}"));
+    stmt.query_map([], |r| r.get::<_, String>(0))
+        .and_then(Iterator::collect)
+        .unwrap_or_else(|e| panic!("the jobs' ids: {e}"))
+}
+
+/// Whether the text of a row (a [`snapshot`] line) names one of `ids`: any UUID in it
+/// (`8-4-4-4-12` hex digits) that is one of them.
+pub fn names_any(line: &str, ids: &std::collections::HashSet<String>) -> bool {
+    let bytes = line.as_bytes();
+    (0..bytes.len().saturating_sub(35)).any(|at| {
+        let uuid = &bytes[at..at + 36];
+        uuid.iter().enumerate().all(|(i, b)| match i {
+            8 | 13 | 18 | 23 => *b == b'-',
+            _ => b.is_ascii_hexdigit(),
+        }) && line.get(at..at + 36).is_some_and(|id| ids.contains(id))
+    })
+}
+
 /// How many jobs the key `key` names (over every owner).
 pub fn jobs_with_key(key: &str) -> i64 {
     count("SELECT count(*) FROM jobs WHERE idempotency_key = ?1", key)
