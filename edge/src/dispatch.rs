@@ -169,7 +169,8 @@ async fn run(host: &dyn Host, store: &Store, attempt_id: &str) -> ApiResult<()> 
                                         "after_claim": total.written - claimed.written},
                        "rows_read": {"claim": claimed.read,
                                      "after_claim": total.read - claimed.read},
-                       "watch": {"round_trips": watches, "rows_read": watched.read}}),
+                       "watch": {"round_trips": watches, "rows_read": watched.read},
+                       "hub_notified": store.notified()}),
             );
             ran
         }
@@ -350,7 +351,15 @@ async fn call_and_record(host: &dyn Host, store: &Store, p: &Prepared<'_>) -> Ap
         news: &news,
         started,
     };
-    let Some(outcome) = unless_stopped(host, store, p, call, watching).await? else {
+    let outcome = unless_stopped(host, store, p, call, watching).await?;
+    // What a streamed call cost on the way (the bench reads it): its requests to the
+    // job's hub, and the text they carried.
+    if news.hand_offs() > 0 {
+        crate::log::info(json!({"event": "call_streamed", "job_id": p.attempt.job_id,
+                                "attempt_id": p.attempt.id, "chars": news.chars(),
+                                "hand_offs": news.hand_offs()}));
+    }
+    let Some(outcome) = outcome else {
         return Ok(());
     };
     let event = match &outcome {

@@ -73,6 +73,7 @@ pub struct ProviderCall<'a> {
 #[derive(Default)]
 pub struct CallNews {
     chars: std::cell::Cell<u64>,
+    hand_offs: std::cell::Cell<u32>,
     ended: std::cell::Cell<bool>,
     waker: std::cell::RefCell<Option<std::task::Waker>>,
 }
@@ -81,6 +82,16 @@ impl CallNews {
     /// The call has read `chars` code points of streamed text so far.
     pub fn read(&self, chars: u64) {
         self.chars.set(chars);
+    }
+
+    /// The call sends a piece of its text to the job's hub.
+    pub fn handed_off(&self) {
+        self.hand_offs.set(self.hand_offs.get() + 1);
+    }
+
+    /// The requests the call has sent to the job's hub with its text.
+    pub fn hand_offs(&self) -> u32 {
+        self.hand_offs.get()
     }
 
     /// The code points of streamed text the call has read: paid for, and dropped with

@@ -293,16 +293,22 @@ impl Live {
         // it goes, whatever this instance knows of it; the re-read alarm too (since the
         // 2026-02-24 compatibility date): a settled job's streams close, and the next
         // stream to subscribe sets it again.
-        if ends_stream(doc) && self.keeper.borrow_mut().settle() {
+        let Some(job_id) = settled_job(doc) else {
+            return;
+        };
+        if self.keeper.borrow_mut().settle() {
             // Not awaited: nobody's answer waits for it. A delete that fails leaves the
             // text in the hub's storage, said in the log; nothing is sent of it, since
             // the hub refuses a settled job's text and a settled job's stream
             // subscribes to no hub.
             let storage = self.state.storage();
             worker::wasm_bindgen_futures::spawn_local(async move {
-                if let Err(e) = storage.delete_all().await {
-                    crate::log::error(serde_json::json!({"event": "live_text_unkept",
-                        "cause": e.to_string()}));
+                match storage.delete_all().await {
+                    Ok(()) => crate::log::info(
+                        serde_json::json!({"event": "live_text_deleted", "job_id": job_id}),
+                    ),
+                    Err(e) => crate::log::error(serde_json::json!({"event": "live_text_unkept",
+                        "job_id": job_id, "cause": e.to_string()})),
                 }
             });
         }
@@ -408,8 +414,19 @@ impl Live {
     /// restart's read-back, not the stream: said in the log, and tried again with more
     /// text (a kilobyte later, or at the next document that shows it `unknown`).
     async fn keep(&self, chunk: EndChunk) {
+        // The attempt the chunk is of, for the log line that counts the hub's writes.
+        let attempt = chunk
+            .value
+            .split('\n')
+            .next()
+            .unwrap_or_default()
+            .to_owned();
         match self.state.storage().put_raw(&chunk.key, chunk.value).await {
-            Ok(()) => self.keeper.borrow_mut().wrote(chunk.n, chunk.chars),
+            Ok(()) => {
+                self.keeper.borrow_mut().wrote(chunk.n, chunk.chars);
+                crate::log::info(serde_json::json!({"event": "live_text_kept",
+                    "attempt_id": attempt, "key": chunk.key}));
+            }
             Err(e) => crate::log::error(serde_json::json!({"event": "live_text_unkept",
                 "key": chunk.key, "cause": e.to_string()})),
         }
@@ -558,9 +575,12 @@ impl DurableObject for Live {
     }
 }
 
-/// Whether a document ends its job's stream (`protocol::live::settled`).
-pub(crate) fn ends_stream(doc: &str) -> bool {
-    serde_json::from_str::<Job>(doc).is_ok_and(|job| job.is_settled())
+/// The job of a document that ends its stream (`protocol::live::settled`), by id.
+pub(crate) fn settled_job(doc: &str) -> Option<String> {
+    serde_json::from_str::<Job>(doc)
+        .ok()
+        .filter(Job::is_settled)
+        .map(|job| job.id)
 }
 
 #[cfg(test)]

@@ -78,6 +78,13 @@ pub(crate) struct TextSink<'a> {
 /// its text on (the answer is still read, and recorded, whatever the hub does).
 const HAND_OFF_MS: u64 = 2_000;
 
+/// The shortest interval between two hand-offs of a call's text to the hub after the
+/// first: text that comes meanwhile goes in one piece. Twenty a second shows text as
+/// smoothly as a page draws it, and keeps a streamed job's requests to its hub (each a
+/// subrequest of the consumer's invocation, and a Durable Object request) in proportion
+/// to its duration, not to its chunks (`cargo xtask bench`, "Per streamed job").
+const HAND_OFF_EVERY_MS: u64 = 50;
+
 /// Calls the provider once for attempt `attempt_id` and classifies the answer; a
 /// streamed answer's text goes to `sink` as it comes, and `news` hears how much came
 /// and whether the hub said the attempt ended. Dropped before it ends, it aborts the
@@ -231,13 +238,15 @@ async fn read_stream(
     read.map(|()| chat.into_inner())
 }
 
-/// Hands the text of `chat` on to `sink` each time `woken` says more came, one piece at
-/// a time: each piece is what the hub lacks, so text that came while a piece was on its
-/// way goes with the next, and a hub that restarted and lost text is sent it again.
-/// Ends when the body is read and the hub has all of it, or when the hub says the
-/// attempt has ended (which `to.news` hears, so that the call is stopped at once),
-/// fails, or does not answer within [`HAND_OFF_MS`] (said in the log: the stream's
-/// clients then see the text only in the result).
+/// Hands the text of `chat` on to `sink` as it comes, each piece what the hub lacks:
+/// the first at once (the time to first text), then at most one per
+/// [`HAND_OFF_EVERY_MS`], carrying all that came meanwhile, and the last as soon as the
+/// body is read. So a stream costs a hand-off (a request to the hub) per interval, not
+/// per chunk, and a hub that restarted and lost text is sent it again. Ends when the
+/// body is read and the hub has all of it, or when the hub says the attempt has ended
+/// (which `to.news` hears, so that the call is stopped at once), fails, or does not
+/// answer within [`HAND_OFF_MS`] (said in the log: the stream's clients then see the
+/// text only in the result).
 async fn hand_on(
     to: Reader<'_>,
     attempt_id: &str,
@@ -247,44 +256,70 @@ async fn hand_on(
     let Some(sink) = to.sink else { return };
     let mut sent = 0;
     let mut idle = 0;
-    while woken.next().await.is_some() {
+    // Whether the body is still being read, and when the last hand-off began.
+    let mut reading = true;
+    let mut began: Option<f64> = None;
+    loop {
+        if chat.borrow().chars() <= sent {
+            if !reading {
+                return;
+            }
+            reading = woken.next().await.is_some();
+            continue;
+        }
+        if let (true, Some(began)) = (reading, began) {
+            let wait = began + HAND_OFF_EVERY_MS as f64 - crate::clock::now_ms();
+            if wait >= 1.0 {
+                reading = read_on(&mut woken, wait as u64).await;
+            }
+        }
         while woken.try_recv().is_ok() {}
-        loop {
-            let piece = {
-                let chat = chat.borrow();
-                if chat.chars() <= sent {
-                    break;
+        let piece = onceclick_protocol::live::after_chars(chat.borrow().text(), sent).to_owned();
+        if let Some(news) = to.news {
+            news.handed_off();
+        }
+        began = Some(crate::clock::now_ms());
+        let send = sink
+            .hubs
+            .text(sink.job_id, sink.n, attempt_id, sent, &piece);
+        futures_util::pin_mut!(send);
+        let why = match select(send, delay(HAND_OFF_MS)).await {
+            Either::Left((Ok(crate::live::Taken::Have(have)), _)) => {
+                // A hub that takes nothing twice in a row (it holds no more): stop.
+                idle = if have != sent { 0 } else { idle + 1 };
+                sent = have;
+                if idle < 2 {
+                    continue;
                 }
-                onceclick_protocol::live::after_chars(chat.text(), sent).to_owned()
-            };
-            let send = sink
-                .hubs
-                .text(sink.job_id, sink.n, attempt_id, sent, &piece);
-            futures_util::pin_mut!(send);
-            let why = match select(send, delay(HAND_OFF_MS)).await {
-                Either::Left((Ok(crate::live::Taken::Have(have)), _)) => {
-                    // A hub that takes nothing twice in a row (it holds no more): stop.
-                    idle = if have != sent { 0 } else { idle + 1 };
-                    sent = have;
-                    if idle < 2 {
-                        continue;
-                    }
-                    "the hub takes no more".to_owned()
+                "the hub takes no more".to_owned()
+            }
+            Either::Left((Ok(crate::live::Taken::Stop), _)) => {
+                if let Some(news) = to.news {
+                    news.ended();
                 }
-                Either::Left((Ok(crate::live::Taken::Stop), _)) => {
-                    if let Some(news) = to.news {
-                        news.ended();
-                    }
-                    return;
-                }
-                Either::Left((Err(e), _)) => e,
-                Either::Right(_) => format!("the hub did not answer within {HAND_OFF_MS} ms"),
-            };
-            crate::log::error(
-                json!({"event": "text_hand_off_failed", "job_id": sink.job_id,
-                                     "attempt_id": attempt_id, "sent": sent, "cause": why}),
-            );
-            return;
+                return;
+            }
+            Either::Left((Err(e), _)) => e,
+            Either::Right(_) => format!("the hub did not answer within {HAND_OFF_MS} ms"),
+        };
+        crate::log::error(
+            json!({"event": "text_hand_off_failed", "job_id": sink.job_id,
+                                 "attempt_id": attempt_id, "sent": sent, "cause": why}),
+        );
+        return;
+    }
+}
+
+/// Waits `ms` while the body is read on; `false` if its reading ends first (`woken`
+/// closes), so that the rest of the text goes at once.
+async fn read_on(woken: &mut futures_channel::mpsc::UnboundedReceiver<()>, ms: u64) -> bool {
+    let timer = delay(ms);
+    futures_util::pin_mut!(timer);
+    loop {
+        match select(woken.next(), &mut timer).await {
+            Either::Left((Some(()), _)) => continue,
+            Either::Left((None, _)) => return false,
+            Either::Right(_) => return true,
         }
     }
 }

@@ -84,6 +84,11 @@ pub struct Step {
     /// With `stream_fault`: after how many chunks of content.
     #[serde(default)]
     pub fault_after: Option<usize>,
+    /// With `ok`: the content padded with JSON whitespace after its object to this many
+    /// code points, which the kind's contract reads as the same answer (a longer
+    /// streamed answer of the same kind, for the bench's 2 KB figures).
+    #[serde(default)]
+    pub pad_to: Option<usize>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -423,7 +428,12 @@ fn content_of(step: &Step, text: &str) -> String {
             json!({"summary": format!("{text} and then some more"), "sentiment": "neutral"})
                 .to_string()
         }
-        _ => json!({"summary": summary, "sentiment": "neutral"}).to_string(),
+        _ => {
+            let content = json!({"summary": summary, "sentiment": "neutral"}).to_string();
+            let pad = step.pad_to.unwrap_or_default();
+            let have = content.chars().count();
+            content + &" ".repeat(pad.saturating_sub(have))
+        }
     }
 }
 

@@ -606,3 +606,119 @@ pub async fn purge(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// What one job costs whose answer streams, or, for the side-by-side line, one whose
+/// answer does not (`provider` `primary` in the test Worker), per job over the jobs
+/// run: the store (as [`PathCost`] counts it), the requests to the job's hub (the
+/// documents the store handed it, the pieces of text the call handed it), and the
+/// hub's own storage writes (each kilobyte kept, a row each, and each of those rows
+/// deleted once the result is stored).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StreamedCost {
+    pub provider: &'static str,
+    pub jobs: usize,
+    /// The code points of the answer's content, and of the text streamed (the largest
+    /// a job's call read; 0 for a provider that does not stream).
+    pub chars: usize,
+    pub streamed_chars: u64,
+    pub round_trips: f64,
+    pub rows_written: f64,
+    pub rows_read: f64,
+    pub hub_notifies: f64,
+    pub hand_offs: f64,
+    pub hub_rows_written: f64,
+}
+
+/// Runs `jobs` first-try jobs of `summarize` on `provider`, one after the other, each
+/// answer `pad_to` code points long (padded with JSON whitespace, which the contract
+/// reads as the same answer) and streamed four code points per chunk, a chunk every
+/// 5 ms where the provider streams; returns their cost per job ([`StreamedCost`]).
+pub async fn streamed(
+    base: &str,
+    secret: &str,
+    mock: &crate::client::Mock,
+    log: &Path,
+    provider: &'static str,
+    pad_to: usize,
+    jobs: usize,
+) -> Result<StreamedCost> {
+    let api = crate::client::Api {
+        base: base.to_owned(),
+        secret: secret.to_owned(),
+        http: reqwest::Client::new(),
+    };
+    // Another provider than the kind's primary takes a first attempt once certified.
+    if provider != "primary" {
+        api.ensure_certified(provider).await;
+    }
+    let token = crate::auth::mint(secret, &crate::client::unique("streamed"), false, 600)?;
+    let mut sum = [0u64; 6];
+    let mut streamed_chars = 0;
+    for _ in 0..jobs {
+        let marker = crate::client::unique("streamed");
+        let step = serde_json::json!([{"summary": "The numbers beat the forecast again.",
+                                       "chunk_chars": 4, "chunk_ms": 5, "pad_to": pad_to}]);
+        mock.script(provider, &marker, step).await;
+        let body = serde_json::json!({"kind": "summarize", "provider": provider,
+                                      "input": {"text": crate::client::marked_text(&marker)}});
+        let created = create_fresh(&api.http, base, &token, &body).await?;
+        let [trips, written, read] = timing_sum(&created);
+        let job: Value = created.json().await?;
+        let id = job["id"].as_str().context("the job has no id")?.to_owned();
+        // Waited for in the log, not by polling the job: the reads would count as the
+        // job's CPU, and more of them for the longer answers.
+        let by = Instant::now() + Duration::from_secs(40);
+        let [d_trips, d_written, d_read, _] = dispatched_sum(log, &id, 1, by).await?;
+        let job = api
+            .wait_job(&token, &id, |j| j["status"] == "succeeded")
+            .await;
+        if job["status"] != "succeeded" {
+            bail!("streamed job {id} ended {}", job["status"]);
+        }
+        let attempt = job["attempts"][0]["id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let dispatched = line_of(log, "dispatched", &attempt, by).await?;
+        let notified = dispatched["hub_notified"].as_u64().unwrap_or_default();
+        let (hand_offs, read_chars) = match provider {
+            "primary" => (0, 0),
+            _ => {
+                let line = line_of(log, "call_streamed", &attempt, by).await?;
+                (
+                    line["hand_offs"].as_u64().unwrap_or_default(),
+                    line["chars"].as_u64().unwrap_or_default(),
+                )
+            }
+        };
+        // Each kilobyte kept is a row; once the result is stored, the hub deletes them all.
+        let kept = events_of(log, "live_text_kept", &attempt).len() as u64;
+        if kept > 0 {
+            line_of(log, "live_text_deleted", &id, by).await?;
+        }
+        streamed_chars = read_chars.max(streamed_chars);
+        for (total, n) in sum.iter_mut().zip([
+            trips + d_trips,
+            written + d_written,
+            read + d_read,
+            notified,
+            hand_offs,
+            2 * kept,
+        ]) {
+            *total += n;
+        }
+    }
+    let per = |n: u64| n as f64 / jobs.max(1) as f64;
+    Ok(StreamedCost {
+        provider,
+        jobs,
+        chars: pad_to,
+        streamed_chars,
+        round_trips: per(sum[0]),
+        rows_written: per(sum[1]),
+        rows_read: per(sum[2]),
+        hub_notifies: per(sum[3]),
+        hand_offs: per(sum[4]),
+        hub_rows_written: per(sum[5]),
+    })
+}

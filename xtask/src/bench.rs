@@ -567,7 +567,9 @@ fn job_cost(tools: &Tools, root: &Path) -> Result<Value> {
             &worker.persist,
             20,
         ))?;
+        let streamed = streamed(&runtime, &worker, &mock)?;
         let mut value = serde_json::to_value(probe)?;
+        value["streamed"] = streamed;
         value["stops"] = stops;
         value["streamed_stops"] = streamed_stops;
         value["paths"] = serde_json::to_value(&paths)?;
@@ -583,6 +585,58 @@ fn mock_of(worker: &TestWorker) -> onceclick_tests::client::Mock {
         base: format!("http://127.0.0.1:{}", worker.mock_port),
         http: reqwest::Client::new(),
     }
+}
+
+/// The cost per job whose answer streams, beside the same job answered whole (the test
+/// Worker's primary does not stream, its fallback does), each with the server's CPU
+/// over its run (`probe::streamed`).
+fn streamed(
+    runtime: &tokio::runtime::Runtime,
+    worker: &TestWorker,
+    mock: &onceclick_tests::client::Mock,
+) -> Result<Value> {
+    let mut out = Vec::new();
+    for (provider, chars, jobs) in [
+        ("primary", 400, 8),
+        ("fallback", 400, 8),
+        ("fallback", 2048, 6),
+    ] {
+        let cpu = worker.server.cpu_time();
+        let cost = runtime.block_on(onceclick_tests::probe::streamed(
+            &worker.server.url,
+            &worker.secret,
+            mock,
+            &worker.log,
+            provider,
+            chars,
+            jobs,
+        ))?;
+        let mut cost = serde_json::to_value(cost)?;
+        cost["cpu_ms_per_job"] =
+            json!((worker.server.cpu_time() - cpu).as_secs_f64() * 1e3 / jobs as f64);
+        out.push(cost);
+    }
+    Ok(Value::Array(out))
+}
+
+/// `cargo xtask bench --streamed`: the cost per streamed job alone, on each store, put
+/// into the last full run's bench/results.json, and BENCHMARKS.md rendered again.
+pub(crate) fn streamed_only(tools: &Tools) -> Result<()> {
+    wrangler::build(tools, &EDGE)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let mut measured = Vec::new();
+    for (name, store) in [("d1", StoreKind::D1), ("durable", StoreKind::Durable)] {
+        let worker = TestWorker::start(tools, &tools.root, store)?;
+        measured.push((name, streamed(&runtime, &worker, &mock_of(&worker))?));
+    }
+    rewrite(&tools.root, |results| {
+        for (name, streamed) in measured {
+            results["job_cost"][name]["streamed"] = streamed;
+        }
+        results["job_cost"]["streamed_date"] = json!(today());
+    })
 }
 
 /// The stops of one store, each kind apart (`probe::StopOf`): calls held open, then

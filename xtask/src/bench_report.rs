@@ -259,6 +259,7 @@ fn job_cost(md: &mut String, cost: &Value) {
             );
         }
     }
+    streamed_cost(md, cost);
     let _ = writeln!(
         md,
         "\nThe retention purge, its own line (`tests/src/probe.rs`, `purge`): 20 first-try jobs made idle for 30 days, then one reconciler pass; the rows of its purge statements (the `reconciled` line's `purge`, apart from the sweeps'), per job taken.\n\n| store | jobs purged | rows written per job | rows read per job | rows, $ per million jobs |\n|---|---|---|---|---|"
@@ -592,4 +593,44 @@ pub(crate) fn render(r: &Value) -> String {
             .replace("\r\n", "\n"),
     );
     md
+}
+
+/// Issue 25's figures per streamed job (`tests/src/probe.rs`, `streamed`), beside the
+/// same job answered whole, on each store.
+fn streamed_cost(md: &mut String, cost: &Value) {
+    let _ = writeln!(
+        md,
+        "\nPer streamed job (`tests/src/probe.rs`, `streamed`): first-try `summarize` jobs, one after the other, whose answer is 400 code points (the demo kind's size: its summary is at most 400) or 2,048 (about 2 KB: the same answer padded with JSON whitespace, which its contract reads as the same), streamed four code points per chunk every 5 ms, beside the same jobs on the provider that answers whole. Server CPU is wrangler's and workerd's over the run, per job (an upper bound: wrangler's own included). Subrequests: the store's round trips (D1 queries, or requests to the job's shard), the requests to the job's hub (each document the store hands it, each piece of text the call hands it), one queue send and one provider call. The hub's rows: each kilobyte it keeps while the text streams is a row, and each is deleted (a row written) once the result is stored. The call hands its text to the hub at once, then at most every 50 ms (`HAND_OFF_EVERY_MS`, `edge/src/openai.rs`); handing on each chunk as it came, as the Worker did first, took 100 and 512 requests to the hub for these answers, and 3.5× and 14.6× the whole answer's CPU on D1 (measured 2026-12-05).\n\n| store | answer | jobs | server CPU ms per job | × the whole answer's | subrequests: store + hub (documents + text) + queue + provider | rows written: store + hub |\n|---|---|---|---|---|---|---|"
+    );
+    for (name, what) in [("d1", "D1"), ("durable", "the shards")] {
+        let lines = cost[name]["streamed"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let whole = lines
+            .iter()
+            .find(|l| l["provider"] == "primary")
+            .map(|l| f(&l["cpu_ms_per_job"]));
+        for l in &lines {
+            let streams = l["provider"] != "primary";
+            let (trips, notifies, hand_offs) = (
+                f(&l["round_trips"]),
+                f(&l["hub_notifies"]),
+                f(&l["hand_offs"]),
+            );
+            let cpu = f(&l["cpu_ms_per_job"]);
+            let _ = writeln!(
+                md,
+                "| {what} | {} code points, {} | {:.0} | {cpu:.1} | {:.2} | {:.1} = {trips:.0} + {notifies:.0} + {hand_offs:.1} + 1 + 1 | {:.1} = {:.0} + {:.1} |",
+                f(&l["chars"]),
+                if streams { "streamed" } else { "whole" },
+                f(&l["jobs"]),
+                whole.map_or(f64::NAN, |w| cpu / w),
+                trips + notifies + hand_offs + 2.0,
+                f(&l["rows_written"]) + f(&l["hub_rows_written"]),
+                f(&l["rows_written"]),
+                f(&l["hub_rows_written"]),
+            );
+        }
+    }
 }

@@ -53,7 +53,7 @@ use std::path::PathBuf;
 use tools::{project_root, Tools};
 
 /// Printed after every parse error; `usage_says_what_parses` keeps it true to the grammar.
-const USAGE: &str = "usage: cargo xtask <dev [--port N] [--store durable] | test [--browser] [--e2e] [--soak] [--only NAME] [--store d1|durable] | token --owner NAME [--admin] [--ttl SECONDS] | sim [--seed N] [--ops N] [--world N] [--skip LIST] [--mutant NAME] [--mutants] [--soak] | build-edge | lint | sdk | bench [--store durable] [--live] [--stops] [--render] | load | move-status [--local] [--persist DIR] | certify --provider NAME [--url URL]>";
+const USAGE: &str = "usage: cargo xtask <dev [--port N] [--store durable] | test [--browser] [--e2e] [--soak] [--only NAME] [--store d1|durable] | token --owner NAME [--admin] [--ttl SECONDS] | sim [--seed N] [--ops N] [--world N] [--skip LIST] [--mutant NAME] [--mutants] [--soak] | build-edge | lint | sdk | bench [--store durable] [--live] [--stops] [--streamed] [--render] | load | move-status [--local] [--persist DIR] | certify --provider NAME [--url URL]>";
 
 // One struct per command with its own flags, and `XtaskCmd`, the enum of them: generated
 // below from this grammar by `UPDATE_XFLAGS=1 cargo build -p xtask`.
@@ -123,6 +123,9 @@ xflags::xflags! {
             /// The stops alone (a held call and a streamed answer, cancelled), merged
             /// into bench/results.json and BENCHMARKS.md.
             optional --stops
+            /// The cost per streamed job alone (CPU, subrequests, rows), merged into
+            /// bench/results.json and BENCHMARKS.md.
+            optional --streamed
             /// Writes BENCHMARKS.md again from bench/results.json and bench/ANALYSIS.md,
             /// measuring nothing.
             optional --render
@@ -216,6 +219,7 @@ pub struct Bench {
     pub store: Option<String>,
     pub live: bool,
     pub stops: bool,
+    pub streamed: bool,
     pub render: bool,
 }
 
@@ -288,6 +292,7 @@ fn real_main() -> Result<()> {
         XtaskCmd::Bench(flags) if flags.render => bench::render_only(&project_root()),
         XtaskCmd::Bench(flags) if flags.live => bench::live_only(&Tools::bootstrap()?),
         XtaskCmd::Bench(flags) if flags.stops => bench::stops_only(&Tools::bootstrap()?),
+        XtaskCmd::Bench(flags) if flags.streamed => bench::streamed_only(&Tools::bootstrap()?),
         XtaskCmd::Bench(flags) => match test_worker::StoreKind::parse(flags.store.as_deref())? {
             Some(test_worker::StoreKind::Durable) => {
                 bench_durable::run(&Tools::bootstrap()?).map(drop)

@@ -53,6 +53,8 @@ pub(crate) struct Store {
     /// The dispatcher's watch reads over its calls ([`WATCH_OP`]), counted apart: how
     /// many a call makes depends on how long its provider takes, not on the path.
     watched: Cell<(u32, Cost)>,
+    /// The documents handed to the jobs' hubs (one request to a hub each).
+    notified: Cell<u32>,
     /// Round trips, milliseconds and rows per database or shard, in the order first
     /// used.
     timing: RefCell<Vec<PlaceTiming>>,
@@ -262,6 +264,7 @@ impl Store {
             round_trips: Cell::new(0),
             cost: Cell::new(Cost::default()),
             watched: Cell::new((0, Cost::default())),
+            notified: Cell::new(0),
             timing: RefCell::new(Vec::new()),
             faults: RefCell::new(Vec::new()),
             fault_scope: String::new(),
@@ -407,6 +410,11 @@ impl Store {
     /// The rows written and read so far, over every place (the watch reads apart).
     pub(crate) fn cost(&self) -> Cost {
         self.cost.get()
+    }
+
+    /// The documents handed to the jobs' hubs so far.
+    pub(crate) fn notified(&self) -> u32 {
+        self.notified.get()
     }
 
     /// The watch reads made so far, and their rows.
@@ -568,6 +576,7 @@ impl Store {
         } else {
             seq.0
         };
+        self.notified.set(self.notified.get() + 1);
         if let Err(cause) = live.notify(&row.id, seq, &row.doc).await {
             crate::log::error(
                 serde_json::json!({"event": "live_notify_failed", "job_id": row.id, "cause": cause}),
