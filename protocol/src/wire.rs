@@ -24,10 +24,13 @@ pub struct NewAttempt {
     pub provider: Option<String>,
 }
 
-/// The durable record of one intent. The database renders it (`job_documents`); a
-/// member it does not name is refused, so the two cannot drift apart unnoticed.
+/// The durable record of one intent. The database renders it (`job_documents`). Read
+/// tolerantly: a member added by a migration that runs before its deploy (as an
+/// additive one does) is passed over by the Worker still running, not refused with a
+/// 500 on every read. That the view and this type name the same members is the schema
+/// tests' check (`tests/tests/schema.rs`: a document read back and written again is the
+/// same JSON).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Job {
     /// `job_` + UUIDv7.
     pub id: String,
@@ -53,9 +56,8 @@ pub struct Job {
     pub attempts: Vec<Attempt>,
 }
 
-/// One try of a job against one provider.
+/// One try of a job against one provider. Read tolerantly, as [`Job`] is.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Attempt {
     /// `att_` + UUIDv7. Also the `Idempotency-Key` sent to the provider.
     pub id: String,
