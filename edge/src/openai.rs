@@ -82,7 +82,9 @@ const HAND_OFF_MS: u64 = 2_000;
 /// first: text that comes meanwhile goes in one piece. Twenty a second shows text as
 /// smoothly as a page draws it, and keeps a streamed job's requests to its hub (each a
 /// subrequest of the consumer's invocation, and a Durable Object request) in proportion
-/// to its duration, not to its chunks (`cargo xtask bench`, "Per streamed job").
+/// to its duration, not to its chunks (`cargo xtask bench`, "Per streamed job"). The
+/// price: a chunk reaches the browser up to this much later, and a hub's word that the
+/// attempt ended (a stop) comes with the next hand-off, up to this much later too.
 const HAND_OFF_EVERY_MS: u64 = 50;
 
 /// Calls the provider once for attempt `attempt_id` and classifies the answer; a

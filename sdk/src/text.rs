@@ -78,11 +78,11 @@ impl Show {
         }
     }
 
-    /// The document `wait` resolves to. A job that succeeded shows its result's JSON as
-    /// the winner's final text, once, unless the winner's text seen is whole JSON
-    /// already: it did not stream, its text was dropped when it settled before this
-    /// wait began (a reload), or its tail was missed (a reconnect as it settled, or a
-    /// fall-back to polling), so that the last `onText` is never cut short.
+    /// The document `wait` resolves to. A job that succeeded ends with its winner's text
+    /// whole: if the text seen is not whole JSON, the result's JSON is shown in its
+    /// place, once. That is the case when the winner did not stream, when its text was
+    /// dropped as the job settled before this wait began (a reload), and when its tail
+    /// was missed (a reconnect as it settled, or a fall-back to polling).
     pub(crate) fn end(&mut self, job: &JsValue) {
         let result = js::get(job, "result");
         if !result.is_object() || js_sys::JSON::parse(self.text()).is_ok() {

@@ -82,8 +82,9 @@ export interface WaitOptions {
    * A provider that streams: the text of the attempt followed, whole, each time it
    * grows. It follows the first attempt that streams until the job names its winner,
    * then the winner (a hedge's losing text is not shown). A wait that begins late, in
-   * a reload or another tab, gets the text so far first; a job that succeeded with no
-   * text seen gives its result's JSON once.
+   * a reload or another tab, gets the text so far first. A job that succeeded ends
+   * with its winner's text whole: where the text seen is not whole JSON (none seen, or
+   * its tail missed on a reconnect), the result's JSON is given once in its place.
    */
   onText?: (text: string, info: { attemptId: string }) => void;
   /** With `onText`'s text: the JSON it begins, closed and parsed (best effort, like a partial object). */

@@ -83,10 +83,10 @@ struct Watched {
     /// and the code points of each attempt's text had, as the last event's id said.
     /// The next connection resumes from it.
     at: Option<String>,
-    /// Whether a piece came that began past the text held (a tab that heard the
-    /// leader's pieces before its answer to `want`): from then on `at` keeps only the
-    /// counter, so the next connection sends each attempt's text from its start, and
-    /// the part missed is filled in rather than skipped for good.
+    /// Whether a piece came that began past the text held (dropped: it cannot be
+    /// placed): until the next connection `at` keeps only the counter, so that
+    /// connection sends each attempt's text from its start, and the part missed is
+    /// filled in rather than skipped for good.
     gap: bool,
     /// Each attempt's text so far, until the job is final: what a wait or tab that
     /// joins late is given first, and what each piece is trimmed against.
@@ -299,7 +299,10 @@ impl Watching {
             return None;
         }
         let mut query = String::new();
-        for job in &self.jobs {
+        for job in &mut self.jobs {
+            // This connection sends each attempt's text from its start where a piece
+            // was missed: the gap is filled.
+            job.gap = false;
             if !query.is_empty() {
                 query.push('&');
             }
@@ -333,7 +336,7 @@ impl Watching {
             return false;
         }
         job.last = Some((id.to_owned(), doc.clone()));
-        job.stand(id);
+        job.stand(id, self.following);
         if status_of(doc).is_some_and(JobStatus::is_final) {
             job.texts = Vec::new();
         }
@@ -399,7 +402,7 @@ impl Watching {
             return false;
         }
         have.push_str(new);
-        job.stand(id);
+        job.stand(id, self.following);
         let count = count as f64;
         for (_, mailbox) in &job.waiters {
             put(
@@ -441,10 +444,13 @@ impl Watching {
 
 impl Watched {
     /// The stream stands at place `id` for this job: all of it, or only its counter
-    /// once a piece was missed (see `gap`).
-    fn stand(&mut self, id: &str) {
+    /// when the place may count text this client lacks: a piece was missed (`gap`), or
+    /// the place is the leading tab's (`following`), whose messages this tab may hear
+    /// before the leader answers its `want` with the text so far. A tab that then leads
+    /// reconnects from the counter, and is sent each attempt's text from its start.
+    fn stand(&mut self, id: &str, following: bool) {
         self.at = Some(
-            match self.gap {
+            match self.gap || following {
                 true => seq(id),
                 false => id,
             }

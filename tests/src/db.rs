@@ -203,16 +203,16 @@ pub fn job_ids() -> std::collections::HashSet<String> {
         .unwrap_or_else(|e| panic!("the jobs' ids: {e}"))
 }
 
-/// Whether the text of a row (a [`snapshot`] line) names one of `ids`: any UUID in it
-/// (`8-4-4-4-12` hex digits) that is one of them.
+/// Whether the text of a row (a [`snapshot`] line) names one of the jobs `ids`: any
+/// `job_` followed by a UUID (`8-4-4-4-12` hex digits) in it that is one of them.
 pub fn names_any(line: &str, ids: &std::collections::HashSet<String>) -> bool {
-    let bytes = line.as_bytes();
-    (0..bytes.len().saturating_sub(35)).any(|at| {
-        let uuid = &bytes[at..at + 36];
-        uuid.iter().enumerate().all(|(i, b)| match i {
-            8 | 13 | 18 | 23 => *b == b'-',
-            _ => b.is_ascii_hexdigit(),
-        }) && line.get(at..at + 36).is_some_and(|id| ids.contains(id))
+    line.match_indices("job_").any(|(at, _)| {
+        line.get(at..at + 40).is_some_and(|id| {
+            id.bytes().skip(4).enumerate().all(|(i, b)| match i {
+                8 | 13 | 18 | 23 => b == b'-',
+                _ => b.is_ascii_hexdigit(),
+            }) && ids.contains(id)
+        })
     })
 }
 
@@ -290,4 +290,20 @@ pub fn snapshot() -> Vec<String> {
     }
     lines.sort();
     lines
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_row_names_a_job_by_its_whole_id() {
+        let id = "job_0192f3a4-5b6c-7d8e-9f00-112233445566";
+        let ids = std::collections::HashSet::from([id.to_owned()]);
+        let row = format!(r#"s3.attempts [Text("att_1"), Text("{id}"), Text("starting")]"#);
+        assert!(super::names_any(&row, &ids));
+        // The same UUID under another prefix, a cut-short id, another job: not it.
+        let bare = id.trim_start_matches("job_");
+        assert!(!super::names_any(&format!("Text(\"att_{bare}\")"), &ids));
+        assert!(!super::names_any(&row[..row.find(id).unwrap() + 30], &ids));
+        assert!(!super::names_any(&row.replace("5566", "5567"), &ids));
+    }
 }

@@ -629,7 +629,21 @@ pub struct StreamedCost {
     pub hub_rows_written: f64,
 }
 
-/// Runs `jobs` first-try jobs of `summarize` on `provider`, one after the other, each
+/// Certifies `provider` (another provider than the kind's primary takes a first
+/// attempt once certified), apart from [`streamed`], whose server CPU the caller
+/// measures.
+pub async fn certify(base: &str, secret: &str, provider: &str) {
+    crate::client::Api {
+        base: base.to_owned(),
+        secret: secret.to_owned(),
+        http: reqwest::Client::new(),
+    }
+    .ensure_certified(provider)
+    .await;
+}
+
+/// Runs `jobs` first-try jobs of `summarize` on `provider` (certified, for another
+/// than the primary: [`certify`]), one after the other, each
 /// answer `pad_to` code points long (padded with JSON whitespace, which the contract
 /// reads as the same answer) and streamed four code points per chunk, a chunk every
 /// 5 ms where the provider streams; returns their cost per job ([`StreamedCost`]).
@@ -647,10 +661,6 @@ pub async fn streamed(
         secret: secret.to_owned(),
         http: reqwest::Client::new(),
     };
-    // Another provider than the kind's primary takes a first attempt once certified.
-    if provider != "primary" {
-        api.ensure_certified(provider).await;
-    }
     let token = crate::auth::mint(secret, &crate::client::unique("streamed"), false, 600)?;
     let mut sum = [0u64; 6];
     let mut streamed_chars = 0;
@@ -665,8 +675,8 @@ pub async fn streamed(
         let [trips, written, read] = timing_sum(&created);
         let job: Value = created.json().await?;
         let id = job["id"].as_str().context("the job has no id")?.to_owned();
-        // Waited for in the log, not by polling the job: the reads would count as the
-        // job's CPU, and more of them for the longer answers.
+        // Waited for in the log, then read once: polling the job would count reads as
+        // the job's CPU, and more of them for the longer answers.
         let by = Instant::now() + Duration::from_secs(40);
         let [d_trips, d_written, d_read, _] = dispatched_sum(log, &id, 1, by).await?;
         let job = api

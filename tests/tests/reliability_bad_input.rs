@@ -1000,7 +1000,7 @@ async fn settled(w: &World) -> Vec<String> {
             })
             .sum();
         let now = db::snapshot();
-        if now != last || in_flight > 0 {
+        if !changed(w, &last, &now).is_empty() || in_flight > 0 {
             quiet_since = std::time::Instant::now();
         }
         if quiet_since.elapsed() >= std::time::Duration::from_secs(2) {

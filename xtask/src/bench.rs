@@ -595,6 +595,12 @@ fn streamed(
     worker: &TestWorker,
     mock: &onceclick_tests::client::Mock,
 ) -> Result<Value> {
+    // Certified first: its calls are no streamed job's CPU.
+    runtime.block_on(onceclick_tests::probe::certify(
+        &worker.server.url,
+        &worker.secret,
+        "fallback",
+    ));
     let mut out = Vec::new();
     for (provider, chars, jobs) in [
         ("primary", 400, 8),
