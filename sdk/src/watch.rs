@@ -153,15 +153,11 @@ impl Watching {
             // A stream is full: this job is polled, and the stream left as it is.
             None if full => put(&mailbox, Update::Poll(None)),
             None => {
-                self.jobs.push(Watched {
-                    id: job_id.to_owned(),
-                    last: None,
-                    at: None,
-                    gap: false,
-                    texts: Vec::new(),
-                    waiters: vec![(number, mailbox.clone())],
-                    tabs: Vec::new(),
-                });
+                self.jobs.push(Watched::new(
+                    job_id.to_owned(),
+                    vec![(number, mailbox.clone())],
+                    Vec::new(),
+                ));
                 self.interrupt();
             }
         }
@@ -235,15 +231,7 @@ impl Watching {
                 post_poll(&channel, &id);
                 continue;
             }
-            self.jobs.push(Watched {
-                id,
-                last: None,
-                at: None,
-                gap: false,
-                texts: Vec::new(),
-                waiters: Vec::new(),
-                tabs: vec![tab],
-            });
+            self.jobs.push(Watched::new(id, Vec::new(), vec![tab]));
             joined = true;
         }
         // A job joined, or none is left: the connection reopens, or closes. A job that
@@ -443,6 +431,20 @@ impl Watching {
 }
 
 impl Watched {
+    /// Job `id`, followed by `waiters` here and by the tabs `tabs`, before the stream
+    /// has said anything of it.
+    fn new(id: String, waiters: Vec<(u32, Shared)>, tabs: Vec<f64>) -> Watched {
+        Watched {
+            id,
+            last: None,
+            at: None,
+            gap: false,
+            texts: Vec::new(),
+            waiters,
+            tabs,
+        }
+    }
+
     /// The stream stands at place `id` for this job: all of it, or only its counter
     /// when the place may count text this client lacks: a piece was missed (`gap`), or
     /// the place is the leading tab's (`following`), whose messages this tab may hear

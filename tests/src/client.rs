@@ -67,6 +67,15 @@ impl Api {
         }
     }
 
+    /// The Worker at `base`, whose tokens are signed with `secret`.
+    pub fn at(base: &str, secret: &str) -> Self {
+        Self {
+            base: base.to_owned(),
+            secret: secret.to_owned(),
+            http: reqwest::Client::new(),
+        }
+    }
+
     /// A valid one-hour token for `owner`.
     pub fn token(&self, owner: &str) -> String {
         crate::auth::mint(&self.secret, owner, false, 3600).expect("mint token")

@@ -425,11 +425,7 @@ pub async fn paths(
     mock: &crate::client::Mock,
     log: &Path,
 ) -> Result<Vec<PathCost>> {
-    let api = crate::client::Api {
-        base: base.to_owned(),
-        secret: secret.to_owned(),
-        http: reqwest::Client::new(),
-    };
+    let api = crate::client::Api::at(base, secret);
     api.ensure_certified("fallback").await;
     let owner = crate::client::unique("paths");
     let token = crate::auth::mint(secret, &owner, false, 600)?;
@@ -536,11 +532,7 @@ pub async fn purge(
     persist: &Path,
     jobs: usize,
 ) -> Result<PurgeCost> {
-    let api = crate::client::Api {
-        base: base.to_owned(),
-        secret: secret.to_owned(),
-        http: reqwest::Client::new(),
-    };
+    let api = crate::client::Api::at(base, secret);
     let owner = crate::client::unique("purge");
     let token = crate::auth::mint(secret, &owner, false, 600)?;
     let mut ids = Vec::new();
@@ -633,13 +625,9 @@ pub struct StreamedCost {
 /// attempt once certified), apart from [`streamed`], whose server CPU the caller
 /// measures.
 pub async fn certify(base: &str, secret: &str, provider: &str) {
-    crate::client::Api {
-        base: base.to_owned(),
-        secret: secret.to_owned(),
-        http: reqwest::Client::new(),
-    }
-    .ensure_certified(provider)
-    .await;
+    crate::client::Api::at(base, secret)
+        .ensure_certified(provider)
+        .await;
 }
 
 /// Runs `jobs` first-try jobs of `summarize` on `provider` (certified, for another
@@ -656,11 +644,7 @@ pub async fn streamed(
     pad_to: usize,
     jobs: usize,
 ) -> Result<StreamedCost> {
-    let api = crate::client::Api {
-        base: base.to_owned(),
-        secret: secret.to_owned(),
-        http: reqwest::Client::new(),
-    };
+    let api = crate::client::Api::at(base, secret);
     let token = crate::auth::mint(secret, &crate::client::unique("streamed"), false, 600)?;
     let mut sum = [0u64; 6];
     let mut streamed_chars = 0;

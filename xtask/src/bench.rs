@@ -628,6 +628,22 @@ fn streamed(
 /// `cargo xtask bench --streamed`: the cost per streamed job alone, on each store, put
 /// into the last full run's bench/results.json, and BENCHMARKS.md rendered again.
 pub(crate) fn streamed_only(tools: &Tools) -> Result<()> {
+    measure_only(tools, streamed, |results, measured| {
+        for (name, streamed) in measured {
+            results["job_cost"][name]["streamed"] = streamed;
+        }
+        results["job_cost"]["streamed_date"] = json!(today());
+    })
+}
+
+/// One part of the job cost alone: `measure` on a fresh test Worker of each store, then
+/// `put` of what it measured (by store name) into the last full run's
+/// bench/results.json, and BENCHMARKS.md rendered again from it.
+fn measure_only<T>(
+    tools: &Tools,
+    measure: impl Fn(&tokio::runtime::Runtime, &TestWorker, &onceclick_tests::client::Mock) -> Result<T>,
+    put: impl FnOnce(&mut Value, Vec<(&'static str, T)>),
+) -> Result<()> {
     wrangler::build(tools, &EDGE)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -635,14 +651,9 @@ pub(crate) fn streamed_only(tools: &Tools) -> Result<()> {
     let mut measured = Vec::new();
     for (name, store) in [("d1", StoreKind::D1), ("durable", StoreKind::Durable)] {
         let worker = TestWorker::start(tools, &tools.root, store)?;
-        measured.push((name, streamed(&runtime, &worker, &mock_of(&worker))?));
+        measured.push((name, measure(&runtime, &worker, &mock_of(&worker))?));
     }
-    rewrite(&tools.root, |results| {
-        for (name, streamed) in measured {
-            results["job_cost"][name]["streamed"] = streamed;
-        }
-        results["job_cost"]["streamed_date"] = json!(today());
-    })
+    rewrite(&tools.root, |results| put(results, measured))
 }
 
 /// The stops of one store, each kind apart (`probe::StopOf`): calls held open, then
@@ -677,16 +688,7 @@ fn stops(
 /// `cargo xtask bench --stops`: the stops alone (held and streamed, on each store), put
 /// into the last full run's bench/results.json, and BENCHMARKS.md rendered again from it.
 pub(crate) fn stops_only(tools: &Tools) -> Result<()> {
-    wrangler::build(tools, &EDGE)?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let mut measured = Vec::new();
-    for (name, store) in [("d1", StoreKind::D1), ("durable", StoreKind::Durable)] {
-        let worker = TestWorker::start(tools, &tools.root, store)?;
-        measured.push((name, stops(&runtime, &worker, &mock_of(&worker))?));
-    }
-    rewrite(&tools.root, |results| {
+    measure_only(tools, stops, |results, measured| {
         for (name, [held, streamed]) in measured {
             results["job_cost"][name]["stops"] = held;
             results["job_cost"][name]["streamed_stops"] = streamed;

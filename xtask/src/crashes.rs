@@ -131,11 +131,7 @@ pub(crate) fn run(tools: &Tools, root: &Path, reports: &Path, store: StoreKind) 
             &vars,
             &format!("{}-{life}", store.name()),
         )?;
-        let api = Api {
-            base: worker.url.clone(),
-            secret: secret.clone(),
-            http: reqwest::Client::new(),
-        };
+        let api = Api::at(&worker.url, &secret);
         let token = api.token(&token_owner);
         if life == CRASHES {
             // The last life: no crash; the reconciler cleans up after the others.

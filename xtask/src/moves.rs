@@ -78,11 +78,7 @@ pub(crate) fn run(tools: &Tools, root: &Path) -> Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    let api = |server: &Wrangler| Api {
-        base: server.url.clone(),
-        secret: secret.clone(),
-        http: reqwest::Client::new(),
-    };
+    let api = |server: &Wrangler| Api::at(&server.url, &secret);
     let owner = unique("mover");
     let marker = unique("move");
     // Each key's text carries its own marker (zero-padded); only `-05` is scripted.
