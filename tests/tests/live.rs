@@ -713,6 +713,41 @@ async fn a_streamed_answer_reaches_the_stream_as_it_is_written_and_resumes_after
     assert_eq!(settled.len(), 1);
 }
 
+// Issue 25: a streamed call hands its text to the job's hub at most once per interval,
+// however many chunks come meanwhile (each hand-off is a subrequest and an object
+// request). A chunk every 5 ms: handing on each chunk as it came made one hand-off per
+// chunk; spaced, each carries many.
+#[tokio::test]
+async fn a_streamed_call_hands_its_text_on_per_interval_not_per_chunk() {
+    let (api, mock) = (Api::from_env(), Mock::from_env());
+    let token = api.token("hand-offs");
+    let marker = unique("hand-offs");
+    // Shorter than the input text (the kind's rule), written one code point a chunk.
+    let summary =
+        "The numbers beat the forecast for the third time this year; the board asked twice.";
+    let content = stream_from_fallback(&mock, &marker, summary, 1, 5).await;
+    let job = api
+        .create_job(&token, "summarize", &marked_text(&marker), Some("fallback"))
+        .await;
+    let attempt_id = id(&job["attempts"][0]);
+    let done = api
+        .wait_job(&token, &id(&job), |j| j["status"] == "succeeded")
+        .await;
+    assert_eq!(done["result"]["summary"], summary, "{done}");
+    let line = onceclick_tests::log::wait_event("call_streamed", 10, |l| {
+        l["attempt_id"] == attempt_id.as_str()
+    })
+    .await
+    .expect("the call says what it handed on");
+    let chunks = content.chars().count() as u64;
+    assert_eq!(line["chars"], chunks, "{line}");
+    let hand_offs = line["hand_offs"].as_u64().unwrap_or_default();
+    assert!(
+        hand_offs >= 1 && hand_offs * 4 <= chunks,
+        "{hand_offs} hand-offs for {chunks} chunks 5 ms apart: {line}"
+    );
+}
+
 /// Reads `stream` until a `job` event whose status is `status`: the deltas before it,
 /// and that document.
 async fn text_until(stream: &mut sse::Stream, status: &str) -> (Deltas, Value) {
