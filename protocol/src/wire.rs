@@ -171,4 +171,20 @@ mod tests {
             serde_json::from_str(r#"{"kind":"summarize","input":{},"owner":"eve"}"#);
         assert!(extra.is_err());
     }
+
+    #[test]
+    fn a_job_document_with_a_member_added_later_is_still_read() {
+        // What a migration that adds a member makes the view render, before the Worker
+        // that knows the member is deployed.
+        let doc = r#"{"id":"job_1","kind":"summarize","status":"running","version":2,
+            "input":{"text":"x"},"provider":"primary","result":null,"completed_by":null,
+            "created_at":"2026-01-01T00:00:00Z","updated_at":"2026-01-01T00:00:00Z",
+            "priority":3,
+            "attempts":[{"id":"att_1","n":1,"provider":"primary","state":"running",
+                "started_at":"2026-01-01T00:00:00Z","finished_at":null,"error":null,
+                "region":"weur"}]}"#;
+        let job: Job = serde_json::from_str(doc).expect("an added member is passed over");
+        assert_eq!(job.attempts[0].state, AttemptState::Running);
+        assert_eq!(job.attempts[0].tokens, None);
+    }
 }

@@ -21,6 +21,10 @@
 #[global_allocator]
 static ALLOCATOR: talc::wasm::WasmDynamicTalc = talc::wasm::new_wasm_dynamic_allocator();
 
+// The unit tests that need a browser (`wasm-pack test --headless --chrome sdk`).
+#[cfg(all(test, target_arch = "wasm32"))]
+wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
+
 mod call;
 mod client;
 mod error;

@@ -143,3 +143,70 @@ fn streams(job: &JsValue, attempt: &str) -> bool {
             )
     })
 }
+
+#[cfg(all(test, target_arch = "wasm32"))]
+#[allow(clippy::expect_used)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    use wasm_bindgen::closure::Closure;
+    use wasm_bindgen_test::wasm_bindgen_test;
+
+    fn json(text: &str) -> JsValue {
+        js_sys::JSON::parse(text).expect("test JSON")
+    }
+
+    /// The texts `onText` was given, in order.
+    type Seen = Rc<RefCell<Vec<String>>>;
+
+    /// A `Show` whose `onText` records each text it is given (and the closure, to keep).
+    fn recording() -> (Show, Seen, Closure<dyn Fn(JsValue)>) {
+        let seen = Rc::new(RefCell::new(Vec::new()));
+        let on_text = {
+            let seen = seen.clone();
+            Closure::<dyn Fn(JsValue)>::new(move |text: JsValue| {
+                seen.borrow_mut().push(text.as_string().unwrap_or_default())
+            })
+        };
+        let options = js_sys::Object::new();
+        js_sys::Reflect::set(&options, &"onText".into(), on_text.as_ref()).expect("set");
+        (Show::of(&options), seen, on_text)
+    }
+
+    const SUCCEEDED: &str = r#"{"id": "job_1", "status": "succeeded", "completed_by": "att_a",
+        "result": {"summary": "hello"},
+        "attempts": [{"id": "att_a", "state": "succeeded"}]}"#;
+
+    #[wasm_bindgen_test]
+    fn a_winners_tail_missed_is_filled_by_the_result_at_the_end() {
+        let (mut show, seen, _keep) = recording();
+        show.piece("att_a", 0.0, r#"{"summary": "hel"#);
+        show.end(&json(SUCCEEDED));
+        assert_eq!(
+            seen.borrow().last().map(String::as_str),
+            Some(r#"{"summary":"hello"}"#),
+            "the last onText is the whole result, not the text cut short: {:?}",
+            seen.borrow()
+        );
+    }
+
+    #[wasm_bindgen_test]
+    fn a_winners_whole_text_is_not_shown_twice_at_the_end() {
+        let (mut show, seen, _keep) = recording();
+        show.piece("att_a", 0.0, r#"{"summary": "hello"}"#);
+        show.end(&json(SUCCEEDED));
+        assert_eq!(*seen.borrow(), vec![r#"{"summary": "hello"}"#.to_owned()]);
+    }
+
+    #[wasm_bindgen_test]
+    fn a_loser_streamed_first_hands_on_to_the_winner_at_the_end() {
+        let (mut show, seen, _keep) = recording();
+        show.piece("att_b", 0.0, r#"{"summary": "other"#);
+        show.end(&json(SUCCEEDED));
+        assert_eq!(
+            seen.borrow().last().map(String::as_str),
+            Some(r#"{"summary":"hello"}"#)
+        );
+    }
+}

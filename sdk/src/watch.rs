@@ -528,3 +528,70 @@ fn post_poll(channel: &JsValue, job_id: &str) {
 pub(crate) fn post(channel: &JsValue, members: &[(&str, JsValue)]) {
     let _ = js::call(channel, "postMessage", &[js::object(members)]);
 }
+
+#[cfg(all(test, target_arch = "wasm32"))]
+mod tests {
+    use super::*;
+    use wasm_bindgen_test::wasm_bindgen_test;
+
+    /// The query of the next connection.
+    fn query(w: &mut Watching) -> String {
+        w.connect(JsValue::NULL).map(|(q, _)| q).unwrap_or_default()
+    }
+
+    /// The texts in `mailbox`, as (attempt, offset, text).
+    fn texts(mailbox: &Shared) -> Vec<(String, f64, String)> {
+        mailbox
+            .borrow()
+            .items
+            .iter()
+            .filter_map(|u| match u {
+                Update::Text(a, o, t) => Some((a.clone(), *o, t.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[wasm_bindgen_test]
+    fn a_piece_past_the_text_held_makes_the_next_connection_resend_the_text_from_its_start() {
+        let mut w = Watching::default();
+        let (_, mailbox, _) = w.watch("job_1");
+        assert_eq!(query(&mut w), "job=job_1");
+        assert!(w.deliver_text("3/1:5", "job_1", "att_a", 0.0, "hello"));
+        assert_eq!(query(&mut w), "job=job_1:3/1:5");
+        // Code points 5 to 9 were missed: the piece cannot be placed.
+        assert!(!w.deliver_text("3/1:12", "job_1", "att_a", 9.0, "xyz"));
+        // Another attempt's piece that fits, at a place that still counts 12 of the
+        // first's: resuming after it would skip the missed part for good, so only the
+        // counter is kept until the next connection.
+        assert!(w.deliver_text("3/1:12/2:2", "job_1", "att_b", 0.0, "ok"));
+        assert_eq!(query(&mut w), "job=job_1:3");
+        // That connection sends the text from its start; what is held is cut off.
+        assert!(w.deliver_text("3/1:12/2:2", "job_1", "att_a", 0.0, "hello, world"));
+        assert_eq!(query(&mut w), "job=job_1:3/1:12/2:2");
+        assert_eq!(
+            texts(&mailbox),
+            vec![
+                ("att_a".to_owned(), 0.0, "hello".to_owned()),
+                ("att_b".to_owned(), 0.0, "ok".to_owned()),
+                ("att_a".to_owned(), 5.0, ", world".to_owned()),
+            ]
+        );
+    }
+
+    #[wasm_bindgen_test]
+    fn a_following_tab_keeps_only_the_counter_of_the_leaders_places() {
+        let mut w = Watching::default();
+        let (_, mailbox, _) = w.watch("job_1");
+        w.following = true;
+        // The leader's place counts its text, which this tab may hear before the
+        // leader answers its `want` with the text so far: so it may lack some of it.
+        assert!(w.deliver_text("4/1:40", "job_1", "att_a", 0.0, &"x".repeat(40)));
+        assert_eq!(texts(&mailbox).len(), 1);
+        // Leading next, it reconnects from the counter and is sent each text whole.
+        w.following = false;
+        assert_eq!(query(&mut w), "job=job_1:4");
+        assert!(w.deliver_text("4/1:42", "job_1", "att_a", 40.0, "yy"));
+        assert_eq!(query(&mut w), "job=job_1:4/1:42");
+    }
+}
