@@ -6,6 +6,11 @@
 //! follows one attempt: the first that streams, until the job names its winner
 //! (`completed_by`), which it then follows; an attempt followed that ends without
 //! winning hands over to one still running, in the order their text came.
+//!
+//! Nothing is shown before the wait's first document: a wait that begins late is given
+//! the text so far first, then the document, and that text may be an attempt's that
+//! has already ended (a failed one, before the retry this wait follows). Its first
+//! document says which of them still stream.
 
 use crate::js;
 use wasm_bindgen::JsValue;
@@ -19,6 +24,8 @@ pub(crate) struct Show {
     texts: Vec<(String, String)>,
     /// The attempt whose text `onText` shows.
     followed: Option<String>,
+    /// Whether a document of the job came: until then no attempt is followed.
+    seen_job: bool,
 }
 
 impl Show {
@@ -32,6 +39,7 @@ impl Show {
             on_delta: f("onDelta"),
             texts: Vec::new(),
             followed: None,
+            seen_job: false,
         }
     }
 
@@ -50,6 +58,9 @@ impl Show {
             Some((_, have)) => have.push_str(text),
             None => self.texts.push((attempt.to_owned(), text.to_owned())),
         }
+        if !self.seen_job {
+            return;
+        }
         let followed = self.followed.get_or_insert_with(|| attempt.to_owned());
         if followed == attempt {
             self.show();
@@ -57,14 +68,16 @@ impl Show {
     }
 
     /// A newer document of the job: `onUpdate`, then `onText` if the attempt it follows
-    /// changed (the winner named, or the one followed ended without winning).
+    /// changed (the winner named, the one followed ended without winning, or, at the
+    /// first document, the first of the attempts whose text came that still streams).
     pub(crate) fn job(&mut self, job: &JsValue) {
         if let Some(on_update) = &self.on_update {
             let _ = on_update.call1(&JsValue::NULL, job);
         }
+        self.seen_job = true;
         let next = match js::get_string(job, "completed_by") {
             Some(winner) => Some(winner),
-            None if self.followed.as_deref().is_some_and(|a| !streams(job, a)) => self
+            None if self.followed.as_deref().is_none_or(|a| !streams(job, a)) => self
                 .texts
                 .iter()
                 .map(|(a, _)| a)
@@ -174,14 +187,19 @@ mod tests {
         (Show::of(&options), seen, on_text)
     }
 
+    const RUNNING: &str = r#"{"id": "job_1", "status": "running",
+        "attempts": [{"id": "att_a", "state": "running"}, {"id": "att_b", "state": "running"}]}"#;
+
     const SUCCEEDED: &str = r#"{"id": "job_1", "status": "succeeded", "completed_by": "att_a",
         "result": {"summary": "hello"},
-        "attempts": [{"id": "att_a", "state": "succeeded"}]}"#;
+        "attempts": [{"id": "att_a", "state": "succeeded"}, {"id": "att_b", "state": "failed"}]}"#;
 
     #[wasm_bindgen_test]
     fn a_winners_tail_missed_is_filled_by_the_result_at_the_end() {
         let (mut show, seen, _keep) = recording();
+        show.job(&json(RUNNING));
         show.piece("att_a", 0.0, r#"{"summary": "hel"#);
+        assert_eq!(seen.borrow().len(), 1);
         show.end(&json(SUCCEEDED));
         assert_eq!(
             seen.borrow().last().map(String::as_str),
@@ -194,6 +212,7 @@ mod tests {
     #[wasm_bindgen_test]
     fn a_winners_whole_text_is_not_shown_twice_at_the_end() {
         let (mut show, seen, _keep) = recording();
+        show.job(&json(RUNNING));
         show.piece("att_a", 0.0, r#"{"summary": "hello"}"#);
         show.end(&json(SUCCEEDED));
         assert_eq!(*seen.borrow(), vec![r#"{"summary": "hello"}"#.to_owned()]);
@@ -202,11 +221,46 @@ mod tests {
     #[wasm_bindgen_test]
     fn a_loser_streamed_first_hands_on_to_the_winner_at_the_end() {
         let (mut show, seen, _keep) = recording();
+        show.job(&json(RUNNING));
         show.piece("att_b", 0.0, r#"{"summary": "other"#);
+        assert_eq!(
+            seen.borrow().len(),
+            1,
+            "the first attempt that streams is followed"
+        );
         show.end(&json(SUCCEEDED));
         assert_eq!(
             seen.borrow().last().map(String::as_str),
             Some(r#"{"summary":"hello"}"#)
+        );
+    }
+
+    #[wasm_bindgen_test]
+    fn a_wait_after_a_retry_never_shows_the_failed_attempts_text() {
+        let (mut show, seen, _keep) = recording();
+        // A wait that begins after the retry is given the text so far first: the
+        // failed attempt's. Then the document, which says it failed.
+        show.piece("att_a", 0.0, "cut off");
+        show.job(&json(
+            r#"{"id": "job_1", "status": "running", "attempts": [
+                {"id": "att_a", "state": "failed"}, {"id": "att_b", "state": "starting"}]}"#,
+        ));
+        assert!(seen.borrow().is_empty(), "{:?}", seen.borrow());
+        show.piece("att_b", 0.0, "new");
+        assert_eq!(*seen.borrow(), vec!["new".to_owned()]);
+    }
+
+    #[wasm_bindgen_test]
+    fn a_late_waits_text_so_far_is_shown_once_its_document_says_the_attempt_streams() {
+        let (mut show, seen, _keep) = recording();
+        show.piece("att_a", 0.0, "so far");
+        assert!(seen.borrow().is_empty());
+        show.job(&json(RUNNING));
+        assert_eq!(*seen.borrow(), vec!["so far".to_owned()]);
+        show.piece("att_a", 6.0, ", more");
+        assert_eq!(
+            seen.borrow().last().map(String::as_str),
+            Some("so far, more")
         );
     }
 }
