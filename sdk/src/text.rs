@@ -5,7 +5,9 @@
 //! each attempt's text here only grows, and each piece begins where it ends. `onText`
 //! follows one attempt: the first that streams, until the job names its winner
 //! (`completed_by`), which it then follows; an attempt followed that ends without
-//! winning hands over to one still running, in the order their text came.
+//! winning hands over to one still running, in the order their text came; a failed
+//! one with none to hand over to is withdrawn (`onText("")`), so that its text is not
+//! left on screen as if it were still being written.
 //!
 //! Nothing is shown before the wait's first document: a wait that begins late is given
 //! the text so far first, then the document, and that text may be an attempt's that
@@ -85,9 +87,21 @@ impl Show {
                 .cloned(),
             None => return,
         };
-        if next != self.followed {
-            self.followed = next;
-            self.show();
+        if next == self.followed {
+            return;
+        }
+        match std::mem::replace(&mut self.followed, next) {
+            // A failed attempt's text is no attempt's that may still win: it goes, as a
+            // reload would not show it either, and the next attempt's follows as it
+            // comes. (A stop's text stays: the job is `cancelled`, its attempt too.)
+            // (An attempt is followed only once it has text.)
+            Some(ended)
+                if self.followed.is_none()
+                    && state_of(job, &ended).as_deref() == Some("failed") =>
+            {
+                self.tell(&ended, "")
+            }
+            _ => self.show(),
         }
     }
 
@@ -124,17 +138,21 @@ impl Show {
 
     /// `onText` and `onPartial` with the text of the attempt followed, if it has any.
     fn show(&self) {
-        let (Some(attempt), text) = (&self.followed, self.text()) else {
-            return;
-        };
-        if text.is_empty() {
-            return;
+        match (&self.followed, self.text()) {
+            (Some(attempt), text) if !text.is_empty() => self.tell(attempt, text),
+            _ => {}
         }
+    }
+
+    /// `onText(text, { attemptId: attempt })`, and `onPartial` with the JSON `text`
+    /// begins (`{}` for no text).
+    fn tell(&self, attempt: &str, text: &str) {
         if let Some(on_text) = &self.on_text {
-            let info = js::object(&[("attemptId", attempt.as_str().into())]);
+            let info = js::object(&[("attemptId", attempt.into())]);
             let _ = on_text.call2(&JsValue::NULL, &text.into(), &info);
         }
         if let Some(on_partial) = &self.on_partial {
+            let text = if text.is_empty() { "{" } else { text };
             let partial = onceclick_protocol::partial::close(text)
                 .and_then(|json| js_sys::JSON::parse(&json).ok());
             if let Some(partial) = partial {
@@ -147,14 +165,19 @@ impl Show {
 /// Whether `job` shows `attempt` still able to stream: `starting`, `running`, or
 /// `unknown` (its call may still be reading).
 fn streams(job: &JsValue, attempt: &str) -> bool {
+    matches!(
+        state_of(job, attempt).as_deref(),
+        Some("starting" | "running" | "unknown")
+    )
+}
+
+/// The state `job` shows `attempt` in.
+fn state_of(job: &JsValue, attempt: &str) -> Option<String> {
     let attempts = js_sys::Array::from(&js::get(job, "attempts"));
-    attempts.iter().any(|a| {
-        js::get_string(&a, "id").as_deref() == Some(attempt)
-            && matches!(
-                js::get_string(&a, "state").as_deref(),
-                Some("starting" | "running" | "unknown")
-            )
-    })
+    attempts
+        .iter()
+        .find(|a| js::get_string(a, "id").as_deref() == Some(attempt))
+        .and_then(|a| js::get_string(&a, "state"))
 }
 
 #[cfg(all(test, target_arch = "wasm32"))]
@@ -248,6 +271,48 @@ mod tests {
         assert!(seen.borrow().is_empty(), "{:?}", seen.borrow());
         show.piece("att_b", 0.0, "new");
         assert_eq!(*seen.borrow(), vec!["new".to_owned()]);
+    }
+
+    #[wasm_bindgen_test]
+    fn a_failed_attempts_text_is_withdrawn_until_the_next_attempt_streams() {
+        let (_, seen, on_text) = recording();
+        let partials: Seen = Rc::default();
+        let on_partial = {
+            let partials = partials.clone();
+            Closure::<dyn Fn(JsValue)>::new(move |p: JsValue| {
+                let p = js_sys::JSON::stringify(&p)
+                    .map(String::from)
+                    .unwrap_or_default();
+                partials.borrow_mut().push(p)
+            })
+        };
+        let options = js_sys::Object::new();
+        js_sys::Reflect::set(&options, &"onText".into(), on_text.as_ref()).expect("set");
+        js_sys::Reflect::set(&options, &"onPartial".into(), on_partial.as_ref()).expect("set");
+        let mut show = Show::of(&options);
+        show.job(&json(RUNNING));
+        show.piece("att_a", 0.0, "cut");
+        // A failover: the attempt followed failed, the next has no text yet.
+        show.job(&json(
+            r#"{"id": "job_1", "status": "running", "attempts": [
+                {"id": "att_a", "state": "failed"}, {"id": "att_c", "state": "starting"}]}"#,
+        ));
+        assert_eq!(*seen.borrow(), vec!["cut".to_owned(), String::new()]);
+        assert_eq!(partials.borrow().last().map(String::as_str), Some("{}"));
+        show.piece("att_c", 0.0, "new");
+        assert_eq!(seen.borrow().last().map(String::as_str), Some("new"));
+    }
+
+    #[wasm_bindgen_test]
+    fn a_stopped_attempts_text_stays() {
+        let (mut show, seen, _keep) = recording();
+        show.job(&json(RUNNING));
+        show.piece("att_a", 0.0, "so far");
+        show.job(&json(
+            r#"{"id": "job_1", "status": "cancelled", "attempts": [
+                {"id": "att_a", "state": "cancelled"}]}"#,
+        ));
+        assert_eq!(*seen.borrow(), vec!["so far".to_owned()]);
     }
 
     #[wasm_bindgen_test]

@@ -168,3 +168,58 @@ test("example app: a 409 is shown as its code and a sentence, and the job goes o
     assert.equal(await h.jobsWithText(text, await ticket(page)), 1, "one job in D1");
   });
 });
+
+test("example app: the fallback's text replaces a failed attempt's, which never comes back", { timeout: TEST_MS }, async () => {
+  await h.certifyFallback();
+  await h.withPage(browser, "example-retry-text", { opener: h.openExample }, async (page) => {
+    const text = h.uniqueText("example retry text");
+    // The primary streams part of its summary (slowly enough for the page to follow it
+    // live), then stops at `finish_reason: length`: its attempt fails. The fallback
+    // streams its own, slowly enough to be seen coming.
+    await h.mockPost("/_script", {
+      provider: "primary",
+      contains: text,
+      // 10 chunks: `{"sentiment":"neutral","summary":"alpha ` (the mock writes its keys
+      // in order).
+      steps: [{ summary: "alpha alpha alpha alpha", chunk_chars: 4, chunk_ms: 50, stream_fault: "length", fault_after: 10 }],
+    });
+    await h.mockPost("/_script", {
+      provider: "fallback",
+      contains: text,
+      steps: [{ summary: "omega", chunk_chars: 2, chunk_ms: 50 }],
+    });
+    // Every state the page renders: the job's status, whether it shows the second
+    // attempt, and the summary being written.
+    await page.evaluate(() => {
+      window.rendered = [];
+      const section = document.querySelector("section");
+      const record = () =>
+        window.rendered.push({
+          status: document.querySelector("#status")?.textContent ?? null,
+          second: /after 2 attempts/.test(section.textContent),
+          writing: document.querySelector("#writing")?.textContent ?? null,
+        });
+      new MutationObserver(record).observe(section, { subtree: true, childList: true, characterData: true });
+    });
+    await page.locator("#text").fill(text);
+    await page.locator("#generate").click();
+    await waitStatus(page, "failed");
+    const before = await page.evaluate(() => window.rendered);
+    const failed = before.length;
+    assert.ok(
+      before.some((r) => r.writing?.startsWith("alpha")),
+      `the primary's text was written as it came: ${JSON.stringify(before)}`,
+    );
+    await page.locator("#fallback").click();
+    await waitStatus(page, "succeeded");
+    const rendered = (await page.evaluate(() => window.rendered)).slice(failed);
+    const stale = rendered.filter((r) => r.second && r.writing !== null && r.writing.includes("alpha"));
+    assert.deepEqual(stale, [], "the failed attempt's text is not shown once the new attempt is");
+    assert.ok(
+      rendered.some((r) => r.second && r.writing !== null && r.writing.length > 0 && "omega".startsWith(r.writing)),
+      `the fallback's summary was written as it came: ${JSON.stringify(rendered)}`,
+    );
+    assert.equal(await page.locator("#result p").first().innerText(), "omega");
+    assert.equal(await h.jobsWithText(text, await ticket(page)), 1, "one job");
+  });
+});
