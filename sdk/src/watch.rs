@@ -445,19 +445,18 @@ impl Watched {
         }
     }
 
-    /// The stream stands at place `id` for this job: all of it, or only its counter
-    /// when the place may count text this client lacks: a piece was missed (`gap`), or
-    /// the place is the leading tab's (`following`), whose messages this tab may hear
-    /// before the leader answers its `want` with the text so far. A tab that then leads
-    /// reconnects from the counter, and is sent each attempt's text from its start.
+    /// The stream stands at place `id` for this job: all of it, or, when the place may
+    /// count text this client lacks, only the counter of the last document it has (none
+    /// without one): a piece was missed (`gap`), or the place is the leading tab's
+    /// (`following`), whose messages this tab may hear before the leader answers its
+    /// `want` with the text and the document so far. A tab that then leads reconnects
+    /// from that counter, and is sent the documents it lacks and each attempt's text
+    /// from its start.
     fn stand(&mut self, id: &str, following: bool) {
-        self.at = Some(
-            match self.gap || following {
-                true => seq(id),
-                false => id,
-            }
-            .to_owned(),
-        );
+        self.at = match self.gap || following {
+            true => self.last.as_ref().map(|(at, _)| seq(at).to_owned()),
+            false => Some(id.to_owned()),
+        };
     }
 }
 
@@ -557,6 +556,7 @@ mod tests {
         let mut w = Watching::default();
         let (_, mailbox, _) = w.watch("job_1");
         assert_eq!(query(&mut w), "job=job_1");
+        assert!(w.deliver("3", "job_1", &JsValue::from(js_sys::Object::new())));
         assert!(w.deliver_text("3/1:5", "job_1", "att_a", 0.0, "hello"));
         assert_eq!(query(&mut w), "job=job_1:3/1:5");
         // Code points 5 to 9 were missed: the piece cannot be placed.
@@ -584,10 +584,15 @@ mod tests {
         let mut w = Watching::default();
         let (_, mailbox, _) = w.watch("job_1");
         w.following = true;
+        // A piece heard before this tab has any document of the job: the leader's
+        // place names a document this tab lacks, so it claims none.
+        assert!(w.deliver_text("4/1:2", "job_1", "att_a", 0.0, "xx"));
+        assert_eq!(query(&mut w), "job=job_1");
+        assert!(w.deliver("4/1:2", "job_1", &JsValue::from(js_sys::Object::new())));
         // The leader's place counts its text, which this tab may hear before the
         // leader answers its `want` with the text so far: so it may lack some of it.
-        assert!(w.deliver_text("4/1:40", "job_1", "att_a", 0.0, &"x".repeat(40)));
-        assert_eq!(texts(&mailbox).len(), 1);
+        assert!(w.deliver_text("4/1:40", "job_1", "att_a", 2.0, &"x".repeat(38)));
+        assert_eq!(texts(&mailbox).len(), 2);
         // Leading next, it reconnects from the counter and is sent each text whole.
         w.following = false;
         assert_eq!(query(&mut w), "job=job_1:4");
