@@ -54,7 +54,7 @@ export interface UseSubmit<Input, Result> {
      * attempt that streams, then the winner's. A reload continues it. "" until text comes.
      */
     text: string;
-    /** `text`'s JSON so far, closed and parsed (best effort); null until it says something. */
+    /** `text`'s JSON so far, closed and parsed (best effort); null until it says something, `{}` once a failed attempt's text is withdrawn. */
     partial: Partial<Result> | null;
 }
 

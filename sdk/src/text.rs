@@ -5,9 +5,10 @@
 //! each attempt's text here only grows, and each piece begins where it ends. `onText`
 //! follows one attempt: the first that streams, until the job names its winner
 //! (`completed_by`), which it then follows; an attempt followed that ends without
-//! winning hands over to one still running, in the order their text came; a failed
-//! one with none to hand over to is withdrawn (`onText("")`), so that its text is not
-//! left on screen as if it were still being written.
+//! winning hands over to one still running, in the order their text came; with none
+//! to hand over to, its text is withdrawn (`onText("")`), so that it is not left on
+//! screen as if it were still being written (but a stop's stays). A piece of an
+//! attempt that the last document shows ended is never followed.
 //!
 //! Nothing is shown before the wait's first document: a wait that begins late is given
 //! the text so far first, then the document, and that text may be an attempt's that
@@ -26,8 +27,9 @@ pub(crate) struct Show {
     texts: Vec<(String, String)>,
     /// The attempt whose text `onText` shows.
     followed: Option<String>,
-    /// Whether a document of the job came: until then no attempt is followed.
-    seen_job: bool,
+    /// The job's last document: only an attempt it shows still streaming is followed
+    /// (none before the first document).
+    last: Option<JsValue>,
 }
 
 impl Show {
@@ -41,7 +43,7 @@ impl Show {
             on_delta: f("onDelta"),
             texts: Vec::new(),
             followed: None,
-            seen_job: false,
+            last: None,
         }
     }
 
@@ -60,11 +62,10 @@ impl Show {
             Some((_, have)) => have.push_str(text),
             None => self.texts.push((attempt.to_owned(), text.to_owned())),
         }
-        if !self.seen_job {
-            return;
+        if self.followed.is_none() && self.last.as_ref().is_some_and(|doc| streams(doc, attempt)) {
+            self.followed = Some(attempt.to_owned());
         }
-        let followed = self.followed.get_or_insert_with(|| attempt.to_owned());
-        if followed == attempt {
+        if self.followed.as_deref() == Some(attempt) {
             self.show();
         }
     }
@@ -76,7 +77,7 @@ impl Show {
         if let Some(on_update) = &self.on_update {
             let _ = on_update.call1(&JsValue::NULL, job);
         }
-        self.seen_job = true;
+        self.last = Some(job.clone());
         let next = match js::get_string(job, "completed_by") {
             Some(winner) => Some(winner),
             None if self.followed.as_deref().is_none_or(|a| !streams(job, a)) => self
@@ -91,13 +92,14 @@ impl Show {
             return;
         }
         match std::mem::replace(&mut self.followed, next) {
-            // A failed attempt's text is no attempt's that may still win: it goes, as a
-            // reload would not show it either, and the next attempt's follows as it
-            // comes. (A stop's text stays: the job is `cancelled`, its attempt too.)
+            // The attempt followed ended without winning (failed, abandoned, cancelled
+            // by an operator) and none that streams has text: its text is no longer one
+            // that may win, and goes, as a reload would not show it either; the next
+            // attempt's follows as it comes. A stop's text stays (the job `cancelled`).
             // (An attempt is followed only once it has text.)
             Some(ended)
                 if self.followed.is_none()
-                    && state_of(job, &ended).as_deref() == Some("failed") =>
+                    && js::get_string(job, "status").as_deref() != Some("cancelled") =>
             {
                 self.tell(&ended, "")
             }
@@ -165,19 +167,14 @@ impl Show {
 /// Whether `job` shows `attempt` still able to stream: `starting`, `running`, or
 /// `unknown` (its call may still be reading).
 fn streams(job: &JsValue, attempt: &str) -> bool {
-    matches!(
-        state_of(job, attempt).as_deref(),
-        Some("starting" | "running" | "unknown")
-    )
-}
-
-/// The state `job` shows `attempt` in.
-fn state_of(job: &JsValue, attempt: &str) -> Option<String> {
     let attempts = js_sys::Array::from(&js::get(job, "attempts"));
-    attempts
-        .iter()
-        .find(|a| js::get_string(a, "id").as_deref() == Some(attempt))
-        .and_then(|a| js::get_string(&a, "state"))
+    attempts.iter().any(|a| {
+        js::get_string(&a, "id").as_deref() == Some(attempt)
+            && matches!(
+                js::get_string(&a, "state").as_deref(),
+                Some("starting" | "running" | "unknown")
+            )
+    })
 }
 
 #[cfg(all(test, target_arch = "wasm32"))]
@@ -299,8 +296,23 @@ mod tests {
         ));
         assert_eq!(*seen.borrow(), vec!["cut".to_owned(), String::new()]);
         assert_eq!(partials.borrow().last().map(String::as_str), Some("{}"));
+        // The failed attempt's tail, resent by a reconnect: its text does not come back.
+        show.piece("att_a", 3.0, " off");
+        assert_eq!(seen.borrow().len(), 2, "{:?}", seen.borrow());
         show.piece("att_c", 0.0, "new");
         assert_eq!(seen.borrow().last().map(String::as_str), Some("new"));
+    }
+
+    #[wasm_bindgen_test]
+    fn an_abandoned_attempts_text_is_withdrawn_while_another_runs() {
+        let (mut show, seen, _keep) = recording();
+        show.job(&json(RUNNING));
+        show.piece("att_a", 0.0, "so far");
+        show.job(&json(
+            r#"{"id": "job_1", "status": "running", "attempts": [
+                {"id": "att_a", "state": "abandoned"}, {"id": "att_b", "state": "running"}]}"#,
+        ));
+        assert_eq!(*seen.borrow(), vec!["so far".to_owned(), String::new()]);
     }
 
     #[wasm_bindgen_test]

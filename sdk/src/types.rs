@@ -82,8 +82,8 @@ export interface WaitOptions {
    * A provider that streams: the text of the attempt followed, whole, each time it
    * grows. It follows the first attempt that streams until the job names its winner,
    * then the winner (a hedge's losing text is not shown). When the attempt followed
-   * fails and no other has text, it is given `""` (and `onPartial` `{}`): a failover's
-   * next attempt starts from nothing. A stop (`cancelled`) leaves the text as it was. A
+   * ends without winning (failed, abandoned) and no other has text, it is given `""`
+   * (and `onPartial` `{}`): a failover's next attempt starts from nothing. A stop (`cancelled`) leaves the text as it was. A
    * wait that begins late, in a reload or another tab, gets the text so far first, as
    * soon as its first document says which attempts still stream. A job that succeeded ends
    * with its winner's text whole: where the text seen is not whole JSON (none seen, or

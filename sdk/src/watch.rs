@@ -204,11 +204,11 @@ impl Watching {
                 continue;
             }
             // The text so far first (a stream's catch-up may bring it before the job's
-            // first document), then the document.
-            if let Some(place) = &job.at {
-                for (attempt, text) in &job.texts {
-                    post_text(&channel, place, &job.id, attempt, 0.0, text);
-                }
+            // first document), then the document. Without a place of its own (text heard
+            // while following, before any document), the text goes at place `0`.
+            let place = job.at.as_deref().unwrap_or("0");
+            for (attempt, text) in &job.texts {
+                post_text(&channel, place, &job.id, attempt, 0.0, text);
             }
             match &job.last {
                 Some((at, doc)) => {
@@ -577,6 +577,29 @@ mod tests {
                 ("att_a".to_owned(), 5.0, ", world".to_owned()),
             ]
         );
+    }
+
+    #[wasm_bindgen_test]
+    fn a_tab_that_leads_gives_a_tab_that_joins_the_text_it_heard_before_any_document() {
+        let mut w = Watching::default();
+        w.watch("job_1");
+        w.following = true;
+        assert!(w.deliver_text("4/1:2", "job_1", "att_a", 0.0, "xx"));
+        // It leads now; a tab announces the job. (A channel that keeps what is posted.)
+        w.following = false;
+        let channel = js_sys::Object::new();
+        let sent = js_sys::Array::new();
+        let _ = js_sys::Reflect::set(&channel, &"sent".into(), &sent);
+        let post = js_sys::Function::new_with_args("m", "this.sent.push(m)");
+        let _ = js_sys::Reflect::set(&channel, &"postMessage".into(), &post);
+        w.leading = Some(channel.into());
+        w.want(1.0, &js_sys::Array::of1(&"job_1".into()));
+        let texts: Vec<String> = sent
+            .iter()
+            .filter(|m| js::get_string(m, "t").as_deref() == Some("text"))
+            .filter_map(|m| js::get_string(&m, "text"))
+            .collect();
+        assert_eq!(texts, vec!["xx".to_owned()]);
     }
 
     #[wasm_bindgen_test]

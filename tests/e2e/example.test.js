@@ -169,7 +169,7 @@ test("example app: a 409 is shown as its code and a sentence, and the job goes o
   });
 });
 
-test("example app: the fallback's text replaces a failed attempt's, which never comes back", { timeout: TEST_MS }, async () => {
+test("example app: a failed attempt's text is withdrawn, and the fallback's replaces it", { timeout: TEST_MS }, async () => {
   await h.certifyFallback();
   await h.withPage(browser, "example-retry-text", { opener: h.openExample }, async (page) => {
     const text = h.uniqueText("example retry text");
@@ -210,6 +210,8 @@ test("example app: the fallback's text replaces a failed attempt's, which never 
       before.some((r) => r.writing?.startsWith("alpha")),
       `the primary's text was written as it came: ${JSON.stringify(before)}`,
     );
+    // Then withdrawn, once the job says the attempt failed: a reload would not show it.
+    await page.locator("#writing").waitFor({ state: "detached", timeout: h.WAIT_MS });
     await page.locator("#fallback").click();
     await waitStatus(page, "succeeded");
     const rendered = (await page.evaluate(() => window.rendered)).slice(failed);
