@@ -179,14 +179,14 @@ test("example app: a failed attempt's text is withdrawn, and the fallback's repl
     await h.mockPost("/_script", {
       provider: "primary",
       contains: text,
-      // 10 chunks: `{"sentiment":"neutral","summary":"alpha ` (the mock writes its keys
-      // in order).
-      steps: [{ summary: "alpha alpha alpha alpha", chunk_chars: 4, chunk_ms: 50, stream_fault: "length", fault_after: 10 }],
+      // 14 chunks: `{"sentiment":"neutral","summary":"alpha alpha alpha al` (the mock
+      // writes its keys in order): the summary is written for half a second.
+      steps: [{ summary: "alpha alpha alpha alpha", chunk_chars: 4, chunk_ms: 100, stream_fault: "length", fault_after: 14 }],
     });
     await h.mockPost("/_script", {
       provider: "fallback",
       contains: text,
-      steps: [{ summary: "omega", chunk_chars: 2, chunk_ms: 50 }],
+      steps: [{ summary: "omega omega omega omega", chunk_chars: 2, chunk_ms: 50 }],
     });
     // Every state the page renders: the job's status, whether it shows the second
     // attempt, and the summary being written.
@@ -201,13 +201,16 @@ test("example app: a failed attempt's text is withdrawn, and the fallback's repl
         });
       new MutationObserver(record).observe(section, { subtree: true, childList: true, characterData: true });
     });
+    // A summary written so far, as the page shows it: the primary's or the fallback's.
+    const ofPrimary = (w) => w !== null && w.length > 0 && "alpha alpha alpha alpha".startsWith(w);
+    const ofFallback = (w) => w !== null && w.length > 0 && "omega omega omega omega".startsWith(w);
     await page.locator("#text").fill(text);
     await page.locator("#generate").click();
     await waitStatus(page, "failed");
     const before = await page.evaluate(() => window.rendered);
     const failed = before.length;
     assert.ok(
-      before.some((r) => r.writing?.startsWith("alpha")),
+      before.some((r) => ofPrimary(r.writing)),
       `the primary's text was written as it came: ${JSON.stringify(before)}`,
     );
     // Then withdrawn, once the job says the attempt failed: a reload would not show it.
@@ -215,13 +218,13 @@ test("example app: a failed attempt's text is withdrawn, and the fallback's repl
     await page.locator("#fallback").click();
     await waitStatus(page, "succeeded");
     const rendered = (await page.evaluate(() => window.rendered)).slice(failed);
-    const stale = rendered.filter((r) => r.second && r.writing !== null && r.writing.includes("alpha"));
+    const stale = rendered.filter((r) => r.second && ofPrimary(r.writing));
     assert.deepEqual(stale, [], "the failed attempt's text is not shown once the new attempt is");
     assert.ok(
-      rendered.some((r) => r.second && r.writing !== null && r.writing.length > 0 && "omega".startsWith(r.writing)),
+      rendered.some((r) => r.second && ofFallback(r.writing)),
       `the fallback's summary was written as it came: ${JSON.stringify(rendered)}`,
     );
-    assert.equal(await page.locator("#result p").first().innerText(), "omega");
+    assert.equal(await page.locator("#result p").first().innerText(), "omega omega omega omega");
     assert.equal(await h.jobsWithText(text, await ticket(page)), 1, "one job");
   });
 });
