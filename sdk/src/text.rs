@@ -16,6 +16,8 @@
 //! document says which of them still stream.
 
 use crate::js;
+use crate::watch::status_of;
+use onceclick_protocol::JobStatus;
 use wasm_bindgen::JsValue;
 
 pub(crate) struct Show {
@@ -98,8 +100,7 @@ impl Show {
             // attempt's follows as it comes. A stop's text stays (the job `cancelled`).
             // (An attempt is followed only once it has text.)
             Some(ended)
-                if self.followed.is_none()
-                    && js::get_string(job, "status").as_deref() != Some("cancelled") =>
+                if self.followed.is_none() && status_of(job) != Some(JobStatus::Cancelled) =>
             {
                 self.tell(&ended, "")
             }
@@ -193,17 +194,33 @@ mod tests {
     /// The texts `onText` was given, in order.
     type Seen = Rc<RefCell<Vec<String>>>;
 
-    /// A `Show` whose `onText` records each text it is given (and the closure, to keep).
-    fn recording() -> (Show, Seen, Closure<dyn Fn(JsValue)>) {
-        let seen = Rc::new(RefCell::new(Vec::new()));
-        let on_text = {
+    /// Sets `options[name]` to a callback that records `as_text` of what it is given;
+    /// the records, and the callback (to keep).
+    fn record(
+        options: &js_sys::Object,
+        name: &str,
+        as_text: fn(JsValue) -> String,
+    ) -> (Seen, Closure<dyn Fn(JsValue)>) {
+        let seen: Seen = Rc::default();
+        let callback = {
             let seen = seen.clone();
-            Closure::<dyn Fn(JsValue)>::new(move |text: JsValue| {
-                seen.borrow_mut().push(text.as_string().unwrap_or_default())
+            Closure::<dyn Fn(JsValue)>::new(move |value: JsValue| {
+                seen.borrow_mut().push(as_text(value))
             })
         };
+        js_sys::Reflect::set(options, &name.into(), callback.as_ref()).expect("set");
+        (seen, callback)
+    }
+
+    /// The text `onText` is given.
+    fn text_of(text: JsValue) -> String {
+        text.as_string().unwrap_or_default()
+    }
+
+    /// A `Show` whose `onText` records each text it is given (and the callback, to keep).
+    fn recording() -> (Show, Seen, Closure<dyn Fn(JsValue)>) {
         let options = js_sys::Object::new();
-        js_sys::Reflect::set(&options, &"onText".into(), on_text.as_ref()).expect("set");
+        let (seen, on_text) = record(&options, "onText", text_of);
         (Show::of(&options), seen, on_text)
     }
 
@@ -272,20 +289,13 @@ mod tests {
 
     #[wasm_bindgen_test]
     fn a_failed_attempts_text_is_withdrawn_until_the_next_attempt_streams() {
-        let (_, seen, on_text) = recording();
-        let partials: Seen = Rc::default();
-        let on_partial = {
-            let partials = partials.clone();
-            Closure::<dyn Fn(JsValue)>::new(move |p: JsValue| {
-                let p = js_sys::JSON::stringify(&p)
-                    .map(String::from)
-                    .unwrap_or_default();
-                partials.borrow_mut().push(p)
-            })
-        };
         let options = js_sys::Object::new();
-        js_sys::Reflect::set(&options, &"onText".into(), on_text.as_ref()).expect("set");
-        js_sys::Reflect::set(&options, &"onPartial".into(), on_partial.as_ref()).expect("set");
+        let (seen, _on_text) = record(&options, "onText", text_of);
+        let (partials, _on_partial) = record(&options, "onPartial", |partial| {
+            js_sys::JSON::stringify(&partial)
+                .map(String::from)
+                .unwrap_or_default()
+        });
         let mut show = Show::of(&options);
         show.job(&json(RUNNING));
         show.piece("att_a", 0.0, "cut");

@@ -38,8 +38,8 @@ use std::path::{Path, PathBuf};
 /// `onPartial` through `protocol::partial::close` (0.95 KB, once its `&str` slicing,
 /// whose panic path pulled in `core::fmt`'s escaping, was made `str::get`: that alone
 /// was 4 KB); 60,742 B with a wait that shows no text before its first document (91 B),
-/// 60,889 B with a failed attempt's text withdrawn (`onText("")`) and a following tab's
-/// place never naming a document it lacks (147 B).
+/// 60,852 B with a failed attempt's text withdrawn (`onText("")`) and a following tab's
+/// place never naming a document it lacks (110 B).
 /// Issue 25's target is 43 KiB with all of it, which needs the SDK's IO moved out of
 /// Rust (ARCHITECTURE.md, "What 43 KiB would take"). The issue's target is 40 KB (ARCHITECTURE.md, "The SDK's size", says what
 /// the rest is). Lower it as the package shrinks, so that it cannot grow back.
