@@ -274,6 +274,11 @@ mod native {
             self.0.next_in_ms()
         }
 
+        /// Whether a hand-off is under way (what it took is neither kept nor sent yet).
+        pub fn busy(&self) -> bool {
+            self.0.sending()
+        }
+
         /// The alarm's hand-off: the number of attempts sent to the queue.
         pub async fn hand_off(&self, host: &dyn Host) -> usize {
             self.0.hand_off(host).await

@@ -143,6 +143,10 @@ pub(crate) struct Db {
     /// The first attempts each shard's creates committed for hand-off, by shard: what
     /// the shard's rows say, whatever its memory lost.
     pub(crate) handed: RefCell<BTreeMap<String, Vec<String>>>,
+    /// Shards whose create committed a hand-off that their object then starts at once,
+    /// after its answer (`shard.rs`'s `wait_until`), besides the alarm: one entry per
+    /// commit, taken when it runs.
+    pub(crate) eager: RefCell<Vec<String>>,
 }
 
 fn open(place: &str) -> rusqlite::Result<Connection> {
@@ -215,6 +219,7 @@ impl Db {
             outboxes: RefCell::new(BTreeMap::new()),
             alarms: RefCell::new(BTreeMap::new()),
             handed: RefCell::new(BTreeMap::new()),
+            eager: RefCell::new(Vec::new()),
         }
     }
 
@@ -330,6 +335,7 @@ impl Db {
             self.outbox(place).keep(mark, ids);
             let now = onceclick_edge::sim::now_ms() as u64;
             self.alarms.borrow_mut().insert(place.to_owned(), now);
+            self.eager.borrow_mut().push(place.to_owned());
         }
         Ok(sets)
     }

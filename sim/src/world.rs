@@ -685,6 +685,7 @@ impl World {
             (1, 11),   // a crash
             (1, 13),   // a store outage of a few seconds (in a world with faults)
             (10, 14),  // a shard's alarm, if one is due
+            (6, 16),   // a shard's hand-off after a create's answer, if one is owed
             (8, 15),   // a live stream opens, drops and reconnects, or a hub restarts
             (30, 12),  // tasks run
         ]);
@@ -706,6 +707,7 @@ impl World {
             }
             11 => self.crash(&mut rng),
             14 => self.alarm(&mut rng),
+            16 => self.eager_hand_off(&mut rng),
             15 => {
                 let job = self.known_job(&mut rng);
                 self.live.act(&mut rng, job, &|id| self.live_read(id));
@@ -723,6 +725,27 @@ impl World {
         }
         self.live.tick(self.now(), &|id| self.live_read(id));
         self.live_problems();
+        self.outboxes_armed();
+    }
+
+    /// A shard that keeps attempts to hand on, with no hand-off under way, has its alarm
+    /// set: else they wait for the reconciler's sweep, a pass away (a refusal the
+    /// hand-off after a create's answer did not arm for, say).
+    fn outboxes_armed(&self) {
+        let unarmed = self
+            .db
+            .outboxes
+            .borrow()
+            .iter()
+            .find_map(|(place, outbox)| {
+                let waiting = outbox.next_in_ms().is_some() && !outbox.busy();
+                (waiting && !self.db.alarms.borrow().contains_key(place)).then(|| place.clone())
+            });
+        if let Some(place) = unarmed {
+            self.violate(format!(
+                "shard {place} keeps attempts to hand to the queue and has no alarm set: they wait for the reconciler"
+            ));
+        }
     }
 
     fn spawn_request(self: &Rc<Self>, rng: &mut Rng, request: Request) {
@@ -1130,7 +1153,9 @@ impl World {
                 }
             }
             world.figures.borrow_mut().handed_off += handed as u64;
-            let complete = next != Some(sim::RETRY_MS);
+            // Another hand-off under way (one a create started) may hold some of them
+            // still: a later alarm checks them.
+            let complete = next != Some(sim::RETRY_MS) && !outbox.busy();
             if complete && starting.len() < 1_000 {
                 // Unless something else moved it meanwhile (a cancel).
                 let lost = starting.iter().find(|id| {
@@ -1144,6 +1169,36 @@ impl World {
             }
         });
         self.alarm_tasks.borrow_mut().insert(task, place);
+    }
+
+    /// A shard's hand-off right after a create's commit (`shard.rs` starts it in the
+    /// object's `wait_until`, the alarm staying set as the guarantee): the same outbox,
+    /// on the objects' isolate, racing the alarm. Whatever it takes and the queue
+    /// refuses is kept again, and it sets the alarm to `RETRY_MS` for it (an alarm that
+    /// ran meanwhile found none of it). A crash of the isolate drops the task with the
+    /// outbox, and the new instance is born with what is `starting`.
+    fn eager_hand_off(self: &Rc<Self>, rng: &mut Rng) {
+        let place = {
+            let mut owed = self.db.eager.borrow_mut();
+            if owed.is_empty() {
+                return;
+            }
+            let i = rng.below(owed.len() as u64) as usize;
+            owed.swap_remove(i)
+        };
+        self.note(|| format!("hand-off of {place} after a create's answer"));
+        let world = self.clone();
+        self.exec.spawn(RECONCILER, Role::Reconcile, async move {
+            let host = world.host(RECONCILER);
+            let outbox = world.db.outbox(&place);
+            let handed = outbox.hand_off(&host).await;
+            world.figures.borrow_mut().handed_off += handed as u64;
+            // A refusal: the alarm, which may have run meanwhile, runs again for it.
+            if let Some(in_ms) = outbox.next_in_ms().filter(|ms| *ms > 0.0) {
+                let due = world.now() + in_ms as u64;
+                world.db.alarms.borrow_mut().insert(place, due);
+            }
+        });
     }
 
     fn advance(&self, ms: u64) {
@@ -1199,6 +1254,7 @@ impl World {
         if isolate == RECONCILER {
             // The shards' objects live here: their memory (the outboxes) dies with it.
             self.db.outboxes.borrow_mut().clear();
+            self.db.eager.borrow_mut().clear();
         }
         self.alarm_tasks
             .borrow_mut()
@@ -1814,6 +1870,10 @@ impl World {
             self.live.tick(now, &|id| self.live_read(id));
             if self.queue.borrow().iter().any(|m| m.due <= now) {
                 self.deliver(&mut rng);
+                continue;
+            }
+            if !self.db.eager.borrow().is_empty() {
+                self.eager_hand_off(&mut rng);
                 continue;
             }
             if !self.due_alarms().is_empty() {

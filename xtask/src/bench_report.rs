@@ -238,7 +238,7 @@ fn job_cost(md: &mut String, cost: &Value) {
             if name == "d1" {
                 "the create's dispatch, after its answer"
             } else {
-                "the create's dispatch, by the shard's alarm: one more object request"
+                "the create's dispatch, by its shard after the answer, with the alarm it set: one more object request"
             }
         );
     }
