@@ -174,17 +174,13 @@ impl Api {
             // A shard's SQLite may be busy for a moment under the local runtime (the
             // suites read its file while it writes): that is a 503, retryable by the
             // contract, and the pass is asked for again, as the next alarm would run it.
-            for _ in 0..5 {
-                let reply =
-                    send(self.post_json(&admin, "/v1/_reconcile", &serde_json::json!({}))).await;
-                if reply.status == 503 {
-                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-                    continue;
-                }
-                assert_eq!(reply.status, 200, "{}", reply.text);
-                return;
-            }
-            panic!("POST /v1/_reconcile answered 503 five times");
+            let (reply, _) = resend_while_unavailable(
+                || self.post_json(&admin, "/v1/_reconcile", &serde_json::json!({})),
+                &[200; 4],
+            )
+            .await;
+            assert_eq!(reply.status, 200, "{}", reply.text);
+            return;
         }
         let reply = send(
             self.http
@@ -262,16 +258,11 @@ impl Api {
             body["provider"] = serde_json::json!(p);
         }
         let key = unique("key");
-        let mut reply = send(self.create(token, Some(&key), &body.to_string())).await;
-        let mut resent = false;
-        for pause_ms in [100, 200] {
-            if reply.status != 503 || reply.problem_code() != "service_unavailable" {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(pause_ms)).await;
-            reply = send(self.create(token, Some(&key), &body.to_string())).await;
-            resent = true;
-        }
+        let (reply, resent) = resend_while_unavailable(
+            || self.create(token, Some(&key), &body.to_string()),
+            &[100, 200],
+        )
+        .await;
         // After a resend, 200 is the first send's job, replayed.
         assert!(
             reply.status == 201 || (resent && reply.status == 200),
@@ -347,6 +338,28 @@ pub async fn send(rb: RequestBuilder) -> Reply {
         headers,
         text,
     }
+}
+
+/// Sends the request `make` builds, and builds and sends it again (so with the same
+/// key) after each pause of `pauses_ms` while the answer is a `503
+/// service_unavailable`, as the contract says a client does: the local runtime's
+/// SQLite answers busy now and then while the tests write concurrently. The last answer,
+/// and whether it came to a resend.
+pub async fn resend_while_unavailable(
+    make: impl Fn() -> RequestBuilder,
+    pauses_ms: &[u64],
+) -> (Reply, bool) {
+    let mut reply = send(make()).await;
+    let mut resent = false;
+    for pause_ms in pauses_ms {
+        if reply.status != 503 || reply.problem_code() != "service_unavailable" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(*pause_ms)).await;
+        reply = send(make()).await;
+        resent = true;
+    }
+    (reply, resent)
 }
 
 /// The header that arms test-only faults in the test Worker (see `edge/src/fault.rs`).
