@@ -13,8 +13,11 @@
 //! - Once the alarm is set, the shard also hands the kept attempts on at once, after
 //!   its answer (`wait_until`): the alarm is the guarantee, not the way. Waiting for
 //!   the alarm's turn cost a streamed job about 11 ms before its first text, locally.
-//!   What the queue refuses that hand-off is kept again, and it sets the alarm to
-//!   [`RETRY_MS`] itself: an alarm that ran meanwhile found none of it.
+//!   An alarm that runs while a hand-off is under way sets the next one [`RETRY_MS`]
+//!   away at most: what that hand-off took is neither kept nor sent yet, and if the
+//!   queue refuses it (it is kept again) or the instance ends first (a new instance's
+//!   `born` finds it `starting`), that alarm hands it on. One alarm more per create
+//!   whose alarm comes before its send is done.
 //! - The alarm hands every kept attempt to the queue ([`Outbox::hand_off`]). It never
 //!   calls a provider: the queue consumer does, as for every other attempt.
 //! - The ids in memory die with the instance (a crash, an eviction, a deploy). So a new
@@ -85,10 +88,13 @@ impl Outbox {
     }
 
     /// When the alarm must run again for the outbox, in ms from now: in [`RETRY_MS`]
-    /// after a refusal, at once if anything else waits, `None` if nothing does.
+    /// after a refusal, and while another hand-off is under way (what the queue refuses
+    /// it, or an end of the instance loses, needs an alarm: this instance's, or the
+    /// next one's `born`); at once if anything else waits; `None` if nothing does.
     pub(crate) fn next_in_ms(&self) -> Option<f64> {
         if self.pending.borrow().is_empty() {
-            None
+            let ignore = crate::mutant::on(crate::mutant::Mutant::AlarmIgnoresHandOff);
+            (self.sending.get() > 0 && !ignore).then_some(RETRY_MS)
         } else if self.refused.get() {
             Some(RETRY_MS)
         } else {

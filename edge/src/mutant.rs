@@ -20,6 +20,10 @@ pub enum Mutant {
     /// `starting` attempt its shard's rows hold: a create committed by an instance that
     /// died before its alarm is never dispatched by the alarm.
     HandOffSkipsSweep,
+    /// A shard's alarm that runs while a create's hand-off is still sending does not
+    /// come again: what that hand-off loses (refused, or the instance gone) waits for
+    /// the reconciler.
+    AlarmIgnoresHandOff,
     /// The store tells a job's live streams its document under the next position, not
     /// its own: a stream would show one change under two positions.
     NotifyUnderTheNextPosition,

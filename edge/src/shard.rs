@@ -89,8 +89,7 @@ const DEFAULT_EVERY_MS: f64 = 60_000.0;
 // `#[durable_object]` adds would cost the Worker their glue for nothing.
 #[durable_object(alarm)]
 pub struct Shard {
-    /// Shared with the hand-off a create starts after its answer (`batch`).
-    state: std::rc::Rc<State>,
+    state: State,
     env: Env,
     /// The object's name (`s8.3`), learnt from the first call.
     name: std::cell::RefCell<String>,
@@ -117,7 +116,7 @@ struct ReconcileNow {
 impl DurableObject for Shard {
     fn new(state: State, env: Env) -> Self {
         Self {
-            state: std::rc::Rc::new(state),
+            state,
             env,
             name: std::cell::RefCell::new(String::new()),
             migrated: Cell::new(false),
@@ -203,20 +202,6 @@ impl DurableObject for Shard {
             }
         }
         Response::ok("reconciled")
-    }
-}
-
-/// Sets shard `name`'s alarm `in_ms` from now; false (and logged) if it could not.
-async fn set_alarm(state: &State, name: &str, in_ms: f64) -> bool {
-    match state.storage().set_alarm(in_ms as i64).await {
-        Ok(()) => true,
-        Err(e) => {
-            worker::console_error!(
-                "{}",
-                json!({"event": "alarm_failed", "shard": name, "cause": e.to_string()})
-            );
-            false
-        }
     }
 }
 
@@ -341,20 +326,16 @@ impl Shard {
             self.outbox.keep(ran.handed);
             if self.arm(0.0).await {
                 // The alarm is the guarantee; the hand-off starts now, after the answer,
-                // rather than in the alarm's turn (`handoff.rs`).
+                // rather than in the alarm's turn (`handoff.rs`). An alarm that runs
+                // while it sends comes again in `RETRY_MS`, for what the queue refuses
+                // it or an end of this instance loses.
                 let (outbox, env) = (self.outbox.clone(), self.env.clone());
-                let (state, name) = (self.state.clone(), self.name.borrow().clone());
                 self.state.wait_until(async move {
                     let host = crate::host::WorkerHost {
                         env: &env,
                         ctx: None,
                     };
                     outbox.hand_off(&host).await;
-                    // What the queue refused is kept again, and an alarm that ran
-                    // meanwhile found none of it: the alarm runs again for it.
-                    if let Some(in_ms) = outbox.next_in_ms().filter(|ms| *ms > 0.0) {
-                        set_alarm(&state, &name, in_ms).await;
-                    }
                 });
             } else {
                 let host = crate::host::WorkerHost {
@@ -410,12 +391,19 @@ impl Shard {
 
     /// Sets the alarm `in_ms` from now; false (and logged) if it could not.
     async fn arm(&self, in_ms: f64) -> bool {
-        let name = self.name.borrow().clone();
-        let set = set_alarm(&self.state, &name, in_ms).await;
-        if set {
-            self.armed.set(true);
+        match self.state.storage().set_alarm(in_ms as i64).await {
+            Ok(()) => {
+                self.armed.set(true);
+                true
+            }
+            Err(e) => {
+                worker::console_error!(
+                    "{}",
+                    json!({"event": "alarm_failed", "shard": *self.name.borrow(), "cause": e.to_string()})
+                );
+                false
+            }
         }
-        set
     }
 
     /// One reconciler pass over this shard's rows.

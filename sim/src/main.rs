@@ -358,6 +358,11 @@ const MUTANTS: &[Planted] = &[
         &["a create whose dispatch was lost"],
     ),
     (
+        "alarm-ignores-hand-off",
+        AnyMutant::Rust(Mutant::AlarmIgnoresHandOff),
+        &["no alarm set"],
+    ),
+    (
         "notify-under-the-next-position",
         AnyMutant::Rust(Mutant::NotifyUnderTheNextPosition),
         &["two documents at position"],

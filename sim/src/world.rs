@@ -745,6 +745,36 @@ impl World {
             self.violate(format!(
                 "shard {place} keeps attempts to hand to the queue and has no alarm set: they wait for the reconciler"
             ));
+            return;
+        }
+        // Nor is an attempt a create committed, still `starting` and never sent, left
+        // where only the reconciler would find it: its shard's alarm is set, or a
+        // hand-off holds it (memory that a crash loses, so the alarm must outlive it).
+        let handed = self.db.handed.borrow();
+        for (place, ids) in handed.iter() {
+            if self.db.alarms.borrow().contains_key(place)
+                || self
+                    .db
+                    .outboxes
+                    .borrow()
+                    .get(place)
+                    .is_some_and(|o| o.busy())
+            {
+                continue;
+            }
+            let sent = self.sent_ids.borrow();
+            let lost = ids
+                .iter()
+                .filter(|id| !sent.contains(*id))
+                .find(|id| self.is_starting(place, id));
+            if let Some(lost) = lost {
+                let lost = lost.clone();
+                drop(sent);
+                self.violate(format!(
+                    "attempt {lost}, committed by a create in {place} and still starting, was never sent, and its shard has no alarm set and no hand-off under way: its dispatch waits for the reconciler"
+                ));
+                return;
+            }
         }
     }
 
@@ -1174,9 +1204,9 @@ impl World {
     /// A shard's hand-off right after a create's commit (`shard.rs` starts it in the
     /// object's `wait_until`, the alarm staying set as the guarantee): the same outbox,
     /// on the objects' isolate, racing the alarm. Whatever it takes and the queue
-    /// refuses is kept again, and it sets the alarm to `RETRY_MS` for it (an alarm that
-    /// ran meanwhile found none of it). A crash of the isolate drops the task with the
-    /// outbox, and the new instance is born with what is `starting`.
+    /// refuses is kept again; an alarm that runs meanwhile comes again in `RETRY_MS`
+    /// (`Outbox::next_in_ms`) for that, and for what a crash of the isolate loses with
+    /// the task (the new instance is born with what is `starting`).
     fn eager_hand_off(self: &Rc<Self>, rng: &mut Rng) {
         let place = {
             let mut owed = self.db.eager.borrow_mut();
@@ -1193,11 +1223,6 @@ impl World {
             let outbox = world.db.outbox(&place);
             let handed = outbox.hand_off(&host).await;
             world.figures.borrow_mut().handed_off += handed as u64;
-            // A refusal: the alarm, which may have run meanwhile, runs again for it.
-            if let Some(in_ms) = outbox.next_in_ms().filter(|ms| *ms > 0.0) {
-                let due = world.now() + in_ms as u64;
-                world.db.alarms.borrow_mut().insert(place, due);
-            }
         });
     }
 
