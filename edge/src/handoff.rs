@@ -10,8 +10,9 @@
 //!   `transactionSync`, keeps the returned ids in its [`Outbox`] (memory), and sets its
 //!   alarm to now in the same synchronous turn: the alarm is scheduled if and only if
 //!   the job is committed. The create makes no queue send and no second round trip.
-//! - Once the alarm is set, the shard also hands the kept attempts on at once, after
-//!   its answer (`wait_until`): the alarm is the guarantee, not the way. Waiting for
+//! - Once the alarm is set, the shard also hands the kept attempts on at once, as it
+//!   answers (a task of the object's: the runtime's output gate holds the send until
+//!   the commit and the alarm are written). The alarm is the guarantee, not the way. Waiting for
 //!   the alarm's turn cost a streamed job about 11 ms before its first text, locally.
 //!   An alarm that runs while a hand-off is under way sets the next one [`RETRY_MS`]
 //!   away at most: what that hand-off took is neither kept nor sent yet, and if the
@@ -45,7 +46,8 @@ use std::cell::{Cell, RefCell};
 /// How soon the alarm runs again when a hand-off could not send everything.
 pub(crate) const RETRY_MS: f64 = 1_000.0;
 
-/// What a shard instance holds between a create's commit and its alarm.
+/// What a shard instance holds between a create's commit and its hand-off (the one
+/// the create starts, or its alarm's).
 pub(crate) struct Outbox {
     pending: RefCell<Vec<Dispatch>>,
     /// This instance has read what its shard held `starting` when it came to be.

@@ -279,7 +279,8 @@ mod native {
             self.0.sending()
         }
 
-        /// The alarm's hand-off: the number of attempts sent to the queue.
+        /// A hand-off (a create's, or its alarm's): the number of attempts sent to the
+        /// queue.
         pub async fn hand_off(&self, host: &dyn Host) -> usize {
             self.0.hand_off(host).await
         }

@@ -752,7 +752,10 @@ impl World {
         // hand-off holds it (memory that a crash loses, so the alarm must outlive it).
         let handed = self.db.handed.borrow();
         for (place, ids) in handed.iter() {
-            if self.db.alarms.borrow().contains_key(place)
+            // A new instance takes the newest 1,000 `starting` attempts at most; any
+            // beyond are the reconciler's by design (`handoff.rs`).
+            if ids.len() >= 1_000
+                || self.db.alarms.borrow().contains_key(place)
                 || self
                     .db
                     .outboxes
