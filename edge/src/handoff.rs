@@ -12,8 +12,9 @@
 //!   the job is committed. The create makes no queue send and no second round trip.
 //! - Once the alarm is set, the shard also hands the kept attempts on at once, as it
 //!   answers (a task of the object's: the runtime's output gate holds the send until
-//!   the commit and the alarm are written). The alarm is the guarantee, not the way. Waiting for
-//!   the alarm's turn cost a streamed job about 11 ms before its first text, locally.
+//!   the commit and the alarm are written). The alarm is the guarantee, not the way.
+//!   Waiting for the alarm's turn cost a streamed job about 11 ms before its first
+//!   text, locally.
 //!   An alarm that runs while a hand-off is under way sets the next one [`RETRY_MS`]
 //!   away at most: what that hand-off took is neither kept nor sent yet, and if the
 //!   queue refuses it (it is kept again) or the instance ends first (a new instance's

@@ -327,9 +327,9 @@ impl Shard {
             if self.arm(0.0).await {
                 // The alarm is the guarantee; the hand-off starts now, as the answer goes
                 // (the output gate holds its send until the commit and the alarm are
-                // written), rather than in the alarm's turn (`handoff.rs`). An alarm that runs
-                // while it sends comes again in `RETRY_MS`, for what the queue refuses
-                // it or an end of this instance loses.
+                // written), rather than in the alarm's turn (`handoff.rs`). An alarm that
+                // runs while it sends comes again in `RETRY_MS`, for what the queue
+                // refuses it or an end of this instance loses.
                 let (outbox, env) = (self.outbox.clone(), self.env.clone());
                 self.state.wait_until(async move {
                     let host = crate::host::WorkerHost {
