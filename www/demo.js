@@ -545,8 +545,10 @@ async function arm(fault, text) {
     case "stream_stall": await script("fallback", text, once({ chunk_chars: 2, chunk_ms: 100, stream_fault: "stall", fault_after: 12 })); return {};
     case "stream_cut": await script("fallback", text, once({ chunk_chars: 2, chunk_ms: 100, stream_fault: "cut", fault_after: 12 })); return {};
     case "stream_race":
-      // Both stream (under `cargo xtask dev`): the primary slowly, the hedge faster.
-      await script("primary", text, once({ chunk_chars: 1, chunk_ms: 250 }));
+      // Both stream (under `cargo xtask dev`). A hedge is only for a silent primary, so
+      // the primary says nothing (comments only) for 600 ms, past the kind's 300 ms, and
+      // then streams slowly; the hedge streams faster.
+      await script("primary", text, once({ hold_open_ms: 600, chunk_chars: 1, chunk_ms: 250 }));
       await script("fallback", text, once({ chunk_chars: 2, chunk_ms: 60 }));
       return {};
     case "race":

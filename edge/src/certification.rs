@@ -49,6 +49,7 @@ pub(crate) async fn run(
                         attempt_id: &call_id,
                         job: None,
                         news: None,
+                        hand_off_fault: None,
                     };
                     match host.call(call).await {
                         CallOutcome::Output(..) => None,

@@ -248,20 +248,27 @@ fn prepare<'a>(
     })
 }
 
-/// Runs a claimed attempt. A kind that declares `hedge_after_ms` gives a silent
-/// provider one hedge attempt on the next provider, run concurrently: whichever
-/// finishes first wins. The hedge itself is never hedged.
+/// Runs a claimed attempt. A kind that declares `hedge_after_ms` gives a provider
+/// silent that long (no answer, and no text of a streamed answer, since its call began)
+/// one hedge attempt on the next provider, run concurrently: whichever finishes first
+/// wins. A call that has sent text by then is not hedged (a second call would pay for
+/// an answer already coming). The hedge itself is never hedged.
 async fn run_claimed(host: &dyn Host, store: &Store, attempt: ClaimedAttempt) -> ApiResult<()> {
     let Some(prepared) = prepare_or_fail(host, store, &attempt).await? else {
         return Ok(());
     };
-    let own = call_and_record(host, store, &prepared);
+    let news = CallNews::default();
+    let own = call_and_record(host, store, &prepared, &news);
     let Some(ms) = prepared.kind.decl().hedge_after_ms else {
         return own.await;
     };
     futures_util::pin_mut!(own);
+    let spoke = || {
+        news.first_text_at().is_some() && !crate::mutant::on(crate::mutant::Mutant::HedgeAfterText)
+    };
     match select(own, host.sleep(ms)).await {
         Either::Left((done, _)) => done,
+        Either::Right(((), own)) if spoke() => own.await,
         // Whatever happens to the hedge, the primary's call in flight goes on and its
         // answer is recorded.
         Either::Right(((), own)) => match start_hedge(host, store, &prepared, ms).await {
@@ -285,7 +292,7 @@ async fn run_claimed(host: &dyn Host, store: &Store, attempt: ClaimedAttempt) ->
 /// Runs a claimed hedge attempt: its call and its outcome, with no hedge of its own.
 async fn run_hedge(host: &dyn Host, store: &Store, hedge: ClaimedAttempt) -> ApiResult<()> {
     match prepare_or_fail(host, store, &hedge).await? {
-        Some(prepared) => call_and_record(host, store, &prepared).await,
+        Some(prepared) => call_and_record(host, store, &prepared, &CallNews::default()).await,
         None => Ok(()),
     }
 }
@@ -333,11 +340,16 @@ fn poll_every(var: Option<String>) -> u64 {
 
 /// Calls the attempt's provider and records the outcome; a retryable failure then
 /// fails over, if the kind allows. A call whose attempt is cancelled meanwhile, or whose
-/// job another attempt wins, is stopped ([`unless_stopped`]).
-async fn call_and_record(host: &dyn Host, store: &Store, p: &Prepared<'_>) -> ApiResult<()> {
+/// job another attempt wins, is stopped ([`unless_stopped`]). `news` hears the call as
+/// it runs.
+async fn call_and_record(
+    host: &dyn Host,
+    store: &Store,
+    p: &Prepared<'_>,
+    news: &CallNews,
+) -> ApiResult<()> {
     let api_key = providers::api_key(&p.provider, host);
     let started = clock::now_ms();
-    let news = CallNews::default();
     let call = host.call(ProviderCall {
         provider: &p.provider,
         api_key: api_key.as_deref(),
@@ -345,19 +357,22 @@ async fn call_and_record(host: &dyn Host, store: &Store, p: &Prepared<'_>) -> Ap
         input: &p.input,
         attempt_id: &p.attempt.id,
         job: Some((&p.attempt.job_id, p.attempt.n)),
-        news: Some(&news),
+        news: Some(news),
+        hand_off_fault: store.fault_when("hand_off"),
     });
-    let watching = Watching {
-        news: &news,
-        started,
-    };
+    let watching = Watching { news, started };
     let outcome = unless_stopped(host, store, p, call, watching).await?;
     // What a streamed call cost on the way (the bench reads it): its requests to the
-    // job's hub, and the text they carried.
-    if news.hand_offs() > 0 {
+    // job's hub, the text they carried, and the time to its first text (null if none
+    // came).
+    if p.provider.stream {
+        let first_text_ms = news
+            .first_text_at()
+            .map(|at| (at - started).max(0.0) as u64);
         crate::log::info(json!({"event": "call_streamed", "job_id": p.attempt.job_id,
                                 "attempt_id": p.attempt.id, "chars": news.chars(),
-                                "hand_offs": news.hand_offs()}));
+                                "hand_offs": news.hand_offs(),
+                                "first_text_ms": first_text_ms}));
     }
     let Some(outcome) = outcome else {
         return Ok(());

@@ -10,6 +10,11 @@
 //! - `<when>` is `before` (the call fails before it reaches D1: nothing commits) or
 //!   `after` (the call commits, then its reply is lost).
 //!
+//! Two name the live hubs instead: `subscribe:before` fails a stream's first hub
+//! subscription; `hand_off:before` makes the job's hub refuse a streamed call's first
+//! hand-off of text (503), and `hand_off:after` makes it answer every hand-off of that
+//! call late (it keeps the text, and answers 100 ms inside the call's bound).
+//!
 //! Each fault fires once, at the first matching call, and says so in one structured log
 //! line (`{"event": "fault_fired", "op", "when", "scope"}`) that tests read to prove it
 //! fired. A request that creates an attempt hands its faults on to that attempt's
@@ -64,6 +69,7 @@ pub(crate) const OPS: &[&str] = &[
     "create_or_get_job",
     "dispatch_prepare",
     "events",
+    "hand_off",
     "insert_attempt",
     "insert_failover",
     "insert_hedge",
@@ -77,6 +83,7 @@ pub(crate) const OPS: &[&str] = &[
     "reconcile",
     "save_certification",
     "stuck_starting",
+    "subscribe",
     "watch",
 ];
 

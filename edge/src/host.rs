@@ -64,24 +64,38 @@ pub struct ProviderCall<'a> {
     /// Where the call tells its dispatcher what it hears while it runs (none for a
     /// certification's calls).
     pub news: Option<&'a CallNews>,
+    /// Test-only (`fault.rs`): how the job's hub answers the call's hand-offs of text,
+    /// `before` (it refuses the first) or `after` (it answers each late).
+    pub hand_off_fault: Option<&'static str>,
 }
 
 /// What a running call tells the dispatcher that waits on it (`dispatch::unless_stopped`):
-/// how much streamed text it has read, and that the job's hub refused its text because
-/// the attempt ended, so that the dispatcher looks at the store at once rather than at
-/// its next tick.
+/// how much streamed text it has read and when its first came (a hedge is only for a
+/// call still silent, `dispatch::run_claimed`), and that the job's hub refused its text
+/// because the attempt ended, so that the dispatcher looks at the store at once rather
+/// than at its next tick.
 #[derive(Default)]
 pub struct CallNews {
     chars: std::cell::Cell<u64>,
+    first_text_at: std::cell::Cell<Option<f64>>,
     hand_offs: std::cell::Cell<u32>,
     ended: std::cell::Cell<bool>,
     waker: std::cell::RefCell<Option<std::task::Waker>>,
 }
 
 impl CallNews {
-    /// The call has read `chars` code points of streamed text so far.
+    /// The call has read `chars` code points of streamed text so far; the first time
+    /// there are any, that is the time of its first text.
     pub fn read(&self, chars: u64) {
         self.chars.set(chars);
+        if chars > 0 && self.first_text_at.get().is_none() {
+            self.first_text_at.set(Some(crate::clock::now_ms()));
+        }
+    }
+
+    /// When (the clock's ms) the call read its first streamed text, if it has.
+    pub fn first_text_at(&self) -> Option<f64> {
+        self.first_text_at.get()
     }
 
     /// The call sends a piece of its text to the job's hub.
@@ -207,7 +221,12 @@ impl Host for WorkerHost<'_> {
             .filter(|_| call.provider.stream)
             .and_then(|(job_id, n)| {
                 let hubs = crate::live::Hubs::from_env(self.env)?;
-                Some(crate::openai::TextSink { hubs, job_id, n })
+                Some(crate::openai::TextSink {
+                    hubs,
+                    job_id,
+                    n,
+                    fault: std::cell::Cell::new(call.hand_off_fault),
+                })
             });
         Box::pin(crate::openai::call(
             call.provider,

@@ -5,8 +5,9 @@
 //! - **Who tells it.** The store, after each batch that moves the job
 //!   (`store::LIVE_OPS`), sends the document that the batch read back in its own
 //!   transaction, with its change counter (`POST /notify`, body `<seq>\n<doc>`).
-//!   The request's and the queue consumer's stores send it (`Store::with_live`); the
-//!   moves a shard's alarm or the reconciler commit reach streams by the re-read below.
+//!   The request's and the queue consumer's stores send it (`Store::with_live`), and
+//!   the reconciler's (the cron's, or a shard's alarm's), which reads back the jobs its
+//!   sweeps moved (`Store::tell_moved`).
 //! - **Who listens.** `GET /v1/jobs/{id}/stream` (`stream.rs`) ends the SSE in the
 //!   Worker and relays from here over a WebSocket (`GET /subscribe`). An object that
 //!   holds only hibernatable WebSockets is not billed while nothing happens; one that
@@ -18,8 +19,13 @@
 //! - **Correctness never rests on a notification.** A stream reads the store when it
 //!   opens, and while any stream is open the hub re-reads the job every
 //!   `LIVE_REREAD_MS` (an alarm): a notification lost (an isolate that died after the
-//!   commit, a failed send) or never sent (the reconciler's sweeps) is late by at most
-//!   that, never lost.
+//!   commit, a failed send) is late by at most that, never lost.
+//! - **Kept text never outlives its job.** A hub deletes its storage once it learns
+//!   that its job is settled or gone, however it learns it. While storage keeps text,
+//!   the same alarm reads the job at least every [`Live::check_every_ms`] (the
+//!   retention): so even when every notification is lost, the text goes before the
+//!   purge could take the job (a job is purged a retention after it settled). An
+//!   `unknown` job's text stays, for its operator: such a job is never purged.
 //! - **Bounds.** At most `LIVE_MAX_SUBSCRIBERS` streams per job (429
 //!   `too_many_subscribers` beyond). Nothing counts across jobs: a global counter
 //!   would be the next hot object.
@@ -29,10 +35,10 @@ use crate::store::Store;
 use futures_util::future::LocalBoxFuture;
 use onceclick_protocol::chat::MAX_CHARS;
 use onceclick_protocol::live::{
-    after_chars, EndChunk, Hub, Keeper, Piece, Place, Position, Refused, FRAME_CHARS,
+    EndChunk, Hub, Keeper, Piece, Place, Position, Refused, FRAME_CHARS,
 };
 use onceclick_protocol::Job;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::time::Duration;
 use wasm_bindgen::{JsCast, JsValue};
 use worker::js_sys::{Function, Object, Promise, Reflect};
@@ -173,12 +179,17 @@ impl Hubs {
         attempt_id: &str,
         offset: u64,
         text: &str,
+        fault: Option<&str>,
     ) -> std::result::Result<Taken, String> {
         let show = |e: JsValue| format!("{e:?}");
         let init = Object::new();
         Reflect::set(&init, &"method".into(), &"POST".into()).map_err(show)?;
         Reflect::set(&init, &"body".into(), &text.into()).map_err(show)?;
-        let path = format!("/text?attempt={attempt_id}&n={n}&offset={offset}");
+        let mut path = format!("/text?attempt={attempt_id}&n={n}&offset={offset}");
+        if let Some(fault) = fault {
+            path.push_str("&fault=");
+            path.push_str(fault);
+        }
         let reply = self.send(job_id, &path, &init).await?;
         let status = status_of(&reply);
         let body: Promise = Reflect::get(&reply, &"text".into())
@@ -271,6 +282,8 @@ pub struct Live {
     latest: RefCell<Hub>,
     /// What of each attempt's text is in the hub's storage (`protocol::live::Keeper`).
     keeper: RefCell<Keeper>,
+    /// The newest document heard of settles the job.
+    settled: Cell<bool>,
 }
 
 /// What a stream's socket carries for the hub's alarm: the job it follows.
@@ -281,37 +294,40 @@ struct Attachment {
 
 impl Live {
     /// Takes change `seq` if it is newer than any heard of, and sends it to every
-    /// stream; drops it otherwise.
-    async fn offer(&self, seq: u64, doc: &str) {
+    /// stream; drops it otherwise. The job's id when that document settles the job and
+    /// the hub's storage is to be emptied ([`Live::delete_kept`]).
+    async fn offer(&self, seq: u64, doc: &str) -> Option<String> {
         if !self.latest.borrow_mut().offer(seq, doc) {
-            return;
+            return None;
         }
         self.broadcast(&frame(seq, doc));
         self.keep_unknown().await;
         // The result is stored, or the job ended without one: its text is done with
         // (`Hub::offer` dropped it from memory). Storage holds nothing else, so all of
-        // it goes, whatever this instance knows of it; the re-read alarm too (since the
-        // 2026-02-24 compatibility date): a settled job's streams close, and the next
-        // stream to subscribe sets it again.
-        let Some(job_id) = settled_job(doc) else {
-            return;
-        };
-        if self.keeper.borrow_mut().settle() {
-            // Not awaited: nobody's answer waits for it. A delete that fails leaves the
-            // text in the hub's storage, said in the log; nothing is sent of it, since
-            // the hub refuses a settled job's text and a settled job's stream
-            // subscribes to no hub.
-            let storage = self.state.storage();
-            worker::wasm_bindgen_futures::spawn_local(async move {
-                match storage.delete_all().await {
-                    Ok(()) => crate::log::info(
-                        serde_json::json!({"event": "live_text_deleted", "job_id": job_id}),
-                    ),
-                    Err(e) => crate::log::error(serde_json::json!({"event": "live_text_unkept",
-                        "job_id": job_id, "cause": e.to_string()})),
-                }
-            });
+        // it goes, whatever this instance knows of it.
+        let settled = settled_job(doc);
+        self.settled.set(settled.is_some());
+        settled.filter(|_| self.keeper.borrow_mut().settle())
+    }
+
+    /// Empties the hub's storage: every chunk of text it kept, and its alarm too (since
+    /// the 2026-02-24 compatibility date: a settled job's streams close, and the next
+    /// stream to subscribe sets it again). `by` says what told the hub (`notify`, or its
+    /// own `alarm`), `job` what it learnt (`settled`, or `gone`: purged).
+    async fn delete_kept(
+        storage: worker::Storage,
+        job_id: &str,
+        by: &str,
+        job: &str,
+    ) -> Result<()> {
+        let deleted = storage.delete_all().await;
+        match &deleted {
+            Ok(()) => crate::log::info(serde_json::json!({"event": "live_text_deleted",
+                "job_id": job_id, "by": by, "job": job})),
+            Err(e) => crate::log::error(serde_json::json!({"event": "live_text_unkept",
+                "job_id": job_id, "cause": e.to_string()})),
         }
+        deleted
     }
 
     fn broadcast(&self, text: &str) {
@@ -349,8 +365,8 @@ impl Live {
     /// call that streams it. Answers the code points the hub has of it (200, or 409 for
     /// a piece past them: send from there), or 410 when the attempt has ended.
     async fn text(&self, mut req: Request) -> Result<Response> {
-        let query =
-            crate::http::query(&req, &["attempt", "n", "offset"]).map_err(|e| e.detail.clone())?;
+        let query = crate::http::query(&req, &["attempt", "n", "offset", "fault"])
+            .map_err(|e| e.detail.clone())?;
         let number = |name| crate::http::param(&query, name).and_then(Position::parse);
         let attempt = crate::http::param(&query, "attempt").map(str::to_owned);
         let (Some(attempt), Some(n), Some(offset)) = (attempt, number("n"), number("offset"))
@@ -378,21 +394,10 @@ impl Live {
                 return Ok(Response::ok(have(&self.latest.borrow()))?.with_status(status))
             }
         }
-        // Kept about once per kilobyte, each time the text since the last write: a
-        // restart loses at most the text since.
-        let chars = self.latest.borrow().chars(n);
-        let due = self.keeper.borrow_mut().due(n, chars);
-        let chunk = due.and_then(|from| {
-            let hub = self.latest.borrow();
-            let text = after_chars(hub.text_of(n)?, from);
-            Some(EndChunk {
-                n,
-                chars,
-                key: Keeper::key(n, from),
-                value: format!("{attempt}\n{text}"),
-            })
-        });
-        if let Some(chunk) = chunk {
+        // Kept about once per kilobyte, each time the text since the last write (in
+        // chunks that storage takes): a restart loses at most the text since.
+        let chunks = self.keeper.borrow_mut().due(&self.latest.borrow(), n);
+        for chunk in chunks {
             self.keep(chunk).await;
         }
         // A piece of an attempt already `unknown` (its call read on) is kept at once.
@@ -426,6 +431,7 @@ impl Live {
                 self.keeper.borrow_mut().wrote(chunk.n, chunk.chars);
                 crate::log::info(serde_json::json!({"event": "live_text_kept",
                     "attempt_id": attempt, "key": chunk.key}));
+                self.arm(self.check_every_ms()).await;
             }
             Err(e) => crate::log::error(serde_json::json!({"event": "live_text_unkept",
                 "key": chunk.key, "cause": e.to_string()})),
@@ -473,47 +479,143 @@ impl Live {
             // it.
             let _ = pair.server.send_with_str(CAUGHT_UP);
         }
+        // Sooner than a check of kept text that may be set (a retention away).
         let storage = self.state.storage();
-        if storage.get_alarm().await?.is_none() {
-            storage.set_alarm(self.reread_every()).await?;
+        let reread = self.reread_every();
+        if sooner(storage.get_alarm().await?, crate::clock::now_ms(), reread) {
+            storage.set_alarm(reread as i64).await?;
         }
         Response::from_websocket(pair.client)
     }
 
-    fn reread_every(&self) -> Duration {
-        Duration::from_millis(number_var(&self.env, "LIVE_REREAD_MS", DEFAULT_REREAD_MS).max(100))
+    /// How often a hub with streams open re-reads its job, in ms.
+    fn reread_every(&self) -> u64 {
+        number_var(&self.env, "LIVE_REREAD_MS", DEFAULT_REREAD_MS).max(100)
     }
 
-    /// The alarm: while streams are open, read the job from the store and offer it, so
-    /// that a lost notification is only late.
+    /// The longest a hub that keeps text goes without reading its job, in ms: the
+    /// retention (`JOB_RETENTION_HOURS`, as the purge counts it), or
+    /// `LIVE_KEPT_CHECK_MS` if that is shorter. A job settles at the latest a retention
+    /// before its purge, so the hub has read it settled, and deleted the text, by then.
+    fn check_every_ms(&self) -> u64 {
+        let hours = self
+            .env
+            .var("JOB_RETENTION_HOURS")
+            .ok()
+            .and_then(|v| v.to_string().parse().ok());
+        let retention = (crate::reconcile::retention_hours(hours) * 3_600_000.0) as u64;
+        number_var(&self.env, "LIVE_KEPT_CHECK_MS", retention)
+            .min(retention)
+            .max(100)
+    }
+
+    /// Sets the alarm `in_ms` from now, unless it is set sooner. A failure is said in
+    /// the log: the next write of text, or the next stream, tries again.
+    async fn arm(&self, in_ms: u64) {
+        let storage = self.state.storage();
+        let set = storage.get_alarm().await.ok().flatten();
+        if sooner(set, crate::clock::now_ms(), in_ms) {
+            if let Err(e) = storage.set_alarm(in_ms as i64).await {
+                crate::log::error(serde_json::json!({"event": "live_alarm_failed",
+                    "cause": e.to_string()}));
+            }
+        }
+    }
+
+    /// Whether the hub's storage keeps anything (text: it keeps nothing else). Asked of
+    /// the storage itself: after a restart, memory knows nothing of it.
+    async fn keeps(&self) -> Result<bool> {
+        // `list({limit: 1})` on the binding itself: `worker`'s `ListOptions` would bring
+        // its serializer into the Worker.
+        let storage = self.state.storage();
+        let raw: &JsValue = storage.as_raw().unchecked_ref();
+        let options = Object::new();
+        Reflect::set(&options, &"limit".into(), &1.into())?;
+        let list: Function = Reflect::get(raw, &"list".into())?.dyn_into()?;
+        let found: Promise = list.call1(raw, &options)?.dyn_into()?;
+        let found: worker::js_sys::Map = JsFuture::from(found).await?.dyn_into()?;
+        Ok(found.size() > 0)
+    }
+
+    /// The job this hub serves: its own name (the hubs are named by job id), or a
+    /// stream's.
+    fn job_id(&self, sockets: &[WebSocket]) -> Option<String> {
+        self.state.id().name().or_else(|| {
+            sockets
+                .iter()
+                .find_map(|s| s.deserialize_attachment::<Attachment>().ok().flatten())
+                .map(|a| a.job)
+        })
+    }
+
+    /// The hub's one alarm, for two needs: while streams are open, a re-read every
+    /// `LIVE_REREAD_MS`, so that a lost notification is only late; and while storage
+    /// keeps text, a read at least every [`Live::check_every_ms`], so that the text never
+    /// outlives its job even when every notification is lost. Each alarm reads the job
+    /// (offered as a notification is); the text goes once the job is settled or gone,
+    /// and stays while it is not (an `unknown` attempt's text is what an operator
+    /// resolves it with, and such a job is never purged). The next alarm is the sooner
+    /// of the needs that remain ([`next_alarm_in`]).
     async fn reread(&self) -> Result<()> {
         let sockets = self.state.get_websockets();
-        let Some(job) = sockets
-            .iter()
-            .find_map(|s| s.deserialize_attachment::<Attachment>().ok().flatten())
-        else {
-            return Ok(()); // nobody listens: no next alarm
+        // Storage is asked only when no stream needs the alarm anyway.
+        let kept = sockets.is_empty() && self.keeps().await?;
+        if sockets.is_empty() && !kept {
+            return Ok(()); // nobody listens, nothing kept: no next alarm
+        }
+        let Some(job) = self.job_id(&sockets) else {
+            return Err("a live hub without its job's id".into());
         };
-        let store = Store::from_env(&self.env).map_err(|e| e.cause_or_detail().to_owned())?;
-        match store.job(None, &job.job).await {
+        let read = match Store::from_env(&self.env) {
+            Ok(store) => store.job(None, &job).await,
+            Err(e) => Err(e),
+        };
+        let failed = match read {
             Ok(Some(stored)) => {
+                let mut due = false;
                 if let Some(seq) = Position::of_etag(&stored.etag) {
-                    self.offer(seq.0, &stored.doc).await;
+                    due = self.offer(seq.0, &stored.doc).await.is_some();
                 }
+                // Settled: emptied now (a delete that failed before is done again),
+                // awaited, so that a failure has the runtime run the alarm again.
+                if due || (kept && self.settled.get()) {
+                    Self::delete_kept(self.state.storage(), &job, "alarm", "settled").await?;
+                }
+                false
             }
-            // Purged: its streams end, and a reconnect is told 404.
+            // Purged: its streams end (a reconnect is told 404), and what it kept goes.
             Ok(None) => {
                 for socket in &sockets {
                     let _ = socket.close(Some(1000), Some("the job is gone"));
                 }
+                *self.latest.borrow_mut() = Hub::default();
+                if self.keeper.borrow_mut().settle() || kept {
+                    Self::delete_kept(self.state.storage(), &job, "alarm", "gone").await?;
+                }
                 return Ok(());
             }
-            Err(e) => crate::log::error(
-                serde_json::json!({"event": "live_reread_failed", "job_id": job.job,
-                                   "cause": e.cause_or_detail()}),
-            ),
+            Err(e) => {
+                crate::log::error(serde_json::json!({"event": "live_reread_failed",
+                    "job_id": job, "cause": e.cause_or_detail()}));
+                true
+            }
+        };
+        // Decided after the last await: a stream that subscribed meanwhile counts.
+        let keeps = !self.settled.get() && (kept || !sockets.is_empty());
+        let streams = !self.state.get_websockets().is_empty();
+        if kept && keeps {
+            crate::log::info(serde_json::json!({"event": "live_text_checked", "job_id": job}));
         }
-        self.state.storage().set_alarm(self.reread_every()).await
+        let next = next_alarm_in(
+            streams || failed,
+            keeps,
+            self.reread_every(),
+            self.check_every_ms(),
+        );
+        match next {
+            Some(in_ms) => self.state.storage().set_alarm(in_ms as i64).await,
+            None => Ok(()),
+        }
     }
 }
 
@@ -524,6 +626,7 @@ impl DurableObject for Live {
             env,
             latest: RefCell::new(Hub::default()),
             keeper: RefCell::new(Keeper::default()),
+            settled: Cell::new(false),
         }
     }
 
@@ -533,13 +636,41 @@ impl DurableObject for Live {
                 let body = req.text().await?;
                 match unframe(&body) {
                     Some(Frame::Doc(seq, doc)) => {
-                        self.offer(seq, doc).await;
+                        if let Some(job_id) = self.offer(seq, doc).await {
+                            // Not awaited: nobody's answer waits for it. A delete that
+                            // fails leaves the text, said in the log, until the hub's
+                            // next alarm: nothing is sent of it meanwhile, since the hub
+                            // refuses a settled job's text and a settled job's stream
+                            // subscribes to no hub.
+                            let storage = self.state.storage();
+                            worker::wasm_bindgen_futures::spawn_local(async move {
+                                let _ =
+                                    Self::delete_kept(storage, &job_id, "notify", "settled").await;
+                            });
+                        }
                         Ok(Response::empty()?.with_status(204))
                     }
                     _ => Response::error("not a frame", 400),
                 }
             }
-            "/text" => self.text(req).await,
+            "/text" => {
+                // Test-only (`fault.rs`, `hand_off`): refuse the piece, or answer late.
+                let fault = match crate::fault::allowed(&self.env) {
+                    true => crate::http::query(&req, &["attempt", "n", "offset", "fault"])
+                        .ok()
+                        .and_then(|q| crate::http::param(&q, "fault").map(str::to_owned)),
+                    false => None,
+                };
+                if fault.as_deref() == Some("before") {
+                    return Response::error("injected fault: the hub failed to take the text", 503);
+                }
+                let answer = self.text(req).await;
+                if fault.as_deref() == Some("after") {
+                    let late = crate::openai::HAND_OFF_MS - 100;
+                    worker::Delay::from(Duration::from_millis(late)).await;
+                }
+                answer
+            }
             "/subscribe" => self.subscribe(&req).await,
             _ => Response::error("not found", 404),
         }
@@ -575,6 +706,23 @@ impl DurableObject for Live {
     }
 }
 
+/// Whether an alarm set for `set` (ms since the epoch; `None`: none) must be brought
+/// forward to `in_ms` from `now`. One alarm serves both the re-read and the check of
+/// kept text: neither may put off the other.
+fn sooner(set: Option<i64>, now: f64, in_ms: u64) -> bool {
+    set.is_none_or(|at| at as f64 > now + in_ms as f64)
+}
+
+/// When the hub's next alarm comes, in ms from now: every `reread_ms` while streams
+/// are open (or after a read that failed), at most `check_ms` away while storage keeps
+/// text, the sooner of the two when both; none when neither.
+fn next_alarm_in(streams: bool, keeps: bool, reread_ms: u64, check_ms: u64) -> Option<u64> {
+    [streams.then_some(reread_ms), keeps.then_some(check_ms)]
+        .into_iter()
+        .flatten()
+        .min()
+}
+
 /// The job of a document that ends its stream (`protocol::live::settled`), by id.
 pub(crate) fn settled_job(doc: &str) -> Option<String> {
     serde_json::from_str::<Job>(doc)
@@ -586,6 +734,34 @@ pub(crate) fn settled_job(doc: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Issue 42, item 3: one alarm serves the re-read of open streams and the check of
+    // kept text; neither need starves the other.
+    #[test]
+    fn the_next_alarm_is_the_sooner_need_and_none_without_one() {
+        let (reread, check) = (5_000, 168 * 3_600_000);
+        assert_eq!(next_alarm_in(true, true, reread, check), Some(reread));
+        assert_eq!(next_alarm_in(true, false, reread, check), Some(reread));
+        // The last stream gone, the text still kept: the check, not nothing.
+        assert_eq!(next_alarm_in(false, true, reread, check), Some(check));
+        assert_eq!(next_alarm_in(false, false, reread, check), None);
+        // A check period shorter than the re-read (a test Worker's) still wins.
+        assert_eq!(next_alarm_in(true, true, 1_000, 300), Some(300));
+    }
+
+    #[test]
+    fn an_alarm_is_brought_forward_never_put_off() {
+        let now = 1_000_000.0;
+        assert!(sooner(None, now, 5_000), "none set: set it");
+        // A check a week away does not put off a stream's re-read …
+        assert!(sooner(Some(1_000_000 + 604_800_000), now, 5_000));
+        // … and a re-read due soon is not put off by a check.
+        assert!(!sooner(Some(1_003_000), now, 604_800_000));
+        assert!(
+            !sooner(Some(1_005_000), now, 5_000),
+            "as soon: left as it is"
+        );
+    }
 
     #[test]
     fn a_frame_reads_back_and_anything_else_is_refused() {

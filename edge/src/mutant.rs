@@ -30,6 +30,9 @@ pub enum Mutant {
     /// A streamed answer that reported an error after some text fails retryably: a
     /// failover would pay for the work twice.
     StreamErrorAfterTextRetries,
+    /// The dispatcher hedges a primary whose streamed text has begun (it hedges on time
+    /// alone, not on silence): every streamed job of a hedged kind pays for two calls.
+    HedgeAfterText,
 }
 
 #[cfg(target_arch = "wasm32")]

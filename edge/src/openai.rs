@@ -72,11 +72,33 @@ pub(crate) struct TextSink<'a> {
     pub(crate) job_id: &'a str,
     /// The attempt's `n`.
     pub(crate) n: u32,
+    /// Test-only (`fault.rs`): `before` makes the hub refuse the next hand-off, `after`
+    /// makes it answer every one late.
+    pub(crate) fault: std::cell::Cell<Option<&'static str>>,
 }
 
-/// How long one hand-off of text to the hub may take before the call stops handing
-/// its text on (the answer is still read, and recorded, whatever the hub does).
-const HAND_OFF_MS: u64 = 2_000;
+impl TextSink<'_> {
+    /// The fault the next hand-off carries: `before` once, `after` every time.
+    fn next_fault(&self) -> Option<&'static str> {
+        let fault = self.fault.get();
+        if fault == Some("before") {
+            self.fault.set(None);
+        }
+        fault
+    }
+}
+
+/// How long one hand-off of text to the hub may take before it counts as failed (the
+/// answer is still read, and recorded, whatever the hub does).
+pub(crate) const HAND_OFF_MS: u64 = 2_000;
+
+/// The tries of a hand-off that fails (the hub answers an error, or not within
+/// [`HAND_OFF_MS`]) before the call stops handing its text on; one piece that goes
+/// through starts the count again. Between two tries a pause, doubling from
+/// [`HAND_OFF_RETRY_MS`], while the body is read on. Once the body is read, a failed
+/// hand-off is tried once more at most: the answer waits for it.
+const HAND_OFF_TRIES: u32 = 4;
+const HAND_OFF_RETRY_MS: u64 = 100;
 
 /// The shortest interval between two hand-offs of a call's text to the hub after the
 /// first: text that comes meanwhile goes in one piece. Twenty a second shows text as
@@ -105,6 +127,9 @@ pub(crate) async fn call(
     let _abort = AbortOnDrop(Some(controller));
     // A streamed call's total limit runs from here, as the backstop below does.
     let deadline = crate::clock::now_ms() + provider.total_ms() as f64;
+    // Set once a streamed body is read to its end: what is left of the exchange then is
+    // the last hand-off of its text to our own hub, which the backstop does not bound.
+    let read_over = std::cell::Cell::new(false);
     let exchange = async {
         let request =
             build_request(provider, api_key, kind, input, attempt_id).map_err(Definite)?;
@@ -142,9 +167,16 @@ pub(crate) async fn call(
                 sink: sink.as_ref(),
                 news,
             };
-            return read_stream(provider, &mut response, deadline, to, attempt_id)
-                .await
-                .map(|chat| Answer::Streamed(Box::new(chat)));
+            return read_stream(
+                provider,
+                &mut response,
+                deadline,
+                to,
+                attempt_id,
+                &read_over,
+            )
+            .await
+            .map(|chat| Answer::Streamed(Box::new(chat)));
         }
         let retry_after = response.headers().get("Retry-After").ok().flatten();
         // Past the status line the provider has taken the request: a body that breaks
@@ -169,25 +201,30 @@ pub(crate) async fn call(
     } else {
         0
     };
-    match select(exchange, delay(provider.total_ms() + slack)).await {
-        Either::Left((Ok(Answer::Whole(status, retry_after, text)), _)) => {
+    let answer = match select(exchange, delay(provider.total_ms() + slack)).await {
+        Either::Left((answer, _)) => answer,
+        // The provider is done; a hand-off still in flight ends within its own bound.
+        Either::Right(((), exchange)) if read_over.get() => exchange.await,
+        // The total limit: `_abort` aborts the fetch as this returns.
+        Either::Right(((), _)) => {
+            return CallOutcome::Unknown(AttemptError::new(
+                "provider_timeout",
+                format!(
+                    "{} did not finish its answer within {} ms; it may still be working",
+                    provider.name,
+                    provider.total_ms()
+                ),
+                false,
+            ))
+        }
+    };
+    match answer {
+        Ok(Answer::Whole(status, retry_after, text)) => {
             classify(provider, kind, input, status, retry_after, &text)
         }
-        Either::Left((Ok(Answer::Streamed(chat)), _)) => {
-            classify_stream(provider, kind, input, &chat)
-        }
-        Either::Left((Err(Definite(error)), _)) => CallOutcome::Failed(error),
-        Either::Left((Err(Ambiguous(error)), _)) => CallOutcome::Unknown(error),
-        // The total limit: `_abort` aborts the fetch as this returns.
-        Either::Right(((), _)) => CallOutcome::Unknown(AttemptError::new(
-            "provider_timeout",
-            format!(
-                "{} did not finish its answer within {} ms; it may still be working",
-                provider.name,
-                provider.total_ms()
-            ),
-            false,
-        )),
+        Ok(Answer::Streamed(chat)) => classify_stream(provider, kind, input, &chat),
+        Err(Definite(error)) => CallOutcome::Failed(error),
+        Err(Ambiguous(error)) => CallOutcome::Unknown(error),
     }
 }
 
@@ -223,19 +260,25 @@ struct Reader<'a> {
 }
 
 /// Reads a streamed answer's body chunk by chunk, each within `timeout_ms` of the last,
-/// and hands its text to `to.sink` meanwhile ([`hand_on`]); returns once both are done. A
-/// body that fails or ends early is not an error here: [`ChatStream::end`] tells a
-/// cut-off from a finished answer. A stall is: the provider may still be working.
+/// and hands its text to `to.sink` meanwhile ([`hand_on`]); returns once both are done,
+/// setting `read_over` when the body is read. A body that fails or ends early is not an
+/// error here: [`ChatStream::end`] tells a cut-off from a finished answer. A stall is:
+/// the provider may still be working.
 async fn read_stream(
     provider: &ProviderConfig,
     response: &mut Response,
     deadline: f64,
     to: Reader<'_>,
     attempt_id: &str,
+    read_over: &std::cell::Cell<bool>,
 ) -> Result<ChatStream, Broke> {
     let chat = std::cell::RefCell::new(ChatStream::default());
     let (wake, woken) = futures_channel::mpsc::unbounded::<()>();
-    let read = read_body(provider, response, deadline, &chat, wake, to.news);
+    let read = async {
+        let read = read_body(provider, response, deadline, &chat, wake, to.news).await;
+        read_over.set(true);
+        read
+    };
     let (read, ()) = futures_util::future::join(read, hand_on(to, attempt_id, &chat, woken)).await;
     read.map(|()| chat.into_inner())
 }
@@ -246,9 +289,9 @@ async fn read_stream(
 /// body is read. So a stream costs a hand-off (a request to the hub) per interval, not
 /// per chunk, and a hub that restarted and lost text is sent it again. Ends when the
 /// body is read and the hub has all of it, or when the hub says the attempt has ended
-/// (which `to.news` hears, so that the call is stopped at once), fails, or does not
-/// answer within [`HAND_OFF_MS`] (said in the log: the stream's clients then see the
-/// text only in the result).
+/// (which `to.news` hears, so that the call is stopped at once), or after
+/// [`HAND_OFF_TRIES`] failed hand-offs in a row (said in the log: the stream's clients
+/// then see the rest of the text only in the result).
 async fn hand_on(
     to: Reader<'_>,
     attempt_id: &str,
@@ -261,6 +304,8 @@ async fn hand_on(
     // Whether the body is still being read, and when the last hand-off began.
     let mut reading = true;
     let mut began: Option<f64> = None;
+    // Hand-offs that failed in a row.
+    let mut failed = 0;
     loop {
         if chat.borrow().chars() <= sent {
             if !reading {
@@ -275,25 +320,46 @@ async fn hand_on(
                 reading = read_on(&mut woken, wait as u64).await;
             }
         }
+        if failed > 0 {
+            // The pause is the hub's, whether the body is read meanwhile or not.
+            let pause = HAND_OFF_RETRY_MS << (failed - 1).min(4);
+            let until = crate::clock::now_ms() + pause as f64;
+            if reading {
+                reading = read_on(&mut woken, pause).await;
+            }
+            let left = until - crate::clock::now_ms();
+            if left >= 1.0 {
+                delay(left as u64).await;
+            }
+        }
         while woken.try_recv().is_ok() {}
         let piece = onceclick_protocol::live::after_chars(chat.borrow().text(), sent).to_owned();
         if let Some(news) = to.news {
             news.handed_off();
         }
         began = Some(crate::clock::now_ms());
-        let send = sink
-            .hubs
-            .text(sink.job_id, sink.n, attempt_id, sent, &piece);
+        let send = sink.hubs.text(
+            sink.job_id,
+            sink.n,
+            attempt_id,
+            sent,
+            &piece,
+            sink.next_fault(),
+        );
         futures_util::pin_mut!(send);
         let why = match select(send, delay(HAND_OFF_MS)).await {
             Either::Left((Ok(crate::live::Taken::Have(have)), _)) => {
+                failed = 0;
                 // A hub that takes nothing twice in a row (it holds no more): stop.
                 idle = if have != sent { 0 } else { idle + 1 };
                 sent = have;
                 if idle < 2 {
                     continue;
                 }
-                "the hub takes no more".to_owned()
+                crate::log::error(json!({"event": "text_hand_off_failed",
+                    "job_id": sink.job_id, "attempt_id": attempt_id, "sent": sent,
+                    "cause": "the hub takes no more"}));
+                return;
             }
             Either::Left((Ok(crate::live::Taken::Stop), _)) => {
                 if let Some(news) = to.news {
@@ -304,11 +370,17 @@ async fn hand_on(
             Either::Left((Err(e), _)) => e,
             Either::Right(_) => format!("the hub did not answer within {HAND_OFF_MS} ms"),
         };
-        crate::log::error(
-            json!({"event": "text_hand_off_failed", "job_id": sink.job_id,
-                                 "attempt_id": attempt_id, "sent": sent, "cause": why}),
-        );
-        return;
+        failed += 1;
+        let again = failed < HAND_OFF_TRIES && (reading || failed < 2);
+        let event = match again {
+            true => "text_hand_off_retried",
+            false => "text_hand_off_failed",
+        };
+        crate::log::error(json!({"event": event, "job_id": sink.job_id,
+            "attempt_id": attempt_id, "sent": sent, "tries": failed, "cause": why}));
+        if !again {
+            return;
+        }
     }
 }
 

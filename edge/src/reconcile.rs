@@ -8,6 +8,11 @@
 //! attempt in flight). A browser keeps a key for as long as its job is not final, so
 //! the two agree: no key is forgotten by the server while a client may still send it
 //! for a job that could run.
+//!
+//! The jobs the sweeps move are read back and their hubs told (`Store::reconcile`): a
+//! hub that kept an `unknown` attempt's text deletes it once the job is abandoned. The
+//! purge tells no hub: each hub that keeps text reads its job at least once per
+//! retention period (`live.rs`), so it has deleted the text before the purge can come.
 
 use crate::clock;
 use crate::dispatch;
@@ -22,7 +27,7 @@ use worker::Env;
 /// alarm (`shard.rs`), and the cron only sweeps the previous layout's database, if the
 /// deployment keeps one.
 pub(crate) async fn cron(env: &Env) -> ApiResult<()> {
-    let store = Store::from_env(env)?;
+    let store = Store::from_env(env)?.with_live(crate::live::notifier(env));
     let host = WorkerHost { env, ctx: None };
     if !store.is_sharded() {
         return run(&host, &store).await;
@@ -34,7 +39,8 @@ pub(crate) async fn cron(env: &Env) -> ApiResult<()> {
 async fn run_previous(env: &Env, store: &Store) -> ApiResult<()> {
     if store.has_previous() {
         let host = WorkerHost { env, ctx: None };
-        run(&host, &Store::new(env.d1("DB")?)).await?;
+        let store = Store::new(env.d1("DB")?).with_live(crate::live::notifier(env));
+        run(&host, &store).await?;
     }
     Ok(())
 }
@@ -71,6 +77,13 @@ const LOST_GRACE_MS: f64 = 60_000.0;
 /// A key stays bound at least this long after its job ends, whatever the config says.
 const MIN_RETENTION_HOURS: f64 = 24.0;
 const DEFAULT_RETENTION_HOURS: f64 = 168.0;
+
+/// The retention in hours, from `JOB_RETENTION_HOURS` as given (`var`): the purge's
+/// idle time, and the longest a hub keeps text without reading its job (`live.rs`).
+pub(crate) fn retention_hours(var: Option<f64>) -> f64 {
+    var.unwrap_or(DEFAULT_RETENTION_HOURS)
+        .max(MIN_RETENTION_HOURS)
+}
 /// Jobs deleted per purge batch, so that a backlog never makes one statement too big
 /// for D1 (`PURGE_CHUNK` overrides it).
 const DEFAULT_PURGE_CHUNK: f64 = 200.0;
@@ -103,11 +116,11 @@ pub(crate) async fn run(host: &dyn Host, store: &Store) -> ApiResult<()> {
             provider: p.name.clone(),
         })
         .collect();
+    let told = store.notified();
     let (abandoned, lost) = store.reconcile(&rules).await?;
+    let told = store.notified() - told;
 
-    let hours = var_f64(host, "JOB_RETENTION_HOURS")
-        .unwrap_or(DEFAULT_RETENTION_HOURS)
-        .max(MIN_RETENTION_HOURS);
+    let hours = retention_hours(var_f64(host, "JOB_RETENTION_HOURS"));
     let cutoff = clock::rfc3339(now - hours * 3_600_000.0);
     let chunk = var_f64(host, "PURGE_CHUNK")
         .unwrap_or(DEFAULT_PURGE_CHUNK)
@@ -128,7 +141,7 @@ pub(crate) async fn run(host: &dyn Host, store: &Store) -> ApiResult<()> {
 
     crate::log::info(
         json!({"event": "reconciled", "store": store.name(), "redispatched": stuck.len(), "abandoned": abandoned,
-               "lost": lost, "purged": purged,
+               "lost": lost, "told": told, "purged": purged,
                "rows_written": after.written, "rows_read": after.read,
                "purge": {"rows_written": after.written - before.written,
                          "rows_read": after.read - before.read}}),

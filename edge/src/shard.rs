@@ -416,7 +416,10 @@ impl Shard {
             .transpose()
             .map_err(AppError::internal)?;
         let scope = "/v1/_reconcile";
-        let store = Store::local(local).with_faults(faults.unwrap_or_default(), scope);
+        // The pass tells the hubs of the jobs its sweeps move, as the cron's does.
+        let store = Store::local(local)
+            .with_faults(faults.unwrap_or_default(), scope)
+            .with_live(crate::live::notifier(&self.env));
         let host = crate::host::WorkerHost {
             env: &self.env,
             ctx: None,

@@ -18,11 +18,19 @@
 //!    attempt's last pieces come before the document that ends it); then each newer
 //!    change and piece as it comes, with the place as the event's `id` (the document's
 //!    own `id` names its job), dropping any change not newer than the last it sent for
-//!    that job;
+//!    that job. A change from the hub no newer than the stream's own read is never
+//!    sent, and never ends the stream: a hub that missed a notification may hold an
+//!    older, settled document. A hub that fails to subscribe refuses a one-job stream
+//!    (503); in a stream of several, the others are served and an `event: unserved`
+//!    (no `id`; its data a problem naming `job_id`) names that job, which the client
+//!    then polls;
 //! 4. sends a comment when it has written nothing for `KEEP_ALIVE_MS`; ends when every
 //!    job has sent its settling change, after `LIVE_MAX_STREAM_MS` (the client resumes
-//!    from its positions), when a hub goes away, or when the client reads so slowly
-//!    that `MAX_BUFFERED` changes wait.
+//!    from its positions), when a hub goes away, or when its client reads so slowly
+//!    that more than `LIVE_MAX_BUFFERED_BYTES` of live frames wait. That bound is kept
+//!    by the hub sockets' listeners, not by the reads: past it (or past the stream's
+//!    time) they close the stream's hub sockets and drop what waits, so a client that
+//!    stopped reading holds no more than that.
 //!
 //! DO stubs are not among the subrequests that count against a Worker's six
 //! simultaneous connections, so a stream of 20 jobs holds 20 hub sockets.
@@ -31,14 +39,18 @@ use crate::auth::Caller;
 use crate::error::{ApiResult, AppError};
 use crate::http::Ctx;
 use crate::live::{self, Frame, Hubs};
-use futures_channel::mpsc::{unbounded, UnboundedReceiver, UnboundedSender};
-use futures_util::future::{join_all, select, Either};
+use futures_util::future::{join_all, poll_fn, select, Either};
 use futures_util::StreamExt;
-use onceclick_protocol::live::{parse_followed, Follower, Place, Position, MAX_STREAM_JOBS};
+use onceclick_protocol::chat::MAX_CHARS;
+use onceclick_protocol::live::{
+    parse_followed, Follower, Place, Position, FRAME_CHARS, MAX_STREAM_JOBS,
+};
 use onceclick_protocol::ErrorCode;
 use onceclick_protocol::Job;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::rc::Rc;
+use std::task::{Poll, Waker};
 use wasm_bindgen::closure::Closure;
 use wasm_bindgen::JsCast;
 use worker::{Headers, Request, Response, WebSocket};
@@ -51,9 +63,23 @@ const KEEP_ALIVE_MS: u64 = 15_000;
 /// reconnects from its positions (and with a fresh token).
 const DEFAULT_MAX_STREAM_MS: u64 = 300_000;
 
-/// Frames (changes and pieces of text) that may wait for a slow reader before its
-/// stream is cut off.
-const MAX_BUFFERED: usize = 256;
+/// The bytes of live frames (changes and pieces of text that came after a hub's
+/// catch-up) that may wait for a slow reader before its stream is cut off, when
+/// `LIVE_MAX_BUFFERED_BYTES` is unset: a few hundred documents, or seconds of text from
+/// every job, per stream. Never less than [`MIN_MAX_BUFFERED_BYTES`].
+const DEFAULT_MAX_BUFFERED_BYTES: u64 = 1 << 20;
+
+/// The least `LIVE_MAX_BUFFERED_BYTES` may be: two of the largest frames (a piece of
+/// `FRAME_CHARS` code points of four bytes each, and its head), so that a reader that
+/// keeps up is never cut by one piece that comes as a burst of frames.
+const MIN_MAX_BUFFERED_BYTES: u64 = 2 * (4 * FRAME_CHARS as u64 + 128);
+
+/// The bytes of catch-up frames that may wait, apart from the live ones: a hub's
+/// catch-up is the text the client lacks, sent at once, which a bound on live frames
+/// would cut at every reconnect. One attempt's whole text (`MAX_CHARS` code points of
+/// up to four bytes) fits; a stream whose jobs together lack more than that is cut,
+/// and resumes from its place.
+const MAX_CATCH_UP_BYTES: u64 = 4 * MAX_CHARS;
 
 /// The comment a stream sends first when the client is already up to date.
 const LIVE: &str = ": live\n\n";
@@ -206,32 +232,46 @@ async fn serve(
         first.push_str(LIVE);
     }
     if open.is_empty() {
-        return Ok(
-            Response::from_stream(futures_util::stream::iter([Ok::<_, worker::Error>(
-                first.into_bytes(),
-            )]))?
-            .with_headers(sse_headers()),
-        );
+        return whole(first);
     }
     let hubs = Hubs::from_env(ctx.env)
         .ok_or_else(|| AppError::internal("the LIVE binding is not configured"))?;
-    let subscribed = join_all(
-        open.iter()
-            .map(|(id, at, _)| hubs.subscribe(id, at.place())),
-    )
+    // Test-only (`fault.rs`): the first job's hub fails to subscribe.
+    let failing = ctx.store.fault_at(SUBSCRIBE_OP).err();
+    let hubs = &hubs;
+    let subscribed = join_all(open.iter().enumerate().map(|(i, (id, at, _))| {
+        let failing = failing.as_ref().filter(|_| i == 0);
+        async move {
+            match failing {
+                Some(fault) => Err(AppError::unavailable(fault.cause_or_detail()).with_job(id)),
+                None => hubs.subscribe(id, at.place()).await,
+            }
+        }
+    }))
     .await;
     let max_ms = live::number_var(ctx.env, "LIVE_MAX_STREAM_MS", DEFAULT_MAX_STREAM_MS);
-    let mut relay = Relay::new(crate::clock::now_ms() + max_ms as f64);
+    let max_bytes = live::number_var(
+        ctx.env,
+        "LIVE_MAX_BUFFERED_BYTES",
+        DEFAULT_MAX_BUFFERED_BYTES,
+    );
+    let deadline_ms = crate::clock::now_ms() + max_ms as f64;
+    let mut relay = Relay::new(deadline_ms, max_bytes.max(MIN_MAX_BUFFERED_BYTES));
+    // A refusal (a job with its fill of streams) refuses the stream, naming its job: the
+    // client follows that one some other way. A hub that fails does not: the stream
+    // serves the others, and names that job in an `unserved` event.
     let mut refused = None;
+    let mut unserved = Vec::new();
     for ((id, at, held), socket) in open.into_iter().zip(subscribed) {
         match socket {
             Ok(socket) if refused.is_none() => {
                 if let Err(e) = relay.follow(socket, id, at, held) {
-                    refused = Some(e);
+                    unserved.push((id, e));
                 }
             }
             // The others' sockets close with the relay.
             Ok(socket) => close_unused(&socket),
+            Err(e) if e.is_unavailable() => unserved.push((id, e)),
             Err(e) => {
                 refused.get_or_insert(e);
             }
@@ -240,11 +280,56 @@ async fn serve(
     if let Some(e) = refused {
         return Err(e); // `relay` drops here, closing what it holds
     }
+    let served = relay.watches.iter().any(|w| !w.done);
+    if !served && (first.is_empty() || first == LIVE) && !unserved.is_empty() {
+        // No hub answered, and nothing else to send.
+        return Err(unserved.swap_remove(0).1);
+    }
+    for (id, e) in unserved {
+        crate::log::error(serde_json::json!({"event": "stream_unserved", "job_id": id,
+                                              "cause": e.cause_or_detail()}));
+        let problem = onceclick_protocol::Problem::new(
+            ErrorCode::ServiceUnavailable,
+            format!(
+                "the live hub of job {id} did not answer: follow it by polling GET /v1/jobs/{id}"
+            ),
+        )
+        .with_job(id.to_owned());
+        // No `id`: it is no position of the stream. Its data is one line of JSON.
+        let data = serde_json::to_string(&problem).unwrap_or_default();
+        first.push_str(&format!("event: {UNSERVED}\ndata: {data}\n\n"));
+    }
+    if !served {
+        // The settled jobs' documents and the names of those it cannot serve: the end.
+        return whole(first);
+    }
+    // A client that stops reading never pulls the stream again: its hub sockets close
+    // at the deadline all the same.
+    let inbox = Rc::downgrade(&relay.inbox);
+    worker::wasm_bindgen_futures::spawn_local(async move {
+        let left = (deadline_ms - crate::clock::now_ms()).max(0.0) as u64;
+        worker::Delay::from(std::time::Duration::from_millis(left)).await;
+        if let Some(inbox) = inbox.upgrade() {
+            inbox.cut("the stream's time is up");
+        }
+    });
     let first = (!first.is_empty()).then(|| Ok::<_, worker::Error>(first.into_bytes()));
     let body =
         futures_util::stream::iter(first).chain(futures_util::stream::unfold(relay, Relay::next));
     Ok(Response::from_stream(body)?.with_headers(sse_headers()))
 }
+
+/// A stream that sends `events` and ends.
+fn whole(events: String) -> ApiResult<Response> {
+    let body = futures_util::stream::iter([Ok::<_, worker::Error>(events.into_bytes())]);
+    Ok(Response::from_stream(body)?.with_headers(sse_headers()))
+}
+
+/// The event that names a job whose hub did not answer: the client polls it.
+const UNSERVED: &str = "unserved";
+
+/// The test-only fault (`fault.rs`) that fails a stream's first hub subscription.
+pub(crate) const SUBSCRIBE_OP: &str = "subscribe";
 
 /// A hub socket that a refused stream will not read.
 fn close_unused(socket: &WebSocket) {
@@ -257,8 +342,122 @@ enum Heard {
     Frame(String),
     /// The hub closed the socket.
     End,
-    /// The reader fell `MAX_BUFFERED` behind.
-    Behind,
+    /// The stream was cut: its reader fell `LIVE_MAX_BUFFERED_BYTES` behind, or its
+    /// time was up while frames came.
+    Cut,
+}
+
+/// What a stream's hub sockets delivered and the stream has not read yet: filled by the
+/// sockets' listeners, emptied by [`Relay::next`]. The listeners keep its bound
+/// themselves, since a client that stops reading never pulls the stream again: past
+/// the bound (or the stream's deadline) they close every hub socket of the stream and
+/// drop what waits; the client, when it reads on, resumes from its place.
+struct Inbox {
+    /// What came, by the index of its job, with its bytes and whether it is live.
+    queue: RefCell<VecDeque<(usize, Heard, u64, bool)>>,
+    /// The bytes of the live frames in `queue`, and of the catch-up frames.
+    bytes: Cell<u64>,
+    catch_up_bytes: Cell<u64>,
+    /// By job: whether its hub's catch-up is over (what comes after counts).
+    caught_up: RefCell<Vec<bool>>,
+    max_bytes: u64,
+    deadline_ms: f64,
+    /// The stream's hub sockets, for the listeners to close at a cut, and their jobs.
+    sockets: RefCell<Vec<WebSocket>>,
+    jobs: RefCell<Vec<String>>,
+    cut: Cell<bool>,
+    waker: RefCell<Option<Waker>>,
+}
+
+impl Inbox {
+    fn push(&self, index: usize, heard: Heard) {
+        if self.cut.get() {
+            return;
+        }
+        let (mut bytes, mut live) = (0, false);
+        if let Heard::Frame(text) = &heard {
+            bytes = text.len() as u64;
+            let mut caught_up = self.caught_up.borrow_mut();
+            match caught_up.get_mut(index) {
+                Some(true) => live = true,
+                Some(over) => *over = text == live::CAUGHT_UP,
+                None => {}
+            }
+        }
+        let total = match live {
+            true => &self.bytes,
+            false => &self.catch_up_bytes,
+        };
+        total.set(total.get() + bytes);
+        // A frame that comes to an empty queue is never what puts a reader behind.
+        let behind = !self.queue.borrow().is_empty()
+            && (self.bytes.get() > self.max_bytes
+                || self.catch_up_bytes.get() > MAX_CATCH_UP_BYTES);
+        if behind {
+            return self.cut("the stream's reader fell behind");
+        }
+        if crate::clock::now_ms() > self.deadline_ms {
+            return self.cut("the stream's time is up");
+        }
+        self.queue
+            .borrow_mut()
+            .push_back((index, heard, bytes, live));
+        self.wake();
+    }
+
+    /// Closes every hub socket of the stream and drops what waits: the stream ends when
+    /// it is next read.
+    fn cut(&self, why: &str) {
+        if self.cut.replace(true) {
+            return;
+        }
+        for socket in self.sockets.borrow().iter() {
+            unlisten(socket);
+            let _ = socket.close(Some(1000), Some(why));
+        }
+        crate::log::info(serde_json::json!({"event": "stream_cut", "cause": why,
+                               "waiting_bytes": self.bytes.get(),
+                               "catch_up_bytes": self.catch_up_bytes.get(),
+                               "max_bytes": self.max_bytes, "jobs": *self.jobs.borrow()}));
+        self.queue.borrow_mut().clear();
+        self.bytes.set(0);
+        self.catch_up_bytes.set(0);
+        self.queue.borrow_mut().push_back((0, Heard::Cut, 0, false));
+        self.wake();
+    }
+
+    fn wake(&self) {
+        if let Some(waker) = self.waker.borrow_mut().take() {
+            waker.wake();
+        }
+    }
+
+    /// The next thing heard, once there is one.
+    async fn next(&self) -> (usize, Heard) {
+        poll_fn(|cx| match self.queue.borrow_mut().pop_front() {
+            Some((index, heard, bytes, live)) => {
+                let total = match live {
+                    true => &self.bytes,
+                    false => &self.catch_up_bytes,
+                };
+                total.set(total.get().saturating_sub(bytes));
+                Poll::Ready((index, heard))
+            }
+            None => {
+                *self.waker.borrow_mut() = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        })
+        .await
+    }
+}
+
+/// Takes the stream's listeners off a hub socket.
+fn unlisten(socket: &WebSocket) {
+    let raw: &worker::web_sys::WebSocket = socket.as_ref();
+    raw.set_onmessage(None);
+    raw.set_onclose(None);
+    raw.set_onerror(None);
 }
 
 /// A job's document as the stream read it from the store: its position, and the
@@ -294,10 +493,7 @@ impl Watch {
     }
 
     fn close(&mut self, why: &str) {
-        let raw: &worker::web_sys::WebSocket = self.socket.as_ref();
-        raw.set_onmessage(None);
-        raw.set_onclose(None);
-        raw.set_onerror(None);
+        unlisten(&self.socket);
         let _ = self.socket.close(Some(1000), Some(why));
     }
 }
@@ -305,23 +501,29 @@ impl Watch {
 /// One stream's side of its hub sockets.
 struct Relay {
     watches: Vec<Watch>,
-    tx: UnboundedSender<(usize, Heard)>,
-    heard: UnboundedReceiver<(usize, Heard)>,
-    /// Frames delivered and not yet read by the stream, over all its jobs.
-    waiting: Rc<Cell<usize>>,
+    /// What the hub sockets delivered, not yet read by the stream, over all its jobs.
+    inbox: Rc<Inbox>,
     deadline_ms: f64,
     /// When the stream last wrote something: the keep-alive counts from there.
     wrote_ms: f64,
 }
 
 impl Relay {
-    fn new(deadline_ms: f64) -> Self {
-        let (tx, heard) = unbounded();
+    fn new(deadline_ms: f64, max_bytes: u64) -> Self {
         Self {
             watches: Vec::new(),
-            tx,
-            heard,
-            waiting: Rc::new(Cell::new(0)),
+            inbox: Rc::new(Inbox {
+                queue: RefCell::new(VecDeque::new()),
+                bytes: Cell::new(0),
+                catch_up_bytes: Cell::new(0),
+                caught_up: RefCell::new(Vec::new()),
+                max_bytes,
+                deadline_ms,
+                sockets: RefCell::new(Vec::new()),
+                jobs: RefCell::new(Vec::new()),
+                cut: Cell::new(false),
+                waker: RefCell::new(None),
+            }),
             deadline_ms,
             wrote_ms: crate::clock::now_ms(),
         }
@@ -338,28 +540,19 @@ impl Relay {
     ) -> ApiResult<()> {
         let index = self.watches.len();
         let on_message = {
-            let (tx, waiting) = (self.tx.clone(), self.waiting.clone());
+            let inbox = self.inbox.clone();
             Closure::<dyn FnMut(worker::web_sys::MessageEvent)>::new(
                 move |e: worker::web_sys::MessageEvent| {
-                    let Some(text) = e.data().as_string() else {
-                        return;
-                    };
-                    waiting.set(waiting.get() + 1);
-                    let heard = if waiting.get() > MAX_BUFFERED {
-                        Heard::Behind
-                    } else {
-                        Heard::Frame(text)
-                    };
-                    let _ = tx.unbounded_send((index, heard));
+                    if let Some(text) = e.data().as_string() {
+                        inbox.push(index, Heard::Frame(text));
+                    }
                 },
             )
         };
         let on_close = {
-            let tx = self.tx.clone();
+            let inbox = self.inbox.clone();
             Closure::<dyn FnMut(worker::web_sys::MessageEvent)>::new(
-                move |_e: worker::web_sys::MessageEvent| {
-                    let _ = tx.unbounded_send((index, Heard::End));
-                },
+                move |_e: worker::web_sys::MessageEvent| inbox.push(index, Heard::End),
             )
         };
         let raw: &worker::web_sys::WebSocket = socket.as_ref();
@@ -367,13 +560,21 @@ impl Relay {
         raw.set_onclose(Some(on_close.as_ref().unchecked_ref()));
         raw.set_onerror(Some(on_close.as_ref().unchecked_ref()));
         let accepted = socket.accept();
+        if accepted.is_err() {
+            unlisten(&socket);
+            let _ = socket.close(Some(1011), Some("the stream could not take this socket"));
+        }
+        self.inbox.sockets.borrow_mut().push(socket.clone());
+        self.inbox.caught_up.borrow_mut().push(false);
+        self.inbox.jobs.borrow_mut().push(job.to_owned());
         self.watches.push(Watch {
             socket,
             _listeners: [on_message, on_close],
             job: job.to_owned(),
             sent,
             held,
-            done: false,
+            // A socket that could not be taken serves nothing: the stream names its job.
+            done: accepted.is_err(),
         });
         accepted.map_err(|e| AppError::unavailable(format!("live hub: {e}")))
     }
@@ -394,9 +595,11 @@ impl Relay {
             let tick = worker::Delay::from(std::time::Duration::from_millis(
                 left.min(keep_alive_in) as u64,
             ));
-            let (index, heard) = match select(self.heard.next(), tick).await {
-                Either::Left((Some(heard), _)) => heard,
-                Either::Left((None, _)) => return None,
+            let inbox = self.inbox.clone();
+            let next = inbox.next();
+            futures_util::pin_mut!(next);
+            let (index, heard) = match select(next, tick).await {
+                Either::Left((heard, _)) => heard,
                 Either::Right(_) if ends => return None, // the stream's time is up
                 Either::Right(_) => {
                     self.wrote_ms = crate::clock::now_ms();
@@ -405,12 +608,11 @@ impl Relay {
             };
             let text = match heard {
                 Heard::Frame(text) => text,
-                Heard::Behind => return None,
+                Heard::Cut => return None,
                 // A hub gone while its job is still moving: the client resumes.
                 Heard::End if !self.watches.get(index).is_some_and(|w| w.done) => return None,
                 Heard::End => continue,
             };
-            self.waiting.set(self.waiting.get().saturating_sub(1));
             let Some(frame) = live::unframe(&text) else {
                 continue;
             };
@@ -422,9 +624,16 @@ impl Relay {
             }
             let out = match frame {
                 Frame::Doc(seq, doc) => {
+                    // The stream's own read is the newest it knows until the hub sends a
+                    // newer change: an older one (a hub that missed a notification, a
+                    // settled document it kept) is never sent, nor ends the stream.
+                    if watch.held.as_ref().is_some_and(|(held, _, _)| seq <= *held) {
+                        continue;
+                    }
                     let Ok(job) = serde_json::from_str::<Job>(doc) else {
                         continue;
                     };
+                    watch.held = None;
                     match watch.doc(seq, &job, doc) {
                         Some(out) => out,
                         None => continue,

@@ -28,7 +28,8 @@ pub struct KindDecl {
     pub rules: Vec<Rule>,
     /// Provider names in failover order; the first is the primary.
     pub providers: Vec<String>,
-    /// Start one hedge attempt after the running one has been silent this long.
+    /// Start one hedge attempt after the running one's call has been silent this long
+    /// (no answer, no streamed text); never once its text has begun.
     #[serde(default)]
     pub hedge_after_ms: Option<u64>,
     /// After a retryable failure (never after `unknown`), try the next certified

@@ -499,28 +499,44 @@ impl Hub {
 /// stream what came before, and the operator what an `unknown` attempt said.
 pub const KEEP_EVERY_CHARS: u64 = 1_024;
 
+/// The most bytes one chunk of kept text takes in storage, its key and its value
+/// together, each counted in UTF-8. A Durable Object's storage takes at most 2 MB for a
+/// key and its value together, and holds the value as a serialized JS string: Latin-1 or
+/// UTF-16, so up to twice its UTF-8 bytes (ASCII in a text that also holds a character
+/// past U+00FF takes two bytes each). A chunk of 512 KiB is therefore at most 1 MiB and a
+/// few bytes there, half the limit, however the text is spelled.
+pub const KEEP_MAX_BYTES: usize = 512 * 1024;
+
 /// What a hub keeps of each attempt's text in its storage, and when it writes: the
 /// decisions of `edge/src/live.rs`, apart from the storage itself.
 ///
-/// Each write is a chunk, the text from where the last chunk that was written ended, at
-/// key `text/N/OFFSET` (value `<attempt_id>\n<text>`): the rows grow with the text,
-/// not with its square. A write that fails is tried again a kilobyte later, from the
-/// same offset (the same key, so a write that failed but landed is overwritten).
+/// Each write is the text from where the last written chunk ended, at key
+/// `text/N/OFFSET` (value `<attempt_id>\n<text>`), cut into chunks of at most
+/// [`KEEP_MAX_BYTES`] each: the rows grow with the text, not with its square, and none
+/// outgrows what storage takes, however many writes failed before. A write that fails is
+/// tried again a kilobyte later, from the same offset (the same keys, so a write that
+/// failed but landed is overwritten). Only a chunk that begins where the kept text ends
+/// counts as kept ([`wrote`](Self::wrote)), so what is read back runs on without a gap.
 #[derive(Clone, Debug)]
 pub struct Keeper {
     /// Code points between two writes ([`KEEP_EVERY_CHARS`]).
     every: u64,
+    /// The most bytes of one chunk, key and value ([`KEEP_MAX_BYTES`]).
+    max_bytes: usize,
     /// How far each attempt's text is written, by `n`.
     kept: Place,
     /// How far it was when a write was last tried.
     tried: Place,
+    /// The chunks the last call gave to write, as `(n, from, to)` in code points.
+    given: Vec<(u32, u64, u64)>,
     /// Storage may hold text: something was read back, or a write was tried.
     stored: bool,
     /// Storage has been read back since this instance began.
     loaded: bool,
 }
 
-/// A chunk to write: [`Keeper::at_unknown`]'s, for attempt `n` up to `chars`, at `key`.
+/// A chunk to write ([`Keeper::due`]'s and [`Keeper::at_unknown`]'s), for attempt `n` up
+/// to `chars`, at `key`: the key and the value together at most [`KEEP_MAX_BYTES`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EndChunk {
     /// The attempt's `n`.
@@ -552,11 +568,20 @@ impl Keeper {
     pub fn every(chars: u64) -> Self {
         Self {
             every: chars.max(1),
+            max_bytes: KEEP_MAX_BYTES,
             kept: Place::default(),
             tried: Place::default(),
+            given: Vec::new(),
             stored: false,
             loaded: false,
         }
+    }
+
+    /// This keeper with chunks of at most `bytes` (the model's are small). A chunk holds
+    /// at least one code point, even past a bound too small for its key.
+    pub fn within(mut self, bytes: usize) -> Self {
+        self.max_bytes = bytes;
+        self
     }
 
     /// The key of attempt `n`'s chunk that begins at code point `offset`.
@@ -564,20 +589,65 @@ impl Keeper {
         format!("text/{n}/{offset}")
     }
 
-    /// Whether the hub, now holding `chars` code points of attempt `n`'s text, writes a
-    /// chunk: the offset it begins at, taken as tried.
-    pub fn due(&mut self, n: u32, chars: u64) -> Option<u64> {
+    /// The chunks to write now that `hub` holds more of attempt `n`'s text: none until
+    /// [`every`](Self::every) code points more than when a write was last tried, then
+    /// the text since the last write, in order, taken as tried. Say
+    /// [`wrote`](Self::wrote)`(n, chars)` of each that was written.
+    pub fn due(&mut self, hub: &Hub, n: u32) -> Vec<EndChunk> {
+        let chars = hub.chars(n);
         if chars < self.tried.chars(n).saturating_add(self.every) {
-            return None;
+            return Vec::new();
         }
         self.tried.set(n, chars);
         self.stored = true;
-        Some(self.kept.chars(n))
+        self.given.clear();
+        let mut chunks = Vec::new();
+        self.cut(hub, n, &mut chunks);
+        chunks
     }
 
-    /// The chunk [`due`](Self::due) gave was written, up to `chars`.
+    /// The chunk of attempt `n`'s text ending at code point `chars`, of those the last
+    /// call gave, was written: kept if it begins within the kept text. One that follows
+    /// a chunk whose write failed does not, and is written again from there with the
+    /// rest, so the kept text runs on without a gap. (Each call's chunks are written in
+    /// order, before the next call; one counted late is written again.)
     pub fn wrote(&mut self, n: u32, chars: u64) {
-        self.kept.set(n, chars);
+        let kept = self.kept.chars(n);
+        let joins = |&(m, from, to): &(u32, u64, u64)| m == n && to == chars && from <= kept;
+        if chars > kept && self.given.iter().any(joins) {
+            self.kept.set(n, chars);
+        }
+    }
+
+    /// The text of attempt `n` from where its kept text ends to all `hub` has, cut into
+    /// chunks of at most `max_bytes` (key and value), each on a code point's boundary,
+    /// added to `chunks`.
+    fn cut(&mut self, hub: &Hub, n: u32, chunks: &mut Vec<EndChunk>) {
+        let Some(streamed) = hub.texts.iter().find(|t| t.n == n) else {
+            return;
+        };
+        let mut from = self.kept.chars(n);
+        let mut rest = after_chars(&streamed.text, from);
+        while let Some(first) = rest.chars().next() {
+            let key = Self::key(n, from);
+            let room = self
+                .max_bytes
+                .saturating_sub(key.len() + streamed.attempt_id.len() + 1);
+            let mut end = room.min(rest.len());
+            while !rest.is_char_boundary(end) {
+                end -= 1;
+            }
+            let (text, after) = rest.split_at(end.max(first.len_utf8()));
+            let to = from + text.chars().count() as u64;
+            self.given.push((n, from, to));
+            chunks.push(EndChunk {
+                n,
+                chars: to,
+                key,
+                value: format!("{}\n{text}", streamed.attempt_id),
+            });
+            (from, rest) = (to, after);
+        }
     }
 
     /// Whether storage is still to be read back.
@@ -628,32 +698,20 @@ impl Keeper {
     /// The chunks to write now that `hub`'s newest document shows attempts `unknown`:
     /// of each, the text since its last write, if any is not written yet (the write "at
     /// the end": a hub evicted or restarted after it still has the whole text for the
-    /// operator, not only its whole kilobytes). A write that failed is given again at
-    /// the next call. Each is taken as tried; say [`wrote`](Self::wrote)`(n, chars)` of
-    /// each that was written.
+    /// operator, not only its whole kilobytes), in chunks as [`due`](Self::due) cuts
+    /// them. A write that failed is given again at the next call. Each is taken as
+    /// tried; say [`wrote`](Self::wrote)`(n, chars)` of each that was written.
     pub fn at_unknown(&mut self, hub: &Hub) -> Vec<EndChunk> {
         let mut chunks = Vec::new();
+        self.given.clear();
         for &n in &hub.unknown {
             let chars = hub.chars(n);
-            let (Some(streamed), true) = (
-                hub.texts.iter().find(|t| t.n == n),
-                chars > self.kept.chars(n),
-            ) else {
+            if chars <= self.kept.chars(n) {
                 continue;
-            };
+            }
             self.tried.set(n, chars);
             self.stored = true;
-            let from = self.kept.chars(n);
-            chunks.push(EndChunk {
-                n,
-                chars,
-                key: Self::key(n, from),
-                value: format!(
-                    "{}\n{}",
-                    streamed.attempt_id,
-                    after_chars(&streamed.text, from)
-                ),
-            });
+            self.cut(hub, n, &mut chunks);
         }
         chunks
     }
@@ -664,6 +722,7 @@ impl Keeper {
         let clear = self.stored || !self.loaded;
         self.kept = Place::default();
         self.tried = Place::default();
+        self.given.clear();
         self.stored = false;
         self.loaded = true;
         clear
@@ -1025,24 +1084,46 @@ mod tests {
     #[test]
     fn a_keeper_writes_a_chunk_a_kilobyte_and_reads_them_back_in_order() {
         let k = KEEP_EVERY_CHARS;
-        let mut keeper = Keeper::default();
-        assert_eq!(keeper.due(1, k - 1), None);
-        assert_eq!(keeper.due(1, k), Some(0));
+        let (mut keeper, mut hub) = (Keeper::default(), Hub::default());
+        // The hub's text of attempt `n` grown to `chars` code points; the chunks due then
+        // (here never more than one), as (key, chars).
+        let mut due = |keeper: &mut Keeper, n: u32, chars: u64| {
+            let have = hub.chars(n);
+            let more = "a".repeat((chars - have) as usize);
+            hub.text(n, &format!("att_{n}"), have, &more, 1 << 20)
+                .unwrap();
+            let chunks = keeper.due(&hub, n);
+            assert!(chunks.len() <= 1, "{chunks:?}");
+            chunks.into_iter().next().map(|c| (c.key, c.chars))
+        };
+        assert_eq!(due(&mut keeper, 1, k - 1), None);
+        assert_eq!(due(&mut keeper, 1, k), Some((Keeper::key(1, 0), k)));
         keeper.wrote(1, k);
-        assert_eq!(keeper.due(1, 2 * k - 1), None);
+        assert_eq!(due(&mut keeper, 1, 2 * k - 1), None);
         assert_eq!(
-            keeper.due(1, 2 * k + 5),
-            Some(k),
+            due(&mut keeper, 1, 2 * k + 5),
+            Some((Keeper::key(1, k), 2 * k + 5)),
             "from where the last ended"
         );
         // That write failed: tried again a kilobyte later, from the same offset.
-        assert_eq!(keeper.due(1, 2 * k + 6), None, "not on every piece");
-        assert_eq!(keeper.due(1, 3 * k + 5), Some(k));
+        assert_eq!(due(&mut keeper, 1, 2 * k + 6), None, "not on every piece");
+        assert_eq!(
+            due(&mut keeper, 1, 3 * k + 5),
+            Some((Keeper::key(1, k), 3 * k + 5))
+        );
         keeper.wrote(1, 3 * k + 5);
-        assert_eq!(keeper.due(2, k), Some(0), "each attempt on its own");
+        assert_eq!(
+            due(&mut keeper, 2, k),
+            Some((Keeper::key(2, 0), k)),
+            "each attempt on its own"
+        );
         assert!(keeper.settle(), "something was written");
         assert!(!keeper.settle(), "nothing since");
-        assert_eq!(keeper.due(1, k), Some(0), "forgotten");
+        assert_eq!(
+            due(&mut keeper, 1, 3 * k + 5),
+            Some((Keeper::key(1, 0), 3 * k + 5)),
+            "forgotten"
+        );
 
         // A fresh instance reads the chunks back, in order whatever order they are
         // listed in, up to a gap; one that is not a chunk is skipped.
@@ -1066,8 +1147,18 @@ mod tests {
         );
         assert_eq!(hub.text_of(2), Some("xy"));
         assert_eq!(hub.text_of(3), None);
-        assert_eq!(fresh.due(1, 7 + k - 1), None, "tried as far as read back");
-        assert_eq!(fresh.due(1, 7 + k), Some(7));
+        let more = "d".repeat(k as usize - 1);
+        hub.text(1, "att_1", 7, &more, 100 + k).unwrap();
+        assert!(fresh.due(&hub, 1).is_empty(), "tried as far as read back");
+        hub.text(1, "att_1", 7 + k - 1, "d", 100 + k).unwrap();
+        let chunks = fresh.due(&hub, 1);
+        assert_eq!(
+            chunks
+                .iter()
+                .map(|c| (c.key.as_str(), c.chars))
+                .collect::<Vec<_>>(),
+            [(Keeper::key(1, 7).as_str(), 7 + k)]
+        );
         // An instance that never read its storage back empties it when the job settles.
         assert!(Keeper::default().settle());
         let mut empty = Keeper::default();
@@ -1082,7 +1173,16 @@ mod tests {
         hub.text(1, "att_1", 0, "abcdé😀", 100).unwrap();
         hub.text(2, "att_2", 0, "xy", 100).unwrap();
         // A kilobyte (here 4 code points) was written while it streamed.
-        assert_eq!(keeper.due(1, 6), Some(0));
+        let chunks = keeper.due(&hub, 1);
+        assert_eq!(
+            chunks,
+            [EndChunk {
+                n: 1,
+                chars: 6,
+                key: Keeper::key(1, 0),
+                value: "att_1\nabcdé😀".to_owned(),
+            }]
+        );
         keeper.wrote(1, 6);
         hub.text(1, "att_1", 6, "fg", 100).unwrap();
         assert!(keeper.at_unknown(&hub).is_empty(), "nothing unknown yet");
@@ -1124,6 +1224,68 @@ mod tests {
         // A settled job keeps nothing, its unknown attempt's included.
         assert!(hub.offer(5, &doc("cancelled", "unknown", "failed")));
         assert!(keeper.at_unknown(&hub).is_empty());
+    }
+
+    #[test]
+    fn a_keeper_keeps_a_long_text_in_chunks_that_storage_takes_whatever_failed_before() {
+        // The longest text a hub takes, in characters of 2 to 4 bytes (3.4 MiB): one
+        // chunk of all of it, or of all since a write that failed, storage would refuse.
+        let id = "att_0192f0c4-7b1e-7c3d-9a4b-0123456789ab";
+        let max = crate::chat::MAX_CHARS;
+        let whole: String = "😀😀😀会é".chars().cycle().take(max as usize).collect();
+        assert!(whole.len() > 3 << 20);
+        let (mut hub, mut keeper) = (Hub::default(), Keeper::default());
+        assert!(hub.offer(2, &doc("running", "running", "running")));
+        let mut storage = std::collections::BTreeMap::new();
+        // Writes each chunk, in order, unless `fails(i)` says its write fails. Each fits
+        // the bound, and its key names where it begins.
+        let mut keep =
+            |keeper: &mut Keeper, chunks: Vec<EndChunk>, fails: &dyn Fn(usize) -> bool| {
+                for (i, chunk) in chunks.into_iter().enumerate() {
+                    let (key, value) = (&chunk.key, &chunk.value);
+                    let bytes = key.len() + value.len();
+                    assert!(bytes <= KEEP_MAX_BYTES, "{key}: {bytes} bytes");
+                    let text = value.strip_prefix(&format!("{id}\n")).unwrap();
+                    let from = chunk.chars - text.chars().count() as u64;
+                    assert_eq!(*key, Keeper::key(1, from), "named where it begins");
+                    if !fails(i) {
+                        storage.insert(chunk.key.clone(), chunk.value.clone());
+                        keeper.wrote(chunk.n, chunk.chars);
+                    }
+                }
+            };
+        let (piece, mut at, mut most) = (1 << 16, 0, 0);
+        while at < max {
+            let text = after_chars(&whole, at);
+            let cut = text
+                .char_indices()
+                .nth(piece)
+                .map_or(text.len(), |(i, _)| i);
+            hub.text(1, id, at, &text[..cut], max).unwrap();
+            at = hub.chars(1);
+            let chunks = keeper.due(&hub, 1);
+            most = most.max(chunks.len());
+            // Every write fails until the text is past 2 MB (11 pieces, 2.4 MB); then,
+            // of that call's chunks, the second fails and the others are written; then
+            // every write fails again.
+            let round = at / piece as u64;
+            keep(&mut keeper, chunks, &|i| round != 11 || i == 1);
+        }
+        assert!(most > 4, "a call gave {most} chunks at most");
+        // The attempt goes `unknown`: the rest of its text, in chunks, failing once.
+        assert!(hub.offer(3, &doc("unknown", "unknown", "running")));
+        let chunks = keeper.at_unknown(&hub);
+        assert!(chunks.len() > 1, "{} chunks", chunks.len());
+        keep(&mut keeper, chunks, &|_| true);
+        let chunks = keeper.at_unknown(&hub);
+        keep(&mut keeper, chunks, &|_| false);
+        assert!(keeper.at_unknown(&hub).is_empty(), "all of it kept");
+
+        let entries = storage.into_iter().collect();
+        let (mut fresh, mut back) = (Keeper::default(), Hub::default());
+        fresh.load(&mut back, entries, max);
+        assert_eq!(back.chars(1), max, "the whole text is read back");
+        assert!(back.text_of(1) == Some(whole.as_str()));
     }
 
     #[test]

@@ -638,7 +638,8 @@ impl Client {
                 // is): the other tabs' jobs wait for a leader whose token passes.
                 401 | 403 => return fall_back("the live stream refused the token", false),
                 // A server without the stream (404, 405), or a refusal of the stream as
-                // a whole (the owner's rate limit, which the poll's backoff honours).
+                // a whole (429 `stream_rate_limited`: the owner's stream opens, a budget
+                // apart from creates'; the poll's backoff spreads the load).
                 _ => return fall_back("the live stream was refused", true),
             }
             let Some(mut stream) = live::Stream::of(&response) else {
@@ -674,6 +675,14 @@ impl Client {
                 let live::Item::Event { event, id, data } = item else {
                     continue;
                 };
+                // A job whose hub the stream cannot reach: it polls, the others go on.
+                if event == "unserved" {
+                    let named = js_sys::JSON::parse(&data).ok();
+                    if let Some(job) = named.and_then(|p| js::get_string(&p, "job_id")) {
+                        watching.borrow_mut().poll_one(&job);
+                    }
+                    continue;
+                }
                 // Once text has come, an id also counts it (`7/1:40`), and is kept whole:
                 // the next connection resumes after the last piece.
                 if !live::is_position(watch::seq(&id)) {

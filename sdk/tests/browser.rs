@@ -1208,6 +1208,57 @@ async fn missing_beside_live(other_tab: bool) {
     );
 }
 
+// Issue 42, 6: a stream of two jobs whose first job's hub does not answer serves the
+// other and names that one (`event: unserved`): the SDK polls it, and the other stays
+// live. (Before, the named job waited, unserved, until the stream's next connection.)
+#[wasm_bindgen_test]
+async fn a_job_the_stream_cannot_serve_is_polled_and_the_other_stays_live() {
+    let id = scenario("unserve-stream-once");
+    let gate = format!("{id}-gate");
+    script("primary", &id, &format!(r#"[{{"gate":"{gate}"}}]"#)).await;
+    let c = client(
+        &format!("{}/unserve-stream-once/{id}", proxy()),
+        Some(mapStorage()),
+    );
+    let mut jobs = Vec::new();
+    for n in 0..2 {
+        let text = format!("{id}: job {n} of two, on one stream.");
+        jobs.push(ok(c.submit("summarize".into(), input(&text), None)).await);
+    }
+    let waits: Vec<_> = jobs
+        .iter()
+        .map(|job| JsFuture::from(c.wait(id_of(job), None)))
+        .collect();
+    // The connection that follows both, which the proxy marks for the fault.
+    let log = seen_until(&id, |log| {
+        live_streams(log).iter().any(|s| followed(s).len() == 2)
+    })
+    .await;
+    let both = live_streams(&log)
+        .into_iter()
+        .find(|s| followed(s).len() == 2)
+        .unwrap();
+    let unserved = followed(&both)[0].0.clone();
+    let polls = |log: &[JsValue], job: &str| {
+        let path = format!("/v1/jobs/{job}");
+        log.iter()
+            .filter(|e| {
+                get(e, "method") == "GET" && get(e, "path").as_string() == Some(path.clone())
+            })
+            .count()
+    };
+    // The named job is polled while the other stays on the stream.
+    seen_until(&id, |log| polls(log, &unserved) >= 1).await;
+    release(&gate).await;
+    for wait in waits {
+        let done = wait.await.unwrap();
+        assert_eq!(get(&done, "status"), "succeeded");
+    }
+    let log = seen(&id).await;
+    let live = jobs.iter().map(id_of).find(|j| *j != unserved).unwrap();
+    assert_eq!(polls(&log, &live), 0, "the other job was never polled");
+}
+
 /// Waits on `job` (through `client`) that must end `succeeded` within 20 s.
 async fn succeeds(client: &Client, job: &JsValue, first_event_ms: u32) {
     let wait = options(&[

@@ -117,6 +117,10 @@ pub(crate) struct CallRecord {
     /// The call failed for good on its own record: a streamed answer classified as a
     /// failure that is not retryable, whose attempt's error says what was paid for.
     pub(crate) failed_on_record: bool,
+    /// When the call began, and when its first streamed text reached the dispatcher
+    /// (virtual ms): a call that spoke within a kind's `hedge_after_ms` is never hedged.
+    pub(crate) began: u64,
+    pub(crate) first_text: Option<u64>,
 }
 
 /// Marks a call stopped if its future is dropped before the provider answers: what
@@ -232,7 +236,7 @@ impl Host for SimHost {
                 // Silent past the limit before its first chunk: as a slow answer.
                 Script::Streamed(_) if delay > timeout => timed_out("slow stream"),
                 Script::Streamed(end) => {
-                    let expected = world.streamed_output(world.serial());
+                    let expected = world.streamed_output(world.serial(), call.input);
                     let content = expected.to_string();
                     let body = stream_body(&content, end);
                     // Read in reads of any length, cut anywhere between characters.
@@ -245,6 +249,9 @@ impl Host for SimHost {
                             .unwrap_or(rest.len());
                         let fed = !chat.feed(&rest[..cut]).is_empty();
                         rest = &rest[cut..];
+                        if fed {
+                            world.text_came(&attempt_id);
+                        }
                         if let (true, Some(news)) = (fed, call.news) {
                             news.read(chat.chars());
                         }

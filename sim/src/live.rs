@@ -8,22 +8,34 @@
 //! - one position, one document: every document told or read at a job's position is
 //!   the same document;
 //! - a stream sends positions in increasing order, never one twice, each with the
-//!   document of that position, and ends only at a settled document;
+//!   document of that position, and ends only at a settled document, never older than
+//!   its own store read;
 //! - nothing is lost for good: once the world settles, every stream still open shows
 //!   the job's current document (through a notification or the re-read), and every
 //!   other one gets it, or `204`, when it reconnects from its last position;
 //! - streamed text (issue 25), handed to the hub as the Worker's call hands it (each
 //!   piece from what the sender knows the hub has; a hub that restarted is sent what
-//!   it lost; one hand-off in `HAND_LOST_ONE_IN` fails, and that call hands no more):
+//!   it lost; one hand-off in `HAND_LOST_ONE_IN` fails, and is tried again until
+//!   `HAND_OFF_TRIES` fail in a row, when that call hands no more):
 //!   what a stream holds of an attempt's text, across reconnects, is always a prefix of
 //!   what the provider sent, each piece beginning where the last ended, and no piece of
-//!   an attempt comes after a document the stream had that says it ended.
+//!   an attempt comes after a document the stream had that says it ended;
+//! - kept text (issue 42), some of it long (hundreds of characters of 2 to 4 bytes):
+//!   every chunk a hub writes fits what storage takes (`KEEP_BYTES`), and each call's
+//!   first chunk of an attempt begins within the text its storage gives back, so a
+//!   failed write never leaves a gap;
+//! - kept text never outlives its job (issue 42): the reconciler's sweeps tell the hubs
+//!   of the jobs they move, and every hub that keeps text, whether or not it heard its
+//!   job settle, has an alarm that reads its job at least every `CHECK_MS`; once the
+//!   world settles and that alarm has come, no hub keeps text of a settled or gone job.
 
 use crate::rng::Rng;
 use futures_util::future::{self, LocalBoxFuture};
 use onceclick_edge::sim::Notify;
 use onceclick_protocol::chat::MAX_CHARS;
-use onceclick_protocol::live::{after_chars, Follower, Hub, Keeper, Piece, Place, Refused};
+use onceclick_protocol::live::{
+    after_chars, EndChunk, Follower, Hub, Keeper, Piece, Place, Refused,
+};
 use onceclick_protocol::Job;
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
@@ -39,6 +51,8 @@ const LOST_ONE_IN: u64 = 8;
 const STREAMS_PER_JOB: usize = 4;
 /// One hand-off of text in this many fails (the hub did not answer in time).
 const HAND_LOST_ONE_IN: u64 = 16;
+/// Hand-offs that fail in a row before a call hands no more (`openai::HAND_OFF_TRIES`).
+const HAND_OFF_TRIES: u32 = 4;
 /// Before one hand-off in this many the hub is evicted: its memory is gone, and its
 /// (hibernatable) sockets stay open.
 const EVICTED_ONE_IN: u64 = 6;
@@ -47,6 +61,29 @@ const EVICTED_ONE_IN: u64 = 6;
 const KEEP_EVERY: u64 = 8;
 /// One write of kept text in this many fails.
 const KEEP_FAILS_ONE_IN: u64 = 6;
+/// The most bytes of one chunk of kept text, key and value (the Worker's,
+/// `KEEP_MAX_BYTES`, is 512 KiB; here a key and an attempt's id take about 52, so a
+/// chunk holds up to 44 bytes of text, and a long text is kept in many).
+const KEEP_BYTES: usize = 96;
+/// The longest a hub that keeps text goes without reading its job (the Worker's
+/// `Live::check_every_ms`: the retention, `JOB_RETENTION_HOURS = 24` in the model).
+const CHECK_MS: u64 = 24 * 3_600_000;
+
+/// How far attempt `n`'s text reads back from a hub's `storage` without a gap, as
+/// `Keeper::load` reads it: chunk after chunk from 0.
+fn stored_chars(storage: &BTreeMap<String, String>, n: u32) -> u64 {
+    let mut chars = 0;
+    while let Some((_, text)) = storage
+        .get(&Keeper::key(n, chars))
+        .and_then(|value| value.split_once('\n'))
+    {
+        if text.is_empty() {
+            break;
+        }
+        chars += text.chars().count() as u64;
+    }
+    chars
+}
 
 /// The model's reading of a job from the store: its position and document, as a
 /// stream's first read (or the hub's re-read) gets them; `None` once it is gone.
@@ -76,6 +113,10 @@ pub struct LiveFigures {
     pub keep_failed: u64,
     /// Of those, the chunks written at an attempt's end (its `unknown` document).
     pub kept_at_end: u64,
+    /// A hub's alarm for its kept text read its job (issue 42), and those reads that
+    /// found the job settled or gone and deleted the text.
+    pub kept_checks: u64,
+    pub check_deleted: u64,
     /// Hand-offs the hub refused because the attempt had ended: the call then tells its
     /// dispatcher, which reads the store at once (`host::CallNews::ended`).
     pub refused_ended: u64,
@@ -97,6 +138,8 @@ impl LiveFigures {
         self.kept += o.kept;
         self.keep_failed += o.keep_failed;
         self.kept_at_end += o.kept_at_end;
+        self.kept_checks += o.kept_checks;
+        self.check_deleted += o.check_deleted;
         self.refused_ended += o.refused_ended;
     }
 }
@@ -120,6 +163,8 @@ struct Watcher {
     finished: BTreeSet<String>,
     /// The position of the last event it sent (its document was checked when sent).
     last: Option<u64>,
+    /// The position of its own store read when it last opened: it never ends older.
+    read: Option<u64>,
     connected: bool,
     /// It closed after a settled document (or a reconnect got `204`).
     ended: bool,
@@ -137,17 +182,21 @@ struct Home {
     whole: BTreeMap<u32, u64>,
     watchers: Vec<Watcher>,
     read_at: u64,
+    /// The hub's alarm for its kept text (`Live::keep` sets it with a write, at most
+    /// [`CHECK_MS`] away): storage, so an eviction or a restart keeps it.
+    check_at: Option<u64>,
 }
 
 impl Default for Home {
     fn default() -> Self {
         Self {
             hub: Hub::default(),
-            keeper: Keeper::every(KEEP_EVERY),
+            keeper: Keeper::every(KEEP_EVERY).within(KEEP_BYTES),
             storage: BTreeMap::new(),
             whole: BTreeMap::new(),
             watchers: Vec::new(),
             read_at: 0,
+            check_at: None,
         }
     }
 }
@@ -156,7 +205,7 @@ impl Home {
     /// A new instance of the hub: its memory is gone, its storage not.
     fn forget(&mut self) {
         self.hub = Hub::default();
-        self.keeper = Keeper::every(KEEP_EVERY);
+        self.keeper = Keeper::every(KEEP_EVERY).within(KEEP_BYTES);
     }
 
     /// Reads the storage back, once per instance, as `Live::load` does.
@@ -183,6 +232,8 @@ pub(crate) struct Live {
     /// What each call knows its hub has of its text, in code points; `None` once its
     /// hand-off has stopped.
     handing: RefCell<BTreeMap<String, Option<u64>>>,
+    /// Each call's hand-offs that failed in a row.
+    hand_failed: RefCell<BTreeMap<String, u32>>,
     problems: RefCell<Vec<String>>,
     figures: Cell<LiveFigures>,
 }
@@ -237,6 +288,7 @@ impl Live {
             homes: RefCell::new(BTreeMap::new()),
             contents: RefCell::new(BTreeMap::new()),
             handing: RefCell::new(BTreeMap::new()),
+            hand_failed: RefCell::new(BTreeMap::new()),
             problems: RefCell::new(Vec::new()),
             figures: Cell::new(LiveFigures::default()),
         })
@@ -323,6 +375,11 @@ impl Live {
         w.last = Some(seq);
         match settled(doc) {
             Some(true) => {
+                if let Some(read) = w.read.filter(|read| *read > seq) {
+                    self.problem(format!(
+                        "a stream of job {job} ended at position {seq}, older than its own read at {read}"
+                    ));
+                }
                 w.connected = false;
                 w.ended = true;
             }
@@ -351,20 +408,57 @@ impl Live {
 
     /// What `Live::keep_unknown` writes: the rest of each `unknown` attempt's text, each
     /// write failing one time in `KEEP_FAILS_ONE_IN` (and given again at the next call).
+    /// (A chunk past one whose write failed is written, and not counted in `whole`.)
     fn keep_unknown(&self, home: &mut Home) {
-        for chunk in home.keeper.at_unknown(&home.hub) {
+        let chunks = home.keeper.at_unknown(&home.hub);
+        for (n, chars) in self.keep(home, chunks, true) {
+            home.whole.insert(n, chars);
+        }
+    }
+
+    /// Writes a keeper's chunks in order as `Live::keep` does, each failing one time in
+    /// `KEEP_FAILS_ONE_IN`: how far each attempt's text was written without a gap, by
+    /// `n`. Every chunk, written or not, fits what storage takes (`KEEP_BYTES` here), and
+    /// each attempt's first begins within the text its storage gives back without a gap
+    /// (issue 42: a failed write is never counted as kept).
+    fn keep(&self, home: &mut Home, chunks: Vec<EndChunk>, at_end: bool) -> BTreeMap<u32, u64> {
+        let mut written = BTreeMap::new();
+        let mut gaps = BTreeSet::new();
+        for chunk in chunks {
+            let (n, chars) = (chunk.n, chunk.chars);
+            let bytes = chunk.key.len() + chunk.value.len();
+            if bytes > KEEP_BYTES {
+                self.problem(format!(
+                    "a hub wrote chunk {} of {bytes} bytes, past the {KEEP_BYTES} that storage takes",
+                    chunk.key
+                ));
+            }
+            let text = chunk.value.split_once('\n').map_or("", |(_, text)| text);
+            let from = chars.saturating_sub(text.chars().count() as u64);
+            if !written.contains_key(&n) && !gaps.contains(&n) {
+                let stored = stored_chars(&home.storage, n);
+                if from > stored {
+                    self.problem(format!(
+                        "a hub wrote attempt {n}'s text from {from}, past the {stored} code points its storage gives back"
+                    ));
+                }
+            }
             if self.rng.borrow_mut().below(KEEP_FAILS_ONE_IN) == 0 {
                 self.count(|f| f.keep_failed += 1);
-            } else {
-                self.count(|f| {
-                    f.kept += 1;
-                    f.kept_at_end += 1;
-                });
-                home.storage.insert(chunk.key, chunk.value);
-                home.keeper.wrote(chunk.n, chunk.chars);
-                home.whole.insert(chunk.n, chunk.chars);
+                gaps.insert(n);
+                continue;
+            }
+            self.count(|f| {
+                f.kept += 1;
+                f.kept_at_end += u64::from(at_end);
+            });
+            home.storage.insert(chunk.key, chunk.value);
+            home.keeper.wrote(n, chars);
+            if !gaps.contains(&n) {
+                written.insert(n, chars);
             }
         }
+        written
     }
 
     /// A stream of `job` opens (or a watcher reopens) after position `from`, as
@@ -381,6 +475,7 @@ impl Live {
             return;
         };
         self.record(job, seq, &doc, "read");
+        w.read = Some(seq);
         let Ok(parsed) = serde_json::from_str::<Job>(&doc) else {
             return self.problem(format!("job {job} read back as no document: {doc}"));
         };
@@ -410,9 +505,15 @@ impl Live {
         for piece in home.hub.text_after(&since) {
             self.piece(job, w, &piece);
         }
+        // As `stream.rs` does: the hub's document is sent only if newer than the
+        // stream's own read, which it then replaces.
+        let mut held = held;
         if let Some((seq, doc)) = home.hub.catch_up(since.seq) {
-            let doc = doc.to_owned();
-            self.send(job, w, seq, &doc);
+            if held.as_ref().is_none_or(|(read, _)| seq > *read) {
+                held = None;
+                let doc = doc.to_owned();
+                self.send(job, w, seq, &doc);
+            }
         }
         if let Some((seq, doc)) = held {
             if w.connected {
@@ -502,10 +603,17 @@ impl Live {
             }
             self.count(|f| f.handed += 1);
             if self.rng.borrow_mut().below(HAND_LOST_ONE_IN) == 0 {
+                // As `openai::hand_on` does: tried again (at the next hand-off here),
+                // until `HAND_OFF_TRIES` fail in a row; then the call hands no more.
                 self.count(|f| f.hand_failed += 1);
-                handing.insert(attempt_id.to_owned(), None);
+                let mut failed = self.hand_failed.borrow_mut();
+                let failed = failed.entry(attempt_id.to_owned()).or_default();
+                *failed += 1;
+                let next = (*failed < HAND_OFF_TRIES).then_some(from);
+                handing.insert(attempt_id.to_owned(), next);
                 return false;
             }
+            self.hand_failed.borrow_mut().remove(attempt_id);
             let piece = match home.hub.text(n, attempt_id, from, text, MAX_CHARS) {
                 Ok(Some(piece)) => piece,
                 Ok(None) => {
@@ -526,19 +634,9 @@ impl Live {
             for w in &mut home.watchers {
                 self.piece(job, w, &piece);
             }
-            // Kept as `Live::text` keeps it: a chunk once per `KEEP_EVERY`.
-            let chars = home.hub.chars(n);
-            if let Some(at) = home.keeper.due(n, chars) {
-                let kept = after_chars(home.hub.text_of(n).unwrap_or_default(), at);
-                if self.rng.borrow_mut().below(KEEP_FAILS_ONE_IN) == 0 {
-                    self.count(|f| f.keep_failed += 1);
-                } else {
-                    self.count(|f| f.kept += 1);
-                    let value = format!("{attempt_id}\n{kept}");
-                    home.storage.insert(Keeper::key(n, at), value);
-                    home.keeper.wrote(n, chars);
-                }
-            }
+            // Kept as `Live::text` keeps it: once per `KEEP_EVERY`, in chunks.
+            let chunks = home.keeper.due(&home.hub, n);
+            self.keep(home, chunks, false);
             // As `Live::text` does: a piece of an attempt already `unknown` is kept at once.
             self.keep_unknown(home);
         }
@@ -625,11 +723,65 @@ impl Live {
             }
             home.read_at = now;
             self.count(|f| f.rereads += 1);
-            if let Some((seq, doc)) = read(job) {
-                self.record(job, seq, &doc, "re-read");
-                self.offer(job, home, seq, &doc);
+            match read(job) {
+                Some((seq, doc)) => {
+                    self.record(job, seq, &doc, "re-read");
+                    self.offer(job, home, seq, &doc);
+                }
+                None => Self::gone(home),
+            }
+            // A read of the job: the next check of kept text is a period from it.
+            if home.check_at.is_some() {
+                home.check_at = Some(now + CHECK_MS);
             }
         }
+        for (job, home) in homes.iter_mut() {
+            self.kept_alarm(job, home, now, read);
+        }
+    }
+
+    /// The hub's alarm for its kept text, as `Live::reread` serves it with no stream
+    /// open: set with the write that kept text (in the same step: `Live::keep`), gone
+    /// with the storage (`deleteAll`); when it comes, the hub reads its job, and the
+    /// text goes once the job is settled or gone. While it is not (an `unknown` attempt
+    /// waits for its operator) the alarm is set again.
+    fn kept_alarm(&self, job: &str, home: &mut Home, now: u64, read: Read) {
+        match (home.storage.is_empty(), home.check_at) {
+            (true, _) => home.check_at = None,
+            (false, None) => home.check_at = Some(now + CHECK_MS),
+            (false, Some(at)) if at <= now => {
+                self.count(|f| f.kept_checks += 1);
+                match read(job) {
+                    Some((seq, doc)) => {
+                        self.record(job, seq, &doc, "checked");
+                        self.offer(job, home, seq, &doc);
+                        // Settled, though not news to the hub: emptied all the same.
+                        let latest = home.hub.catch_up(0);
+                        if latest.is_some_and(|(_, doc)| settled(doc) == Some(true)) {
+                            home.keeper.settle();
+                            home.storage.clear();
+                            home.whole.clear();
+                        }
+                    }
+                    None => Self::gone(home),
+                }
+                if home.storage.is_empty() {
+                    self.count(|f| f.check_deleted += 1);
+                    home.check_at = None;
+                } else {
+                    home.check_at = Some(now + CHECK_MS);
+                }
+            }
+            (false, Some(_)) => {}
+        }
+    }
+
+    /// The hub read its job gone (purged): what it kept goes, as `Live::reread` does.
+    fn gone(home: &mut Home) {
+        home.keeper.settle();
+        home.storage.clear();
+        home.whole.clear();
+        home.hub = Hub::default();
     }
 
     /// The world has settled: every stream still open shows the job's current document,
@@ -637,6 +789,7 @@ impl Live {
     pub(crate) fn settle(&self, read: Read) {
         let mut homes = self.homes.borrow_mut();
         for (job, home) in homes.iter_mut() {
+            self.check_outlived(job, home, read);
             let Some((seq, _)) = read(job) else { continue };
             self.check_kept(job, home);
             let mut watchers = std::mem::take(&mut home.watchers);
@@ -716,6 +869,35 @@ impl Live {
                     "the hub of job {job} keeps {back:?} of attempt {attempt_id}: not what its provider sent"
                 ));
             }
+        }
+    }
+
+    /// Kept text never outlives its job (issue 42): every hub that keeps text, whether
+    /// or not it heard its job settle, has its alarm set, and once that alarm has come
+    /// (the world has settled, and time passes), keeps none of a job that is settled or
+    /// gone. The hub of a job still `unknown` keeps its attempt's text.
+    fn check_outlived(&self, job: &str, home: &mut Home, read: Read) {
+        if home.storage.is_empty() {
+            return;
+        }
+        let Some(at) = home.check_at else {
+            return self.problem(format!(
+                "the hub of job {job} keeps text with no alarm to read its job again: {:?}",
+                home.storage.keys().collect::<Vec<_>>()
+            ));
+        };
+        self.kept_alarm(job, home, at, read);
+        let left = match read(job) {
+            _ if home.storage.is_empty() => None,
+            None => Some("gone"),
+            Some((_, doc)) if settled(&doc) == Some(true) => Some("settled"),
+            Some(_) => None,
+        };
+        if let Some(how) = left {
+            self.problem(format!(
+                "the hub of {how} job {job} still keeps text after its alarm: {:?}",
+                home.storage.keys().collect::<Vec<_>>()
+            ));
         }
     }
 

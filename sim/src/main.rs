@@ -77,7 +77,7 @@ fn run() -> Result<()> {
         seconds * 1e6 / figures.ops.max(1) as f64
     );
     println!(
-        "sim: seed {seed}: {} worlds, {} operations, {} requests, {} deliveries ({} redelivered), {} provider calls ({} stopped), {} shard alarms ({} attempts handed on), {} reconciler passes, {} crashes, {} clock jumps, {} store faults in {} batches, {} checks on {} jobs; live: {} streams opened, {} reconnected, {} events, {} of {} notifications lost, {} hub re-reads, {} hub restarts, {} hand-offs of text ({} failed, {} after an eviction, {} refused as ended), {} pieces of text sent, {} chunks of text kept ({} at an attempt's unknown end; {} writes failed); no promise broken",
+        "sim: seed {seed}: {} worlds, {} operations, {} requests, {} deliveries ({} redelivered), {} provider calls ({} stopped), {} shard alarms ({} attempts handed on), {} reconciler passes, {} crashes, {} clock jumps, {} store faults in {} batches, {} checks on {} jobs; live: {} streams opened, {} reconnected, {} events, {} of {} notifications lost, {} hub re-reads, {} hub restarts, {} hand-offs of text ({} failed, {} after an eviction, {} refused as ended), {} pieces of text sent, {} chunks of text kept ({} at an attempt's unknown end; {} writes failed), {} hub alarms that read a job for its kept text ({} deleted it); no promise broken",
         worlds,
         figures.ops,
         figures.requests,
@@ -109,6 +109,8 @@ fn run() -> Result<()> {
         figures.live.kept,
         figures.live.kept_at_end,
         figures.live.keep_failed,
+        figures.live.kept_checks,
+        figures.live.check_deleted,
     );
     if figures.ops < ops {
         bail!("only {} of {ops} operations ran", figures.ops);
@@ -133,7 +135,8 @@ fn run() -> Result<()> {
             || live.evictions == 0
             || live.kept == 0
             || live.kept_at_end == 0
-            || live.keep_failed == 0)
+            || live.keep_failed == 0
+            || live.check_deleted == 0)
     {
         bail!("the live channel went untested in {ops} operations: {live:?}");
     }
@@ -371,6 +374,11 @@ const MUTANTS: &[Planted] = &[
         "stream-error-after-text-retries",
         AnyMutant::Rust(Mutant::StreamErrorAfterTextRetries),
         &["streamed answer of"],
+    ),
+    (
+        "hedge-after-text",
+        AnyMutant::Rust(Mutant::HedgeAfterText),
+        &["a hedge of"],
     ),
 ];
 

@@ -390,9 +390,21 @@ impl World {
     }
 
     /// A streamed provider's output: as [`World::output`], with text beyond ASCII, so
-    /// that the reads' cuts fall inside characters' encodings.
-    pub(crate) fn streamed_output(&self, n: u64) -> Value {
-        json!({"summary": format!("s{n} é会😀"), "sentiment": "neutral"})
+    /// that the reads' cuts fall inside characters' encodings. One in three is long
+    /// (380 characters of 2 to 4 bytes) where the input's text allows it (a summary is
+    /// shorter, and at most 400): hubs keep it in many chunks.
+    pub(crate) fn streamed_output(&self, n: u64, input: &Value) -> Value {
+        let room = input
+            .get("text")
+            .and_then(Value::as_str)
+            .map_or(0, |t| t.chars().count());
+        let summary = if n % 3 == 0 && room > 400 {
+            let long: String = "é会😀😀".chars().cycle().take(380).collect();
+            format!("s{n} {long}")
+        } else {
+            format!("s{n} é会😀")
+        };
+        json!({"summary": summary, "sentiment": "neutral"})
     }
 
     fn store(&self, layout: Layout, scope: &str) -> sim::Store {
@@ -403,9 +415,9 @@ impl World {
         }
     }
 
-    /// A store that tells the jobs' hubs of every move it commits, as a request's and
-    /// the queue consumer's do in the Worker (the reconciler's and an alarm's do not:
-    /// their moves reach streams through the hubs' re-read).
+    /// A store that tells the jobs' hubs of every move it commits, as a request's, the
+    /// queue consumer's and the reconciler's do in the Worker (a shard's hand-off moves
+    /// no job).
     fn telling_store(&self, layout: Layout, scope: &str) -> sim::Store {
         self.store(layout, scope).with_live(self.live.teller())
     }
@@ -518,6 +530,8 @@ impl World {
                     orphaned: false,
                     stopped_at: None,
                     failed_on_record: false,
+                    began: sim::now_ms() as u64,
+                    first_text: None,
                 },
             )
             .is_some()
@@ -606,6 +620,34 @@ impl World {
                 "the call of attempt {attempt_id} was stopped for no reason: it is {state}, its job {:?} by {:?}",
                 s(row.get("status")),
                 s(row.get("completed_by"))
+            ));
+        }
+    }
+
+    /// The call of `attempt_id` read streamed text: the first time, when.
+    pub(crate) fn text_came(&self, attempt_id: &str) {
+        if let Some(call) = self.calls.borrow_mut().get_mut(attempt_id) {
+            call.first_text.get_or_insert(sim::now_ms() as u64);
+        }
+    }
+
+    /// A hedge is only for a call silent since it began: none whose text came within
+    /// `after_ms` of its start (text in that very millisecond may go either way).
+    fn check_hedge(&self, line: &Value) {
+        let (Some(silent), Some(after)) = (
+            line.get("silent_attempt").and_then(Value::as_str),
+            line.get("after_ms").and_then(Value::as_u64),
+        ) else {
+            return self.violate(format!("a hedge_started line without its primary: {line}"));
+        };
+        let spoke = self.calls.borrow().get(silent).and_then(|call| {
+            call.first_text
+                .filter(|at| *at < call.began + after)
+                .map(|at| at - call.began)
+        });
+        if let Some(ms) = spoke {
+            self.violate(format!(
+                "a hedge of {silent}, whose streamed text began {ms} ms into its call, within the {after} ms of silence a hedge waits for"
             ));
         }
     }
@@ -845,12 +887,18 @@ impl World {
         } else {
             "summarize"
         };
+        // One in four is long enough for a long streamed summary.
+        let more = if n % 4 == 0 {
+            " It goes on, and on.".repeat(24)
+        } else {
+            String::new()
+        };
         let intent = Intent {
             owner: OWNERS[rng.below(OWNERS.len() as u64) as usize],
             key: format!("k{n}-{}", rng.below(1_000_000)),
             kind,
             text: format!(
-                "The text of intent number {n}, long enough to be summarized in a few words."
+                "The text of intent number {n}, long enough to be summarized in a few words.{more}"
             ),
             provider: (rng.below(5) == 0).then_some("fallback"),
             job: None,
@@ -1104,7 +1152,7 @@ impl World {
         self.note(|| format!("reconcile {layout:?}"));
         self.exec.spawn(RECONCILER, Role::Reconcile, async move {
             let host = world.host(RECONCILER);
-            let store = world.store(layout, "/v1/_reconcile");
+            let store = world.telling_store(layout, "/v1/_reconcile");
             let _ = sim::reconcile(&host, &store).await;
         });
     }
@@ -1336,6 +1384,9 @@ impl World {
     fn after_step(self: &Rc<Self>, task: u64, done: bool) {
         for line in sim::drain_log() {
             let event = line.get("event").and_then(Value::as_str);
+            if event == Some("hedge_started") {
+                self.check_hedge(&line);
+            }
             if event == Some("late_result_discarded")
                 && line.get("attempt_state").and_then(Value::as_str) == Some("purged")
             {
@@ -2022,7 +2073,7 @@ impl World {
             let world = self.clone();
             self.exec.spawn(RECONCILER, Role::Reconcile, async move {
                 let host = world.host(RECONCILER);
-                let store = world.store(layout, "/v1/_reconcile");
+                let store = world.telling_store(layout, "/v1/_reconcile");
                 let _ = sim::reconcile(&host, &store).await;
             });
         }

@@ -356,7 +356,8 @@ test("a hedge race where both attempts stream shows both texts and keeps the win
     await h.arm(page, "stream_race");
     await page.locator("#text").fill(text);
     await page.locator("#generate").click();
-    // Both attempts write in the timeline at once (the primary slowly, the hedge faster).
+    // Both attempts write in the timeline at once (the primary, silent past the hedge's
+    // 300 ms, then slowly; the hedge faster).
     await page.waitForFunction(() => {
       const written = (n) => document.querySelector(`#timeline tr[data-n="${n}"] .attempt-text`)?.textContent ?? "";
       return written(1).length > 0 && written(2).length > 0;

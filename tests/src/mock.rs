@@ -693,11 +693,12 @@ pub fn providers_var(
     primary_streams: bool,
 ) -> String {
     // `fallback` streams its answers: every test that reaches it runs the streamed path,
+    // within two `timeout_ms` in all (a limit a test reaches in seconds),
     // `primary` the whole answer (unless `primary_streams`: the demo page's end-to-end
     // tests, where a hedge race has two streams).
     let mut fallback = json!({"name": "fallback", "base_url": format!("http://127.0.0.1:{port}/fallback/v1"),
                               "model": "mock-large", "timeout_ms": timeout_ms, "api_key_secret": "FALLBACK_API_KEY",
-                              "stream": true});
+                              "stream": true, "total_timeout_ms": timeout_ms * 2});
     if let Some(ms) = fallback_abandon_after_ms {
         fallback["abandon_after_ms"] = json!(ms);
     }

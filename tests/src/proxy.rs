@@ -21,6 +21,9 @@
 //!   `GET /v1/providers` as a deploy that made `fallback` every kind's primary would
 //!   give it.
 //!
+//! - `/unserve-stream-once/{id}/…` adds `X-Onceclick-Fault: subscribe:before` to the
+//!   first live stream of several jobs it forwards: the Worker serves the others and
+//!   names the first job in an `unserved` event (its hub "failed");
 //! - `/cut-stream-once/{id}/…` forwards everything, but closes the first live stream
 //!   (`text/event-stream`) it forwards right after its first event: a dropped
 //!   connection in mid-job, which the SDK must resume from with nothing lost.
@@ -268,6 +271,10 @@ async fn handle(
     }
     if fault {
         forward = forward.header("X-Onceclick-Fault", "create_or_get_job:after");
+    }
+    let several = live_stream && rest.matches("job=").count() >= 2;
+    if mode == "unserve-stream-once" && several && take_once(&used, id) {
+        forward = forward.header("X-Onceclick-Fault", "subscribe:before");
     }
     let Ok(answer) = forward.send().await else {
         record(None, false);

@@ -66,9 +66,23 @@ pub async fn open_many(api: &Api, token: Option<&str>, jobs: &[(&str, Option<&st
 
 /// Opens the stream at `path`, with `Last-Event-ID` if given.
 pub async fn open_path(api: &Api, token: Option<&str>, path: &str, last: Option<&str>) -> Opened {
+    let headers: Vec<_> = last
+        .map(|last| ("Last-Event-ID", last))
+        .into_iter()
+        .collect();
+    open_with(api, token, path, &headers).await
+}
+
+/// Opens the stream at `path` with these request headers.
+pub async fn open_with(
+    api: &Api,
+    token: Option<&str>,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Opened {
     let mut rb = api.request(reqwest::Method::GET, path, token);
-    if let Some(last) = last {
-        rb = rb.header("Last-Event-ID", last);
+    for (name, value) in headers {
+        rb = rb.header(*name, *value);
     }
     let response = rb.send().await.expect("the stream request was sent");
     let status = response.status().as_u16();

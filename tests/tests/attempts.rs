@@ -248,6 +248,93 @@ async fn reverse_order_finish_hedge_wins_fifty_times() {
     }
 }
 
+/// The time to the first text that the dispatcher logged for `attempt_id`'s streamed
+/// call (`call_streamed`): `None` if no text came.
+async fn first_text_ms(attempt_id: &str) -> Option<u64> {
+    let line =
+        onceclick_tests::log::wait_event("call_streamed", 10, |l| l["attempt_id"] == attempt_id)
+            .await
+            .unwrap_or_else(|| panic!("no call_streamed line for {attempt_id}"));
+    assert!(line.get("first_text_ms").is_some(), "{line}");
+    line["first_text_ms"].as_u64()
+}
+
+/// A job of `summarize_hedged` on `fallback`, the test Worker's provider that streams,
+/// answering as `step` says: its settled document and its events. A hedge of it would go
+/// to `primary`, which is not certified, so the dispatcher's decision to hedge shows as
+/// a `failover_skipped` event for the hedge.
+async fn hedged_on_fallback(
+    api: &Api,
+    mock: &Mock,
+    name: &str,
+    step: Value,
+) -> (Value, Vec<Value>) {
+    api.ensure_certified("fallback").await;
+    let token = api.token(name);
+    let marker = unique(name);
+    mock.script("fallback", &marker, json!([step])).await;
+    let job = create(api, &token, "summarize_hedged", &marker, Some("fallback")).await;
+    let done = api
+        .wait_job(&token, &id(&job), status_is("succeeded"))
+        .await;
+    let calls = mock.calls(&marker).await;
+    assert_eq!(calls.len(), 1, "one provider call: {calls:?}");
+    assert_eq!(calls[0]["stream"], true);
+    let sent = calls[0]["sent"].as_array().unwrap();
+    let at = |i: usize| sent[i][1].as_u64().unwrap();
+    assert!(
+        at(sent.len() - 1) - at(0) > 300,
+        "the answer streamed past hedge_after_ms: {sent:?}"
+    );
+    assert_eq!(done["attempts"].as_array().unwrap().len(), 1, "{done}");
+    let events = api.events(&token, &id(&done)).await;
+    (done, events)
+}
+
+// Issue 42: a hedge is for silence (`summarize_hedged`: "when the primary has been silent
+// for 300 ms"). A call whose text streams from its first 100 ms is not hedged, however
+// long it then runs: no second call pays for an answer that is already coming.
+#[tokio::test]
+async fn a_primary_that_streams_from_its_start_is_not_hedged() {
+    let (api, mock) = (Api::from_env(), Mock::from_env());
+    // Two code points every 40 ms: text from the first 40 ms, about 1.5 s in all.
+    let step = json!({"chunk_chars": 2, "chunk_ms": 40});
+    let (done, events) = hedged_on_fallback(&api, &mock, "hedge-streaming", step).await;
+    let first = first_text_ms(attempt(&done, 1)["id"].as_str().unwrap()).await;
+    assert!(
+        first.is_some_and(|ms| ms < 300),
+        "the text began within hedge_after_ms (the test's premise): {first:?}"
+    );
+    assert!(
+        !types(&events).contains(&"failover_skipped".to_owned()),
+        "no hedge was tried for a primary that was streaming: {events:?}"
+    );
+}
+
+// Issue 42: a call silent past `hedge_after_ms` is hedged, a stream included: comments
+// and an empty first chunk are no text. (A silent primary whose hedge starts and wins:
+// `reverse_order_finish_hedge_wins_fifty_times`.)
+#[tokio::test]
+async fn a_primary_silent_past_hedge_after_ms_is_hedged() {
+    let (api, mock) = (Api::from_env(), Mock::from_env());
+    // Open at once, then comments for 800 ms before the role chunk and the text.
+    let step = json!({"hold_open_ms": 800, "chunk_chars": 4, "chunk_ms": 20});
+    let (done, events) = hedged_on_fallback(&api, &mock, "hedge-silent", step).await;
+    let primary = attempt(&done, 1)["id"].as_str().unwrap();
+    let first = first_text_ms(primary).await;
+    assert!(
+        first.is_some_and(|ms| ms >= 800),
+        "the first text came after the comments: {first:?}"
+    );
+    let skipped: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "failover_skipped")
+        .collect();
+    assert_eq!(skipped.len(), 1, "one hedge tried: {events:?}");
+    assert_eq!(skipped[0]["details"]["for"], "hedge", "{events:?}");
+    assert_eq!(skipped[0]["attempt_id"], primary, "{events:?}");
+}
+
 #[tokio::test]
 async fn simultaneous_fallback_clicks_after_a_failure_make_one_attempt() {
     let (api, mock) = (Api::from_env(), Mock::from_env());

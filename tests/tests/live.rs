@@ -131,6 +131,69 @@ async fn a_lost_notification_is_late_never_lost() {
     assert_eq!(stream.next_event().await, None);
 }
 
+// The hub heard the job fail; the new attempt's notification is lost. A stream opened
+// then reads the job `running` itself: the hub's older, settled document must neither
+// be sent nor end the stream (it did: the stream ended `failed` while the attempt ran).
+#[tokio::test]
+async fn a_stale_settled_document_from_the_hub_never_ends_a_newer_stream() {
+    let (api, mock) = (Api::from_env(), Mock::from_env());
+    api.ensure_certified("fallback").await;
+    let token = api.token("live-stale");
+    let marker = unique("live-stale");
+    let gate = format!("{marker}-g");
+    mock.script("primary", &marker, json!([{"status": 503}]))
+        .await;
+    mock.script("fallback", &marker, json!([{"gate": gate}]))
+        .await;
+    let body = json!({"kind": "summarize", "input": {"text": marked_text(&marker)}});
+    let reply = send(api.create(&token, Some(&unique("key")), &body.to_string())).await;
+    assert_eq!(reply.status, 201, "{}", reply.text);
+    let job_id = id(&reply.json());
+    // The hub hears `failed`: a stream that follows it to its end.
+    let mut first = sse::follow(&api, Some(&token), &job_id, None).await;
+    let mut last = None;
+    while let Some((_, doc)) = first.next_event().await {
+        last = Some(doc);
+    }
+    assert_eq!(last.unwrap()["status"], "failed");
+
+    let path = format!("/v1/jobs/{job_id}/attempts");
+    let retried = send(
+        api.post_json(&token, &path, &json!({"provider": "fallback"}))
+            .header(FAULT, "notify:before"),
+    )
+    .await;
+    assert_eq!(retried.status, 201, "{}", retried.text);
+    assert!(
+        onceclick_tests::log::wait_fault_fired("notify", "before", &path).await,
+        "the new attempt's notification was not dropped"
+    );
+    // The dispatcher's claim (`running`) is told the hub with the same fault, and lost
+    // too: once it fired, the store has the job running.
+    let body = retried.json();
+    let attempt = body["attempts"]
+        .as_array()
+        .and_then(|a| a.last())
+        .map_or_else(|| id(&body), id);
+    assert!(
+        onceclick_tests::log::wait_fault_fired("notify", "before", &attempt).await,
+        "the claim's notification was not dropped"
+    );
+    let mut stream = sse::follow(&api, Some(&token), &job_id, None).await;
+    let (_, opened) = stream.next_event().await.unwrap();
+    assert_eq!(
+        opened["status"], "running",
+        "the stream sent the hub's stale document: {opened}"
+    );
+    mock.release(&gate).await;
+    let mut last = opened;
+    while let Some((_, doc)) = stream.next_event().await {
+        assert_ne!(doc["status"], "failed", "{doc}");
+        last = doc;
+    }
+    assert_eq!(last["status"], "succeeded", "{last}");
+}
+
 #[tokio::test]
 async fn a_cancel_reaches_the_stream_and_ends_it() {
     let (api, mock) = (Api::from_env(), Mock::from_env());
@@ -997,4 +1060,136 @@ async fn an_unknown_streamed_attempt_keeps_its_partial_text() {
         );
         assert_eq!(done["result"], result);
     }
+}
+
+// Issue 42, 6: the job's hub refuses one hand-off; the call tries it again, and the
+// stream gets the whole text as it is written (it got none: the call stopped handing
+// its text on at the first failure).
+#[tokio::test]
+async fn a_hub_that_fails_one_hand_off_still_gets_the_rest_of_the_text() {
+    let (api, mock) = (Api::from_env(), Mock::from_env());
+    let token = api.token("hub-once");
+    let marker = unique("hub-once");
+    let content = stream_from_fallback(&mock, &marker, "above the forecast, again", 3, 40).await;
+    let body = json!({"kind": "summarize", "input": {"text": marked_text(&marker)},
+                      "provider": "fallback"});
+    let reply = send(
+        api.create(&token, Some(&unique("key")), &body.to_string())
+            .header(FAULT, "drop-enqueue"),
+    )
+    .await;
+    assert_eq!(reply.status, 201, "{}", reply.text);
+    let job = reply.json();
+    let job_id = id(&job);
+    let mut stream = sse::follow(&api, Some(&token), &job_id, None).await;
+    dispatch(&api, &job, Some("hand_off:before")).await;
+    let (mut deltas, mut docs) = (Vec::new(), Vec::new());
+    assert!(read_text(&mut stream, &mut deltas, &mut docs, |_, _| false).await);
+    let attempt = id(&job["attempts"][0]);
+    assert!(
+        onceclick_tests::log::fault_fired("hand_off", "before", &attempt),
+        "the hub did not refuse a hand-off"
+    );
+    assert_eq!(docs.last().unwrap()["status"], "succeeded", "{docs:?}");
+    assert_eq!(joined(&deltas, 0), content, "{deltas:?}");
+}
+
+// Issue 42, 6: one job's hub will not subscribe. The stream of several jobs serves the
+// others and names that one (an `unserved` event), which the client then polls (the
+// whole stream was refused, 503).
+#[tokio::test]
+async fn a_stream_of_several_jobs_serves_the_others_when_one_hub_fails() {
+    let api = Api::from_env();
+    let token = api.token("hub-unserved");
+    let (a, b) = (
+        id(&queued_job(&api, &token).await),
+        id(&queued_job(&api, &token).await),
+    );
+    let path = format!("/v1/stream?job={a}&job={b}");
+    let opened = sse::open_with(&api, Some(&token), &path, &[(FAULT, "subscribe:before")]).await;
+    assert_eq!(opened.status, 200, "{:?}", opened.body);
+    let mut stream = opened.stream.unwrap();
+    let mut unserved = None;
+    let mut docs = Vec::new();
+    while docs.len() < 2 {
+        match stream.next().await.expect("the stream ended") {
+            Item::Event { event, data, .. } if event == "unserved" => {
+                unserved = Some(serde_json::from_str::<Value>(&data).unwrap());
+            }
+            Item::Event { event, data, .. } if event == "job" => {
+                docs.push(serde_json::from_str::<Value>(&data).unwrap());
+                if docs.len() == 1 {
+                    // B moves: its hub pushes the change.
+                    let cancelled =
+                        send(api.post_json(&token, &format!("/v1/jobs/{b}/cancel"), &json!({})))
+                            .await;
+                    assert_eq!(cancelled.status, 200);
+                }
+            }
+            _ => {}
+        }
+    }
+    let unserved = unserved.expect("the job whose hub failed is named");
+    assert_eq!(unserved["job_id"], a.as_str(), "{unserved}");
+    assert_eq!(unserved["code"], "service_unavailable", "{unserved}");
+    assert!(docs.iter().all(|d| d["id"] == b.as_str()), "{docs:?}");
+    assert_eq!(docs[0]["status"], "queued");
+    assert_eq!(docs[1]["status"], "cancelled");
+    assert!(onceclick_tests::log::fault_fired(
+        "subscribe",
+        "before",
+        "/v1/stream"
+    ));
+}
+
+// Issue 42, 7: a stream whose client stops reading, over a long text. Its hub sockets'
+// listener cuts it once the live frames waiting pass the Worker's bound (128 KiB here):
+// it drops them and closes the stream's hub sockets itself (the old bound, counted in
+// frames, was looked at only when the client read). The Worker stays healthy, and the
+// client, reading again, resumes from its place and gets the rest.
+#[tokio::test]
+async fn a_stream_that_does_not_read_is_cut_at_its_bound_and_resumes() {
+    let (api, mock) = (Api::from_env(), Mock::from_env());
+    let token = api.token("no-reader");
+    let marker = unique("no-reader");
+    // About a megabyte of text, 16,384 code points to a chunk.
+    let step = json!({"summary": "above the forecast", "pad_to": 1_000_000,
+                      "chunk_chars": 16_384, "chunk_ms": 5});
+    mock.script("fallback", &marker, json!([step])).await;
+    let body = json!({"kind": "summarize", "input": {"text": marked_text(&marker)},
+                      "provider": "fallback"});
+    let reply = send(
+        api.create(&token, Some(&unique("key")), &body.to_string())
+            .header(FAULT, "drop-enqueue"),
+    )
+    .await;
+    assert_eq!(reply.status, 201, "{}", reply.text);
+    let job = reply.json();
+    let job_id = id(&job);
+    let mut stream = sse::follow(&api, Some(&token), &job_id, None).await;
+    let (at, queued) = stream.next_event().await.unwrap();
+    assert_eq!(queued["status"], "queued");
+    dispatch(&api, &job, None).await;
+    // The client reads nothing while the text comes.
+    let done = api.wait_job(&token, &job_id, status_is("succeeded")).await;
+    let cut = onceclick_tests::log::wait_event("stream_cut", 10, |line| {
+        line["jobs"][0] == job_id.as_str()
+    })
+    .await
+    .expect("a stream that did not read was never cut");
+    assert_eq!(cut["cause"], "the stream's reader fell behind", "{cut}");
+    let max = cut["max_bytes"].as_u64().unwrap();
+    assert!((131_072..140_000).contains(&max), "{cut}");
+    assert!(cut["waiting_bytes"].as_u64().unwrap() > max, "{cut}");
+    // Healthy: it answers at once.
+    assert_eq!(get(&api, &token, &job_id).await, done);
+    // Reading again: what loopback held, then the end; the client resumes from the last
+    // place it read, and gets the result.
+    let mut last = at;
+    while let Some((position, _, _)) = stream.next_typed().await {
+        last = position;
+    }
+    let mut resumed = sse::follow(&api, Some(&token), &job_id, Some(&last)).await;
+    let (_, end) = resumed.next_event().await.unwrap();
+    assert_eq!(end, done);
 }

@@ -277,8 +277,9 @@ fn integration(
 /// first). Lowered as the Worker shrinks (BENCHMARKS.md), so that it cannot grow back unnoticed:
 /// the `url` crate, for one, would add about 75 KB with its IDNA tables (`req.url()`,
 /// `worker::Url`: use `http::query` and `Request::new`), and boon in the wasm
-/// about 475 KB.
-const WORKER_BUDGET: usize = 417 * 1024;
+/// about 475 KB. Raised to 448 KiB (458,752 B) for the turn of issues 42 to 50 together
+/// (issue 42, the stream's eight defects, measured in its note).
+const WORKER_BUDGET: usize = 448 * 1024;
 
 /// Fails when `bytes` is over `limit`.
 fn budget(what: &str, bytes: usize, limit: usize) -> Result<()> {

@@ -234,12 +234,18 @@ impl TestWorker {
                 ("LOG_STORE_CALLS".into(), "true".into()),
                 // A live stream's lost notification is late by a second, not five.
                 ("LIVE_REREAD_MS".into(), "1000".into()),
+                // A hub that keeps text reads its job every 3 s, not once a retention
+                // period, so that the suite sees its check (`tests/live_kept.rs`).
+                ("LIVE_KEPT_CHECK_MS".into(), "3000".into()),
                 // The load test (`tests/live_load.rs`) opens this many on one job, and
                 // one more to be refused.
                 ("LIVE_MAX_SUBSCRIBERS".into(), "200".into()),
                 // Streams end after 8 s, so the maximum duration's test waits 8 s (the
                 // clients reconnect with their positions, as after 5 minutes).
                 ("LIVE_MAX_STREAM_MS".into(), "8000".into()),
+                // A stream that does not read is cut once 128 KiB of live frames wait
+                // (`tests/live.rs`; the least the Worker takes), not 1 MiB.
+                ("LIVE_MAX_BUFFERED_BYTES".into(), "131072".into()),
             ]);
             // Tokens from a local identity provider, besides the HS256 secret: its claims
             // are named otherwise than the defaults, so the configuration is exercised.

@@ -78,7 +78,8 @@ pub(crate) struct Store {
 /// The store calls that move a job: each batch ends by reading the job's document back
 /// ([`sql::LIVE_DOC`]), and the store hands it to the job's live streams. A create has
 /// no stream yet (a stream opens on a job that exists), and the reconciler's sweeps
-/// move many jobs at once: its streams learn of those by their own re-read.
+/// move many jobs at once: they read the moved jobs back after, and tell their hubs
+/// ([`Store::reconcile`]).
 const LIVE_OPS: &[&str] = &[
     "claim",
     "move_attempt",
@@ -400,6 +401,14 @@ impl Store {
     /// Fires the fault armed for a step that is not a store call (`dispatch_prepare`).
     pub(crate) fn fault_at(&self, op: &str) -> ApiResult<()> {
         self.fault(op, When::Before).map_or(Ok(()), Err)
+    }
+
+    /// Fires the fault armed for `op` at either time, and says which: `before` or
+    /// `after` (a streamed call's hand-offs to its hub, `fault.rs`).
+    pub(crate) fn fault_when(&self, op: &str) -> Option<&'static str> {
+        [(When::Before, "before"), (When::After, "after")]
+            .into_iter()
+            .find_map(|(when, name)| self.fault(op, when).map(|_| name))
     }
 
     /// The store round trips made so far.

@@ -5,6 +5,17 @@ use crate::error::ApiResult;
 use onceclick_protocol::AttemptError;
 use serde::Deserialize;
 
+/// The most jobs one sweep tells the hubs of ([`Store::tell_moved`]): each is a request
+/// to a hub.
+const TELL_AT_MOST: usize = 100;
+
+/// A row of ids: an attempt's, or a moved attempt's job's (one row type keeps one
+/// deserializer in the Worker).
+#[derive(Deserialize)]
+struct Id {
+    id: String,
+}
+
 /// What the reconciler applies to one provider's attempts.
 pub(crate) struct ReconcileRule {
     pub(crate) provider: String,
@@ -18,15 +29,11 @@ impl Store {
     /// Attempts still `starting` that were inserted before `cutoff`: their dispatch
     /// message may have been lost.
     pub(crate) async fn stuck_starting(&self, cutoff: &str, limit: u32) -> ApiResult<Vec<String>> {
-        #[derive(Deserialize)]
-        struct Row {
-            id: String,
-        }
         let stmt = self.stmt(sql::STUCK_STARTING, &[js(cutoff), js_num(limit)])?;
         Ok(self
             .one("stuck_starting", Route::Whole, stmt)
             .await?
-            .results::<Row>()?
+            .results::<Id>()?
             .into_iter()
             .map(|r| r.id)
             .collect())
@@ -38,7 +45,8 @@ impl Store {
     /// - `running → unknown` for an attempt whose dispatcher died mid-call (no answer
     ///   recorded well after the provider's timeout).
     ///
-    /// Returns how many attempts were abandoned and how many were found lost.
+    /// Returns how many attempts were abandoned and how many were found lost. The hubs
+    /// of the jobs moved are told (see [`Store::tell_moved`]).
     pub(crate) async fn reconcile(&self, rules: &[ReconcileRule]) -> ApiResult<(usize, usize)> {
         let lost = AttemptError::new(
             "dispatcher_lost",
@@ -66,7 +74,52 @@ impl Store {
         let results = self.exec("reconcile", Route::Whole, statements).await?;
         let (abandoned, lost) = results.split_at(abandon_count.min(results.len()));
         let count = |results: &[Rows]| -> ApiResult<usize> { results.iter().map(changes).sum() };
-        Ok((count(abandoned)?, count(lost)?))
+        let counts = (count(abandoned)?, count(lost)?);
+        self.tell_moved(&results).await;
+        Ok(counts)
+    }
+
+    /// Tells the hubs of the jobs a sweep moved (`moves`: each move's job, as `id`), each
+    /// once, with its document read back after the sweep: a hub whose job settled
+    /// deletes the text it kept, and one whose attempt went `unknown` keeps that
+    /// attempt's text whole (`live.rs`). A sweep moves many jobs in one batch, which the
+    /// store's own telling ([`super::LIVE_OPS`]) cannot read back. At most
+    /// [`TELL_AT_MOST`] a pass; a read that fails tells none. Either way a hub not told
+    /// still reads its job at its own alarm.
+    async fn tell_moved(&self, moves: &[Rows]) {
+        let Some(live) = &self.live else {
+            return;
+        };
+        let mut jobs: Vec<String> = Vec::new();
+        for moved in moves
+            .iter()
+            .filter_map(|r| r.results::<Id>().ok())
+            .flatten()
+        {
+            if jobs.len() < TELL_AT_MOST && !jobs.contains(&moved.id) {
+                jobs.push(moved.id);
+            }
+        }
+        if jobs.is_empty() {
+            return;
+        }
+        let reads: ApiResult<Vec<_>> = jobs
+            .iter()
+            .map(|id| self.stmt(sql::LIVE_DOC, &[js(id)]))
+            .collect();
+        let docs = match reads {
+            Ok(reads) => self.exec("job", Route::Whole, reads).await,
+            Err(e) => Err(e),
+        };
+        match docs {
+            Ok(docs) => {
+                for doc in &docs {
+                    self.tell(live.as_ref(), doc).await;
+                }
+            }
+            Err(e) => crate::log::error(serde_json::json!({"event": "live_notify_failed",
+                "jobs": jobs.len(), "cause": e.cause_or_detail()})),
+        }
     }
 
     /// Deletes at most `chunk` jobs that ended (`succeeded`, `cancelled`, or `failed`

@@ -412,23 +412,24 @@ pub(crate) const STUCK_STARTING: &str =
 pub(crate) const STARTING: &str =
     "SELECT id FROM attempts WHERE state = 'starting' ORDER BY id DESC LIMIT 1000";
 
-/// `unknown → abandoned` for provider `?1`'s attempts called before `?2`.
+/// `unknown → abandoned` for provider `?1`'s attempts called before `?2`: the job of
+/// each, for its hub.
 pub(crate) const ABANDON_UNKNOWN: &str = concat!(
     "UPDATE attempts SET state = 'abandoned', finished_at = ",
     now!(),
     "
       WHERE state = 'unknown' AND provider = ?1 AND dispatched_at <= ?2
-     RETURNING id"
+     RETURNING job_id AS id"
 );
 
 /// `running → unknown` (error `?3`) for provider `?1`'s attempts called before `?2`: their
-/// dispatcher died mid-call.
+/// dispatcher died mid-call. The job of each, for its hub.
 pub(crate) const LOSE_RUNNING: &str = concat!(
     "UPDATE attempts SET state = 'unknown', finished_at = ",
     now!(),
     ", error = ?3
       WHERE state = 'running' AND provider = ?1 AND dispatched_at <= ?2
-     RETURNING id"
+     RETURNING job_id AS id"
 );
 
 /// What a list shows of a job: its document without the attempts (`GET /v1/jobs/{id}`
