@@ -48,6 +48,9 @@ use worker::{
     WebSocket, WebSocketIncomingMessage, WebSocketPair,
 };
 
+/// The storage key of the job's id, written with its first kept text.
+const JOB_KEY: &str = "job";
+
 /// The binding of the hubs in wrangler.toml.
 pub(crate) const BINDING: &str = "LIVE";
 
@@ -284,6 +287,8 @@ pub struct Live {
     keeper: RefCell<Keeper>,
     /// The newest document heard of settles the job.
     settled: Cell<bool>,
+    /// The job's id is in storage beside the text ([`JOB_KEY`]).
+    job_kept: Cell<bool>,
 }
 
 /// What a stream's socket carries for the hub's alarm: the job it follows.
@@ -426,7 +431,17 @@ impl Live {
             .next()
             .unwrap_or_default()
             .to_owned();
-        match self.state.storage().put_raw(&chunk.key, chunk.value).await {
+        // The job's id beside the text, once per instance: an alarm that wakes a cold
+        // instance with no stream may not be told its own name, and must still find the
+        // job it reads.
+        let storage = self.state.storage();
+        if !self.job_kept.get() {
+            if let Some(job) = self.job_id(&[]) {
+                self.job_kept
+                    .set(storage.put_raw(JOB_KEY, job).await.is_ok());
+            }
+        }
+        match storage.put_raw(&chunk.key, chunk.value).await {
             Ok(()) => {
                 self.keeper.borrow_mut().wrote(chunk.n, chunk.chars);
                 crate::log::info(serde_json::json!({"event": "live_text_kept",
@@ -548,6 +563,20 @@ impl Live {
         })
     }
 
+    /// [`Live::job_id`], or the id kept beside the text ([`JOB_KEY`]).
+    async fn job_of(&self, sockets: &[WebSocket]) -> Option<String> {
+        match self.job_id(sockets) {
+            Some(job) => Some(job),
+            None => self
+                .state
+                .storage()
+                .get::<String>(JOB_KEY)
+                .await
+                .ok()
+                .flatten(),
+        }
+    }
+
     /// The hub's one alarm, for two needs: while streams are open, a re-read every
     /// `LIVE_REREAD_MS`, so that a lost notification is only late; and while storage
     /// keeps text, a read at least every [`Live::check_every_ms`], so that the text never
@@ -558,13 +587,26 @@ impl Live {
     /// of the needs that remain ([`next_alarm_in`]).
     async fn reread(&self) -> Result<()> {
         let sockets = self.state.get_websockets();
-        // Storage is asked only when no stream needs the alarm anyway.
-        let kept = sockets.is_empty() && self.keeps().await?;
+        // Storage is asked only when no stream needs the alarm anyway. A failure to ask
+        // counts as kept: the alarm comes again (the runtime's own retries of a failed
+        // alarm run out).
+        let kept = sockets.is_empty()
+            && self.keeps().await.unwrap_or_else(|e| {
+                crate::log::error(serde_json::json!({"event": "live_reread_failed",
+                    "cause": e.to_string()}));
+                true
+            });
         if sockets.is_empty() && !kept {
             return Ok(()); // nobody listens, nothing kept: no next alarm
         }
-        let Some(job) = self.job_id(&sockets) else {
-            return Err("a live hub without its job's id".into());
+        let Some(job) = self.job_of(&sockets).await else {
+            crate::log::error(serde_json::json!({"event": "live_reread_failed",
+                "cause": "a live hub that does not know its job's id"}));
+            return self
+                .state
+                .storage()
+                .set_alarm(self.check_every_ms() as i64)
+                .await;
         };
         let read = match Store::from_env(&self.env) {
             Ok(store) => store.job(None, &job).await,
@@ -576,12 +618,12 @@ impl Live {
                 if let Some(seq) = Position::of_etag(&stored.etag) {
                     due = self.offer(seq.0, &stored.doc).await.is_some();
                 }
-                // Settled: emptied now (a delete that failed before is done again),
-                // awaited, so that a failure has the runtime run the alarm again.
-                if due || (kept && self.settled.get()) {
-                    Self::delete_kept(self.state.storage(), &job, "alarm", "settled").await?;
-                }
-                false
+                // Settled: emptied now (a delete that failed before is done again); a
+                // delete that fails now is tried again at the next re-read.
+                (due || (kept && self.settled.get()))
+                    && Self::delete_kept(self.state.storage(), &job, "alarm", "settled")
+                        .await
+                        .is_err()
             }
             // Purged: its streams end (a reconnect is told 404), and what it kept goes.
             Ok(None) => {
@@ -590,7 +632,14 @@ impl Live {
                 }
                 *self.latest.borrow_mut() = Hub::default();
                 if self.keeper.borrow_mut().settle() || kept {
-                    Self::delete_kept(self.state.storage(), &job, "alarm", "gone").await?;
+                    let deleted = Self::delete_kept(self.state.storage(), &job, "alarm", "gone");
+                    if deleted.await.is_err() {
+                        return self
+                            .state
+                            .storage()
+                            .set_alarm(self.reread_every() as i64)
+                            .await;
+                    }
                 }
                 return Ok(());
             }
@@ -627,6 +676,7 @@ impl DurableObject for Live {
             latest: RefCell::new(Hub::default()),
             keeper: RefCell::new(Keeper::default()),
             settled: Cell::new(false),
+            job_kept: Cell::new(false),
         }
     }
 
