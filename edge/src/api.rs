@@ -127,15 +127,17 @@ async fn route(req: &mut Request, ctx: &Ctx<'_>) -> ApiResult<Response> {
         ["v1", "jobs", id, "stream"] => {
             allow(&method, &[Method::Get])?;
             let caller = caller(req, ctx).await?;
-            // A stream holds a connection and a hub's place: it counts like a create.
-            limits::check(ctx, &caller.owner).await?;
+            // A stream holds a connection and a hub's place: it counts against the
+            // owner's stream budget, never the one creates need.
+            limits::check_stream(ctx, &caller.owner).await?;
             crate::stream::job(req, ctx, &caller, id).await
         }
         ["v1", "stream"] => {
             allow(&method, &[Method::Get])?;
             let caller = caller(req, ctx).await?;
-            // One stream, however many jobs it follows: it counts once, like a create.
-            limits::check(ctx, &caller.owner).await?;
+            // One stream, however many jobs it follows: it counts once, on the stream
+            // budget.
+            limits::check_stream(ctx, &caller.owner).await?;
             crate::stream::jobs(req, ctx, &caller).await
         }
         ["v1", "jobs", id, "events"] => {

@@ -56,6 +56,10 @@ pub enum ErrorCode {
     /// The owner sent more creates, attempts and lists than the per-owner limit allows; nothing
     /// was written. Send the same request again after `Retry-After` seconds.
     RateLimited,
+    /// The owner opened more live streams than its own stream limit allows (a budget
+    /// apart from creates', which this does not touch). Poll the job meanwhile, or open
+    /// the stream again after `Retry-After` seconds.
+    StreamRateLimited,
     /// The job has as many live streams open as one job may; retry later.
     TooManySubscribers,
     /// A dependency (D1, the queue) did not answer. Generally transient; retry with backoff.
@@ -89,6 +93,7 @@ impl ErrorCode {
         Self::PreconditionFailed,
         Self::ContractViolation,
         Self::RateLimited,
+        Self::StreamRateLimited,
         Self::TooManySubscribers,
         Self::ServiceUnavailable,
         Self::Internal,
@@ -119,6 +124,7 @@ impl ErrorCode {
             Self::PreconditionFailed => "precondition_failed",
             Self::ContractViolation => "contract_violation",
             Self::RateLimited => "rate_limited",
+            Self::StreamRateLimited => "stream_rate_limited",
             Self::TooManySubscribers => "too_many_subscribers",
             Self::ServiceUnavailable => "service_unavailable",
             Self::Internal => "internal",
@@ -154,7 +160,7 @@ impl ErrorCode {
             | Self::JobFinished
             | Self::AttemptNotUnknown => 409,
             Self::PreconditionFailed => 412,
-            Self::RateLimited | Self::TooManySubscribers => 429,
+            Self::RateLimited | Self::StreamRateLimited | Self::TooManySubscribers => 429,
             Self::ServiceUnavailable => 503,
             Self::Internal => 500,
         }
@@ -166,6 +172,7 @@ impl ErrorCode {
             self,
             Self::AttemptInFlight
                 | Self::RateLimited
+                | Self::StreamRateLimited
                 | Self::TooManySubscribers
                 | Self::ServiceUnavailable
         )
@@ -196,6 +203,7 @@ impl ErrorCode {
             Self::PreconditionFailed => "The job changed since the given ETag",
             Self::ContractViolation => "Output breaks the kind's contract",
             Self::RateLimited => "Too many requests from this owner",
+            Self::StreamRateLimited => "Too many stream opens from this owner",
             Self::TooManySubscribers => "Too many live streams on this job",
             Self::ServiceUnavailable => "Service temporarily unavailable",
             Self::Internal => "Internal error",
@@ -274,6 +282,7 @@ mod tests {
             [
                 &ErrorCode::AttemptInFlight,
                 &ErrorCode::RateLimited,
+                &ErrorCode::StreamRateLimited,
                 &ErrorCode::TooManySubscribers,
                 &ErrorCode::ServiceUnavailable
             ]

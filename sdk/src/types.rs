@@ -18,7 +18,7 @@ export type ErrorCode =
   | "invalid_last_event_id" | "unknown_kind" | "invalid_input" | "unknown_provider" | "idempotency_key_reused"
   | "attempt_in_flight" | "attempt_unresolved" | "job_finished" | "attempt_not_unknown"
   | "provider_not_certified" | "precondition_failed" | "contract_violation"
-  | "rate_limited" | "too_many_subscribers" | "service_unavailable" | "internal"
+  | "rate_limited" | "stream_rate_limited" | "too_many_subscribers" | "service_unavailable" | "internal"
   | "network" | "aborted" | "timeout" | "invalid_argument" | "invalid_response"
   /** Only from the package's server build (`node` condition): no browser to run in. */
   | "unsupported_environment"
@@ -100,8 +100,9 @@ export interface WaitOptions {
    * Follow the job live (the default), on the client's one connection for every job it
    * waits on, or poll `GET /v1/jobs/{id}` with `ETag` (`false`). The stream falls back
    * to polling by itself, once said in the console:
-   * on a 404 or 405 (a server without it), on `too_many_subscribers`, after failures in
-   * a row, and when a connection says nothing within `firstEventMs`.
+   * on a 404 or 405 (a server without it), on `too_many_subscribers` (that job alone), on
+   * `stream_rate_limited` (the owner's stream opens; creates have their own limit), after
+   * failures in a row, and when a connection says nothing within `firstEventMs`.
    */
   live?: boolean;
   /**

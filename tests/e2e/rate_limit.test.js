@@ -6,22 +6,29 @@
 // The binding counts in fixed windows, so a run that straddles a window's end sees more
 // than the limit pass; the tests spend the owner's budget right before each check, and
 // try again (a bounded number of times) when a window ended in between.
+//
+// Stream opens have a budget of their own (STREAM_LIMIT): a page that submits jobs and
+// waits on each, which reopens its stream as each job joins, never spends what its
+// creates need.
 
 const { test, before, after } = require("node:test");
 const assert = require("node:assert/strict");
 const { DatabaseSync } = require("node:sqlite");
 const h = require("./harness.js");
 
-/** wrangler.toml's [[ratelimits]] and RATE_LIMIT_PERIOD_S. */
+/** wrangler.toml's [[ratelimits]] (RATE_LIMIT, then STREAM_LIMIT) and RATE_LIMIT_PERIOD_S. */
 const LIMIT = 60;
+const STREAM_LIMIT = 120;
 const PERIOD_S = 10;
 const LIMITED = process.env.ONCECLICK_E2E_LIMITED_TOKEN;
+/** An owner of its own for the stream budget's test, whose budgets nothing else spends. */
+const STREAMS = process.env.ONCECLICK_E2E_STREAMS_TOKEN;
 const TEST_MS = 120_000;
 
 let browser;
 
 before(async () => {
-  assert.ok(LIMITED, "run these with `cargo xtask test --e2e`");
+  assert.ok(LIMITED && STREAMS, "run these with `cargo xtask test --e2e`");
   browser = await h.launch();
 });
 
@@ -132,6 +139,113 @@ test("the SDK waits as Retry-After tells, then sends the same request again and 
       assert.ok(waited >= PERIOD_S * 1000 - 250, `the SDK waited ${waited} ms after the 429, not the ${PERIOD_S} s Retry-After told`);
       await page.locator("#notes li", { hasText: `The server answered 429: the SDK sends the same request again, with the same Idempotency-Key, in ${PERIOD_S}.00 s` }).waitFor({ timeout: h.WAIT_MS });
       assert.equal(await h.jobsWithText(text, await h.ticket(page), "e2e-limited"), 1);
+      return;
+    }
+  });
+});
+
+/** Loads the SDK in `page` as `window[name]`, a client of the streams' owner, and
+ *  records every API answer the page gets: `{method, path, status}`. */
+async function sdkPage(page, name) {
+  await page.evaluate(async ([token, name]) => {
+    const sdk = await import("/pkg/onceclick.js");
+    await sdk.default();
+    window[name] = new sdk.Client({ baseUrl: location.origin, token });
+  }, [STREAMS, name]);
+  const answers = [];
+  page.on("response", (r) => {
+    const url = new URL(r.url());
+    if (url.pathname.startsWith("/v1/")) answers.push({ method: r.request().method(), path: url.pathname, status: r.status() });
+  });
+  return answers;
+}
+
+test("an owner that submits 40 jobs and waits on each within one period gets no 429: its streams do not spend its creates' budget", { timeout: TEST_MS }, async (t) => {
+  const JOBS = 40;
+  const opener = (context, problems) => h.open(context, problems, STREAMS);
+  await h.withPage(browser, "streams-apart", { opener }, async (page) => {
+    const answers = await sdkPage(page, "streamsClient");
+    for (let round = 1; ; round++) {
+      // The round starts as a period does (the local limiter's windows are the wall
+      // clock's, `floor(now / period)`), so that it falls in one period when it takes
+      // less than one (about 3.5 s here); a round that did not is run again.
+      const periodMs = PERIOD_S * 1000;
+      await new Promise((r) => setTimeout(r, periodMs - (Date.now() % periodMs) + 50));
+      answers.length = 0;
+      const started = Date.now();
+      const texts = Array.from({ length: JOBS }, (_, i) => h.uniqueText(`streams apart ${round}.${i}`));
+      // Each job submitted, then waited on: its wait opens the SDK's stream (the last
+      // job's wait closed it), so the round spends one create and one stream open a job.
+      const statuses = await page.evaluate(async (texts) => {
+        const statuses = [];
+        for (const text of texts) {
+          const job = await window.streamsClient.submit("summarize", { text });
+          statuses.push((await window.streamsClient.wait(job.id)).status);
+        }
+        return statuses;
+      }, texts);
+      const ended = Date.now();
+      const refused = answers.filter((a) => a.status === 429);
+      assert.deepEqual(refused, [], "no create and no stream open was refused");
+      assert.deepEqual(statuses, Array(JOBS).fill("succeeded"));
+      const creates = answers.filter((a) => a.method === "POST" && a.path === "/v1/jobs").length;
+      const opens = answers.filter((a) => a.path === "/v1/stream" || a.path.endsWith("/stream")).length;
+      assert.equal(creates, JOBS, "one create per job");
+      t.diagnostic(`round ${round}: ${creates} creates and ${opens} stream opens in ${ended - started} ms`);
+      const oneWindow = Math.floor(started / periodMs) === Math.floor(ended / periodMs);
+      if (!oneWindow && round < 3) continue; // a period ended mid-round
+      assert.ok(oneWindow, `every round took more than one period (the last ${ended - started} ms)`);
+      // What makes this a test: on one budget, these would not all have passed.
+      assert.ok(creates + opens > LIMIT, `${creates} creates and ${opens} stream opens: more than ${LIMIT} together, or the round proves nothing`);
+      return;
+    }
+  });
+});
+
+test("over the stream limit, a stream open gets 429 stream_rate_limited with Retry-After; creates still pass, and the SDK's wait polls instead", { timeout: TEST_MS }, async () => {
+  const allow = [/Failed to load resource: the server responded with a status of 429/];
+  const opener = (context, problems) => h.open(context, problems, STREAMS);
+  const stream = () => fetch(`${h.URL_BASE}/v1/jobs/job_none/stream`, { headers: { Authorization: `Bearer ${STREAMS}` } });
+  await h.withPage(browser, "stream-limited", { allow, opener }, async (page) => {
+    const answers = await sdkPage(page, "limitedClient");
+    for (let round = 1; ; round++) {
+      // Spend the owner's stream opens (a job it does not have: counted, then 404).
+      let refused;
+      for (let i = 0; i < 3 * STREAM_LIMIT && !refused; i++) {
+        const r = await stream();
+        if (r.status === 429) refused = r;
+        else {
+          assert.equal(r.status, 404, `stream open ${i} answered ${r.status}`);
+          await r.body?.cancel();
+        }
+      }
+      assert.ok(refused, `${3 * STREAM_LIMIT} stream opens in a row passed a limit of ${STREAM_LIMIT} per ${PERIOD_S} s`);
+      assert.equal(refused.headers.get("content-type"), "application/problem+json");
+      assert.equal(refused.headers.get("retry-after"), String(PERIOD_S));
+      const problem = await refused.json();
+      assert.equal(problem.code, "stream_rate_limited");
+      assert.equal(problem.status, 429);
+      assert.equal(problem.retryable, true);
+      assert.equal(problem.job_id, undefined, "the refusal names no job: it is the owner's, not one job's");
+      // Watching spent nothing creating needs.
+      const created = await create(key("streams-spent"), h.uniqueText(`stream limited ${round}`));
+      assert.equal(created.status, 201, `a create answered ${created.status} while the stream budget was spent`);
+      // The SDK: its create passes, its stream is refused, and its wait polls to the end.
+      answers.length = 0;
+      const status = await page.evaluate(async (text) => {
+        const job = await window.limitedClient.submit("summarize", { text });
+        return (await window.limitedClient.wait(job.id)).status;
+      }, h.uniqueText(`stream limited sdk ${round}`));
+      // Still refused: all of the above fell in the period the opens spent.
+      const still = await stream();
+      await still.body?.cancel();
+      const streams = answers.filter((a) => a.path === "/v1/stream");
+      if ((still.status !== 429 || !streams.some((a) => a.status === 429)) && round < 3) continue; // a period ended in between
+      assert.equal(still.status, 429, "the stream budget was still spent");
+      assert.equal(status, "succeeded");
+      assert.deepEqual(answers.filter((a) => a.method === "POST").map((a) => a.status), [201], "the SDK's create passed at once");
+      assert.deepEqual(streams.map((a) => a.status), [429], "the SDK's stream was refused, once");
+      assert.ok(answers.some((a) => a.method === "GET" && a.path.startsWith("/v1/jobs/job_")), "the wait polled");
       return;
     }
   });

@@ -53,6 +53,8 @@ pub(crate) fn run_tests(
     let admin = onceclick_tests::auth::mint(&worker.secret, "e2e-admin", true, 3600)?;
     // An owner of its own for the rate limit's test, which spends that owner's budget.
     let limited = onceclick_tests::auth::mint(&worker.secret, "e2e-limited", false, 3600)?;
+    // And one for the test that both budgets are apart, which needs them untouched.
+    let streams = onceclick_tests::auth::mint(&worker.secret, "e2e-streams", false, 3600)?;
     let out = out_dir(root);
     let _ = std::fs::remove_dir_all(&out);
     std::fs::create_dir_all(&out)?;
@@ -83,6 +85,7 @@ pub(crate) fn run_tests(
         .env("ONCECLICK_E2E_TOKEN", token)
         .env("ONCECLICK_E2E_ADMIN", admin)
         .env("ONCECLICK_E2E_LIMITED_TOKEN", limited)
+        .env("ONCECLICK_E2E_STREAMS_TOKEN", streams)
         .env("ONCECLICK_D1_DIR", &worker.persist)
         .env("ONCECLICK_E2E_OUT", &out)
         .env("ONCECLICK_CHROMIUM", CHROMIUM)
