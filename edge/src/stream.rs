@@ -502,8 +502,8 @@ impl Watch {
 struct Relay {
     watches: Vec<Watch>,
     /// What the hub sockets delivered, not yet read by the stream, over all its jobs.
+    /// It also holds the stream's deadline.
     inbox: Rc<Inbox>,
-    deadline_ms: f64,
     /// When the stream last wrote something: the keep-alive counts from there.
     wrote_ms: f64,
 }
@@ -524,7 +524,6 @@ impl Relay {
                 cut: Cell::new(false),
                 waker: RefCell::new(None),
             }),
-            deadline_ms,
             wrote_ms: crate::clock::now_ms(),
         }
     }
@@ -586,7 +585,7 @@ impl Relay {
                 return None;
             }
             let now = crate::clock::now_ms();
-            let left = self.deadline_ms - now;
+            let left = self.inbox.deadline_ms - now;
             if left <= 0.0 {
                 return None;
             }
