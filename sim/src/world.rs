@@ -606,20 +606,34 @@ impl World {
                JOIN jobs AS j ON j.id = a.job_id WHERE a.id = ?1",
             &[json!(attempt_id)],
         );
-        let Some(row) = rows.first() else {
-            self.violate(format!(
-                "the call of attempt {attempt_id} was stopped, and its attempt is gone"
-            ));
-            return;
+        // A purge may have taken the job since its call read the reason: the job's last
+        // seen record then says what its rows said.
+        let (state, status, completed_by) = match rows.first() {
+            Some(row) => (
+                s(row.get("state")).unwrap_or_default(),
+                s(row.get("status")),
+                s(row.get("completed_by")),
+            ),
+            None => {
+                let purged = self.purged_seen.borrow();
+                let Some(seen) = purged.iter().find(|j| j.attempts.contains_key(attempt_id)) else {
+                    self.violate(format!(
+                        "the call of attempt {attempt_id} was stopped, and its attempt is gone"
+                    ));
+                    return;
+                };
+                (
+                    seen.attempts[attempt_id].clone(),
+                    Some(seen.status.clone()),
+                    seen.completed_by.clone(),
+                )
+            }
         };
-        let state = s(row.get("state")).unwrap_or_default();
-        let won_by_another = s(row.get("status")).as_deref() == Some("succeeded")
-            && s(row.get("completed_by")).as_deref() != Some(attempt_id);
+        let won_by_another =
+            status.as_deref() == Some("succeeded") && completed_by.as_deref() != Some(attempt_id);
         if state != "cancelled" && !won_by_another {
             self.violate(format!(
-                "the call of attempt {attempt_id} was stopped for no reason: it is {state}, its job {:?} by {:?}",
-                s(row.get("status")),
-                s(row.get("completed_by"))
+                "the call of attempt {attempt_id} was stopped for no reason: it is {state}, its job {status:?} by {completed_by:?}"
             ));
         }
     }
