@@ -223,7 +223,7 @@ fn prepare<'a>(
         ),
         cause: e.cause,
     };
-    store.fault_at("dispatch_prepare").map_err(before_call)?;
+    store.fault_at(crate::fault::Point::DispatchPrepare).map_err(before_call)?;
     let kind = kinds::declared(&attempt.kind).map_err(before_call)?;
     let configured = providers::configured(host).map_err(before_call)?;
     let input = serde_json::from_str(&attempt.input)
@@ -358,7 +358,7 @@ async fn call_and_record(
         attempt_id: &p.attempt.id,
         job: Some((&p.attempt.job_id, p.attempt.n)),
         news: Some(news),
-        hand_off_fault: store.fault_when("hand_off"),
+        hand_off_fault: store.fault_when(crate::fault::Point::HandOff),
     });
     let watching = Watching { news, started };
     let outcome = unless_stopped(host, store, p, call, watching).await?;

@@ -5,7 +5,7 @@
 //! comma-separated list of `<operation>:<when>`:
 //!
 //! - `<operation>` names a store call (`create_or_get_job`, `claim`, `complete`,
-//!   `move_attempt`, `insert_attempt`, `insert_hedge`, …, see `Store`), or
+//!   `move_attempt`, `insert_attempt`, `insert_hedge`, …: every `store::Op`), or
 //!   `dispatch_prepare` (the dispatcher's work between the claim and the provider call);
 //! - `<when>` is `before` (the call fails before it reaches D1: nothing commits) or
 //!   `after` (the call commits, then its reply is lost).
@@ -22,6 +22,7 @@
 //! (the dispatch message is never sent) still works. A name that is no store call is
 //! refused (400), so a renamed call cannot turn a fault test into a silent no-op.
 
+use crate::store::Op;
 use worker::{Env, Request};
 
 /// When a faulty call fails.
@@ -33,10 +34,55 @@ pub(crate) enum When {
     After,
 }
 
+/// Where a fault fires: a store operation, or a step that is not one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Point {
+    /// A store call.
+    Store(Op),
+    /// The dispatcher's work between its claim and the provider call.
+    DispatchPrepare,
+    /// A streamed call's hand-offs of text to its job's hub.
+    HandOff,
+    /// A stream's first hub subscription.
+    Subscribe,
+    /// The store's notification of a move to the job's hub.
+    Notify,
+}
+
+/// The points that are not store calls, by name.
+const STEPS: &[(Point, &str)] = &[
+    (Point::DispatchPrepare, "dispatch_prepare"),
+    (Point::HandOff, "hand_off"),
+    (Point::Subscribe, "subscribe"),
+    (Point::Notify, "notify"),
+];
+
+impl Point {
+    /// The point's name, as `X-Onceclick-Fault` spells it.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Point::Store(op) => op.name(),
+            step => STEPS
+                .iter()
+                .find(|(p, _)| *p == step)
+                .map_or("", |(_, name)| name),
+        }
+    }
+
+    fn named(name: &str) -> Option<Point> {
+        Op::named(name).map(Point::Store).or_else(|| {
+            STEPS
+                .iter()
+                .find(|(_, n)| *n == name)
+                .map(|(point, _)| *point)
+        })
+    }
+}
+
 /// One armed fault.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Fault {
-    pub(crate) op: String,
+    pub(crate) at: Point,
     pub(crate) when: When,
 }
 
@@ -57,35 +103,15 @@ pub(crate) fn header(req: &Request, env: &Env) -> Option<String> {
     req.headers().get(HEADER).ok().flatten()
 }
 
-/// Every operation a fault may name: the store's calls, and the dispatcher's work
-/// between its claim and the provider call.
-pub(crate) const OPS: &[&str] = &[
-    "attempt_by_request",
-    "attempt_job",
-    "cancel",
-    "certifications",
-    "claim",
-    "complete",
-    "create_or_get_job",
-    "dispatch_prepare",
-    "events",
-    "hand_off",
-    "insert_attempt",
-    "insert_failover",
-    "insert_hedge",
-    "job",
-    "job_by_key",
-    "log_event",
-    "move_attempt",
-    "notify",
-    "ping",
-    "purge",
-    "reconcile",
-    "save_certification",
-    "stuck_starting",
-    "subscribe",
-    "watch",
-];
+/// Every name a fault may give: the store's operations, and the steps that are not.
+#[cfg(test)]
+fn names() -> Vec<&'static str> {
+    Op::ALL
+        .iter()
+        .map(|op| op.name())
+        .chain(STEPS.iter().map(|(_, name)| *name))
+        .collect()
+}
 
 /// Parses `op:when,op:when` (and `drop-enqueue`); `Err` names the part that is neither.
 pub(crate) fn parse(spec: &str) -> Result<Vec<Fault>, String> {
@@ -100,10 +126,7 @@ pub(crate) fn parse(spec: &str) -> Result<Vec<Fault>, String> {
                 "after" => When::After,
                 _ => return None,
             };
-            OPS.contains(&op).then(|| Fault {
-                op: op.to_owned(),
-                when,
-            })
+            Point::named(op).map(|at| Fault { at, when })
         });
         faults.push(parsed.ok_or_else(|| {
             format!("{HEADER}: {part:?} is not <store call>:<before|after> nor drop-enqueue")
@@ -128,11 +151,11 @@ mod tests {
             faults,
             vec![
                 Fault {
-                    op: "claim".into(),
+                    at: Point::Store(Op::Claim),
                     when: When::After
                 },
                 Fault {
-                    op: "complete".into(),
+                    at: Point::Store(Op::Complete),
                     when: When::Before
                 },
             ]
@@ -142,6 +165,10 @@ mod tests {
             parse("clam:after").is_err(),
             "a misspelt call is not ignored"
         );
+        assert_eq!(parse("hand_off:before").unwrap()[0].at, Point::HandOff);
+        for name in names() {
+            assert_eq!(Point::named(name).map(Point::name), Some(name));
+        }
         assert!(drops_enqueue(Some("claim:after,drop-enqueue")));
         assert!(!drops_enqueue(Some("claim:after")));
     }

@@ -3,7 +3,7 @@
 //! them.
 //!
 //! - **Who tells it.** The store, after each batch that moves the job
-//!   (`store::LIVE_OPS`), sends the document that the batch read back in its own
+//!   (`store::Op::moves`), sends the document that the batch read back in its own
 //!   transaction, with its change counter (`POST /notify`, body `<seq>\n<doc>`).
 //!   The request's and the queue consumer's stores send it (`Store::with_live`), and
 //!   the reconciler's (the cron's, or a shard's alarm's), which reads back the jobs its

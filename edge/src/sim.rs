@@ -53,11 +53,6 @@ mod native {
         crate::clock::now_ms()
     }
 
-    /// The store calls a fault may name (`X-Onceclick-Fault`).
-    pub fn fault_ops() -> &'static [&'static str] {
-        crate::fault::OPS
-    }
-
     /// The virtual clock as the store's times spell it (RFC 3339, milliseconds).
     pub fn rfc3339(ms: f64) -> String {
         crate::clock::rfc3339(ms)

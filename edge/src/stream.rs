@@ -237,7 +237,7 @@ async fn serve(
     let hubs = Hubs::from_env(ctx.env)
         .ok_or_else(|| AppError::internal("the LIVE binding is not configured"))?;
     // Test-only (`fault.rs`): the first job's hub fails to subscribe.
-    let failing = ctx.store.fault_at(SUBSCRIBE_OP).err();
+    let failing = ctx.store.fault_at(crate::fault::Point::Subscribe).err();
     let hubs = &hubs;
     let subscribed = join_all(open.iter().enumerate().map(|(i, (id, at, _))| {
         let failing = failing.as_ref().filter(|_| i == 0);
@@ -327,9 +327,6 @@ fn whole(events: String) -> ApiResult<Response> {
 
 /// The event that names a job whose hub did not answer: the client polls it.
 const UNSERVED: &str = "unserved";
-
-/// The test-only fault (`fault.rs`) that fails a stream's first hub subscription.
-pub(crate) const SUBSCRIBE_OP: &str = "subscribe";
 
 /// A hub socket that a refused stream will not read.
 fn close_unused(socket: &WebSocket) {

@@ -2,8 +2,8 @@
 //! a job's first (the fallback button, a hedge, a failover).
 
 use super::{
-    changes, first_row, js, js_flag, js_num, js_opt, json_text, sql, DocRow, Route, Stmt, Store,
-    StoredJob,
+    changes, first_row, js, js_flag, js_num, js_opt, json_text, sql, DocRow, Op, Route, Stmt,
+    Store, StoredJob,
 };
 use crate::error::{ApiResult, AppError};
 use onceclick_protocol::{AttemptError, AttemptState, JobStatus};
@@ -224,7 +224,7 @@ impl Store {
         let stmt = self.stmt(sql::ATTEMPT_BY_REQUEST, &[js(job_id), js(owner), js(key)])?;
         first_row::<Row>(
             &self
-                .one("attempt_by_request", Route::Id(job_id), stmt)
+                .one(Op::AttemptByRequest, Route::Id(job_id), stmt)
                 .await?,
         )?
         .map(|r| Ok((r.doc.stored()?, r.attempt_id, r.request_fingerprint)))
@@ -242,21 +242,19 @@ impl Store {
             state: AttemptState,
         }
         let stmt = self.stmt(sql::ATTEMPT_JOB, &[js(attempt_id)])?;
-        Ok(
-            first_row::<Row>(&self.one("attempt_job", Route::Id(attempt_id), stmt).await?)?
-                .map(|r| (r.job_id, r.state)),
-        )
+        Ok(first_row::<Row>(
+            &self
+                .one(Op::AttemptJob, Route::Id(attempt_id), stmt)
+                .await?,
+        )?
+        .map(|r| (r.job_id, r.state)))
     }
 
     /// The attempt's state, its job's status and winner: what tells the dispatcher
     /// holding its call to stop. `None` if the attempt is gone. One round trip.
     pub(crate) async fn watch(&self, attempt_id: &str) -> ApiResult<Option<Watched>> {
         let stmt = self.stmt(sql::ATTEMPT_WATCH, &[js(attempt_id)])?;
-        first_row::<Watched>(
-            &self
-                .one(super::WATCH_OP, Route::Id(attempt_id), stmt)
-                .await?,
-        )
+        first_row::<Watched>(&self.one(Op::Watch, Route::Id(attempt_id), stmt).await?)
     }
 
     /// The dispatcher's claim: `starting → running` with a fresh `token`, one
@@ -270,7 +268,7 @@ impl Store {
         let supersede = self.stmt(sql::CLAIM_SUPERSEDE, &[js(attempt_id), js(token)])?;
         let read = self.stmt(sql::CLAIMED, &[js(attempt_id)])?;
         let [_, _, read] = self
-            .batch("claim", Route::Id(attempt_id), [claim, supersede, read])
+            .batch(Op::Claim, Route::Id(attempt_id), [claim, supersede, read])
             .await?;
         Ok(match first_row::<AttemptRow>(&read)? {
             None => Claim::Missing,
@@ -301,7 +299,7 @@ impl Store {
         error: Option<&AttemptError>,
     ) -> ApiResult<bool> {
         let stmt = self.move_stmt(attempt_id, from, to, error)?;
-        self.changed_one("move_attempt", Route::Id(attempt_id), stmt)
+        self.changed_one(Op::MoveAttempt, Route::Id(attempt_id), stmt)
             .await
     }
 
@@ -328,7 +326,7 @@ impl Store {
         let exists = self.stmt(sql::ATTEMPT_JOB, &[js(next.new_id)])?;
         let [moved, _, exists] = self
             .batch(
-                "insert_failover",
+                Op::InsertFailover,
                 Route::Id(attempt_id),
                 [moved, insert, exists],
             )
@@ -410,7 +408,7 @@ impl Store {
         // statement may number a change between the two.
         let [_, settle, _, _, read] = self
             .batch(
-                "complete",
+                Op::Complete,
                 Route::Id(job_id),
                 [cas, settle, supersede_starting, discard, read],
             )
@@ -494,7 +492,7 @@ impl Store {
             ],
         )?;
         let [_, read] = self
-            .batch("insert_attempt", Route::Id(r.job_id), [insert, read])
+            .batch(Op::InsertAttempt, Route::Id(r.job_id), [insert, read])
             .await?;
         let Some(row) = first_row::<NewAttemptRow>(&read)? else {
             return Ok(NewAttemptOutcome::NotFound);
@@ -539,7 +537,7 @@ impl Store {
         running_id: &str,
     ) -> ApiResult<bool> {
         let stmt = self.next_attempt(hedge, &Guard::Hedge { running_id })?;
-        self.changed_one("insert_hedge", Route::Id(hedge.job_id), stmt)
+        self.changed_one(Op::InsertHedge, Route::Id(hedge.job_id), stmt)
             .await
     }
 }

@@ -1,6 +1,6 @@
 //! Certification reports: which provider passed which kind's contract, and as what.
 
-use super::{js, js_flag, json_text, sql, Route, Store};
+use super::{js, js_flag, json_text, sql, Op, Route, Store};
 use crate::error::{ApiResult, AppError};
 use serde::Deserialize;
 use serde_json::Value;
@@ -42,7 +42,7 @@ impl Store {
                 ],
             )?])
         };
-        self.exec_everywhere("save_certification", stmt).await?;
+        self.exec_everywhere(Op::SaveCertification, stmt).await?;
         Ok(())
     }
 
@@ -62,7 +62,7 @@ impl Store {
             certified_at: String,
         }
         let stmt = self.stmt(sql::CERTIFICATIONS, &[])?;
-        self.one("certifications", route, stmt)
+        self.one(Op::Certifications, route, stmt)
             .await?
             .results::<Row>()?
             .into_iter()

@@ -1,6 +1,6 @@
 //! Jobs: create-or-return, reads, the event log and cancel.
 
-use super::{first_row, js, js_opt, json_text, sql, DocRow, HandOff, Route, Store, StoredJob};
+use super::{first_row, js, js_opt, json_text, sql, DocRow, HandOff, Op, Route, Store, StoredJob};
 use crate::error::{ApiResult, AppError};
 use onceclick_protocol::ErrorCode;
 use onceclick_protocol::{Event, EventType};
@@ -95,7 +95,7 @@ impl Store {
         )?;
         let [_, _, read, _] = self
             .batch(
-                "create_or_get_job",
+                Op::CreateOrGetJob,
                 route,
                 [insert_job, insert_attempt, read, count],
             )
@@ -113,7 +113,7 @@ impl Store {
         }
         let params = [js(owner), js(key)];
         self.read_job(
-            "job_by_key",
+            Op::JobByKey,
             Route::Key { owner, key },
             sql::JOB_BY_KEY,
             &params,
@@ -130,14 +130,14 @@ impl Store {
             return Ok(None);
         }
         let params = [js(owner), js(key)];
-        self.read_job("job_by_key_before", Route::Before, sql::JOB_BY_KEY, &params)
+        self.read_job(Op::JobByKeyBefore, Route::Before, sql::JOB_BY_KEY, &params)
             .await
     }
 
     /// The job `id` if `owner` owns it (any owner for `None`). One round trip.
     pub(crate) async fn job(&self, owner: Option<&str>, id: &str) -> ApiResult<Option<StoredJob>> {
         self.read_job(
-            "job",
+            Op::Job,
             Route::Id(id),
             sql::JOB_BY_ID,
             &[js(id), js_opt(owner)],
@@ -150,7 +150,7 @@ impl Store {
     pub(crate) async fn events(&self, owner: &str, id: &str) -> ApiResult<Option<Vec<Event>>> {
         let stmt = self.stmt(sql::EVENTS, &[js(id), js(owner)])?;
         let rows = self
-            .one("events", Route::Id(id), stmt)
+            .one(Op::Events, Route::Id(id), stmt)
             .await?
             .results::<EventRow>()?;
         if rows.is_empty() {
@@ -200,7 +200,7 @@ impl Store {
                 js(&json_text(details)?),
             ],
         )?;
-        self.one("log_event", Route::Id(job_id), stmt).await?;
+        self.one(Op::LogEvent, Route::Id(job_id), stmt).await?;
         Ok(())
     }
 
@@ -218,7 +218,7 @@ impl Store {
         let attempts = self.stmt(sql::CANCEL_ATTEMPTS, &[js(job_id)])?;
         let read = self.stmt(sql::JOB_BY_ID, &[js(job_id), js_opt(owner)])?;
         let [_, _, _, read] = self
-            .batch("cancel", Route::Id(job_id), [cancel, log, attempts, read])
+            .batch(Op::Cancel, Route::Id(job_id), [cancel, log, attempts, read])
             .await?;
         first_row::<DocRow>(&read)?.map(DocRow::stored).transpose()
     }

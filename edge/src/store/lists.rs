@@ -5,9 +5,9 @@
 //! kept by a move still holds.
 
 use super::backend::Target;
-use super::{exactly, js, js_num, js_opt, json_text, sql, Rows, Store};
+use super::{exactly, js, js_num, js_opt, json_text, sql, Op, Rows, Store};
 use crate::error::ApiResult;
-use crate::fault::When;
+use crate::fault::{Point, When};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -52,7 +52,7 @@ struct Row {
 /// `sql.rs`: the page in one read, the ids alone, and the items of given ids), and its
 /// order.
 struct ListSql<'a> {
-    op: &'static str,
+    op: Op,
     order: Order,
     page: &'static str,
     ids: &'static str,
@@ -94,7 +94,7 @@ impl Store {
         let (sql, params): (ListSql<'_>, Box<Params<'_>>) = match filter {
             JobFilter::Owner { owner, status } => (
                 ListSql {
-                    op: "list_jobs",
+                    op: Op::ListJobs,
                     order: Order::NewestFirst,
                     page: sql::LIST_JOBS_OF_OWNER,
                     ids: sql::LIST_JOB_IDS_OF_OWNER,
@@ -107,7 +107,7 @@ impl Store {
             ),
             JobFilter::Status(status) => (
                 ListSql {
-                    op: "list_jobs",
+                    op: Op::ListJobs,
                     order: Order::NewestFirst,
                     page: sql::LIST_JOBS_BY_STATUS,
                     ids: sql::LIST_JOB_IDS_BY_STATUS,
@@ -118,7 +118,7 @@ impl Store {
             ),
             JobFilter::All => (
                 ListSql {
-                    op: "list_jobs",
+                    op: Op::ListJobs,
                     order: Order::NewestFirst,
                     page: sql::LIST_JOBS,
                     ids: sql::LIST_JOB_IDS,
@@ -139,7 +139,7 @@ impl Store {
         limit: u32,
     ) -> ApiResult<Page> {
         let sql = ListSql {
-            op: "list_attempts",
+            op: Op::ListAttempts,
             order: Order::OldestFirst,
             page: sql::LIST_ATTEMPTS,
             ids: sql::LIST_ATTEMPT_IDS,
@@ -177,7 +177,7 @@ impl Store {
         limit: u32,
     ) -> ApiResult<Page> {
         let op = sql.op;
-        if let Some(fault) = self.fault(op, When::Before) {
+        if let Some(fault) = self.fault(Point::Store(op), When::Before) {
             return Err(fault);
         }
         let places = self.backend.everywhere();
@@ -194,7 +194,7 @@ impl Store {
         } else {
             self.merge(&places, sql, params, after, limit).await?
         };
-        match self.fault(op, When::After) {
+        match self.fault(Point::Store(op), When::After) {
             Some(fault) => Err(fault),
             None => Ok(page),
         }
@@ -298,7 +298,7 @@ impl Store {
             }
         }
         let first = picked.first().map(|(id, _)| id.as_str());
-        trace.log(op, limit, first, page_bytes);
+        trace.log(op.name(), limit, first, page_bytes);
         Ok(Page {
             next_after: if more {
                 picked.last().map(|(id, _)| id.clone())
@@ -416,7 +416,7 @@ impl Store {
     /// kind, provider and metric. One statement on the counters' primary key.
     pub(crate) async fn stats(&self, since_minute: &str) -> ApiResult<Vec<StatRow>> {
         let places = self
-            .exec_everywhere("stats", || {
+            .exec_everywhere(Op::Stats, || {
                 Ok(vec![self.stmt(sql::STATS, &[js(since_minute)])?])
             })
             .await?;
@@ -446,7 +446,7 @@ impl Store {
             return Ok(None);
         }
         let stmt = self.stmt(sql::MOVE_STATUS, &[])?;
-        let rows = self.one("move_status", super::Route::Before, stmt).await?;
+        let rows = self.one(Op::MoveStatus, super::Route::Before, stmt).await?;
         super::first_row(&rows)
     }
 }

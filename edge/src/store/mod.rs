@@ -11,6 +11,7 @@ mod attempts;
 mod certifications;
 mod jobs;
 mod lists;
+mod op;
 mod reconciler;
 pub(crate) mod sql;
 
@@ -20,6 +21,7 @@ pub(crate) use attempts::{
 pub(crate) use certifications::Certification;
 pub(crate) use jobs::NewJob;
 pub(crate) use lists::{AttemptFilter, JobFilter, Page, StatRow};
+pub(crate) use op::{Moves, Op};
 pub(crate) use reconciler::ReconcileRule;
 
 mod backend;
@@ -32,7 +34,7 @@ pub(crate) use backend::{Local, Route, WireBatch};
 
 use crate::clock;
 use crate::error::{ApiResult, AppError};
-use crate::fault::{Fault, When};
+use crate::fault::{Fault, Point, When};
 use backend::{Backend, Target};
 use futures_util::future::LocalBoxFuture;
 use onceclick_protocol::Job;
@@ -50,7 +52,7 @@ pub(crate) struct Store {
     round_trips: Cell<u32>,
     /// Rows written and read so far, over every place.
     cost: Cell<Cost>,
-    /// The dispatcher's watch reads over its calls ([`WATCH_OP`]), counted apart: how
+    /// The dispatcher's watch reads over its calls ([`Op::Watch`]), counted apart: how
     /// many a call makes depends on how long its provider takes, not on the path.
     watched: Cell<(u32, Cost)>,
     /// The documents handed to the jobs' hubs (one request to a hub each).
@@ -74,27 +76,6 @@ pub(crate) struct Store {
     /// without the `LIVE` binding).
     live: Option<std::rc::Rc<dyn crate::host::Notify>>,
 }
-
-/// The store calls that move a job: each batch ends by reading the job's document back
-/// ([`sql::LIVE_DOC`]), and the store hands it to the job's live streams. A create has
-/// no stream yet (a stream opens on a job that exists), and the reconciler's sweeps
-/// move many jobs at once: they read the moved jobs back after, and tell their hubs
-/// ([`Store::reconcile`]).
-const LIVE_OPS: &[&str] = &[
-    "claim",
-    "move_attempt",
-    "complete",
-    "cancel",
-    "insert_attempt",
-    "insert_hedge",
-    "insert_failover",
-];
-
-/// The test-only fault that drops one live notification (`notify:before`).
-pub(crate) const NOTIFY_OP: &str = "notify";
-
-/// The store operation of the dispatcher's watch over a call in flight.
-pub(crate) const WATCH_OP: &str = "watch";
 
 /// Rows written and read, as D1 and Durable Object SQLite bill them: every row and
 /// every index entry a statement inserts or updates is one row written (D1's
@@ -368,7 +349,7 @@ impl Store {
         self.backend.new_ids(Route::Id(job_id)).1
     }
 
-    /// Sends the document of every job this store moves to `live` (see [`LIVE_OPS`]).
+    /// Sends the document of every job this store moves to `live` (see [`Op::moves`]).
     pub(crate) fn with_live(mut self, live: Option<std::rc::Rc<dyn crate::host::Notify>>) -> Self {
         self.live = live;
         self
@@ -381,11 +362,12 @@ impl Store {
         self
     }
 
-    /// Fires (and disarms) the fault armed for `op` at `when`, if any.
-    fn fault(&self, op: &str, when: When) -> Option<AppError> {
+    /// Fires (and disarms) the fault armed for `at` at `when`, if any.
+    fn fault(&self, at: Point, when: When) -> Option<AppError> {
         let mut faults = self.faults.borrow_mut();
-        let i = faults.iter().position(|f| f.op == op && f.when == when)?;
+        let i = faults.iter().position(|f| f.at == at && f.when == when)?;
         faults.remove(i);
+        let op = at.name();
         crate::log::error(serde_json::json!({"event": "fault_fired", "op": op,
                                "when": if when == When::Before { "before" } else { "after" },
                                "scope": self.fault_scope}));
@@ -399,16 +381,16 @@ impl Store {
     }
 
     /// Fires the fault armed for a step that is not a store call (`dispatch_prepare`).
-    pub(crate) fn fault_at(&self, op: &str) -> ApiResult<()> {
-        self.fault(op, When::Before).map_or(Ok(()), Err)
+    pub(crate) fn fault_at(&self, at: Point) -> ApiResult<()> {
+        self.fault(at, When::Before).map_or(Ok(()), Err)
     }
 
     /// Fires the fault armed for `op` at either time, and says which: `before` or
     /// `after` (a streamed call's hand-offs to its hub, `fault.rs`).
-    pub(crate) fn fault_when(&self, op: &str) -> Option<&'static str> {
+    pub(crate) fn fault_when(&self, at: Point) -> Option<&'static str> {
         [(When::Before, "before"), (When::After, "after")]
             .into_iter()
-            .find_map(|(when, name)| self.fault(op, when).map(|_| name))
+            .find_map(|(when, name)| self.fault(at, when).map(|_| name))
     }
 
     /// The store round trips made so far.
@@ -512,31 +494,33 @@ impl Store {
     /// cost the Worker tens of KB of wasm.
     fn exec<'a>(
         &'a self,
-        op: &'a str,
+        op: Op,
         route: Route<'a>,
         statements: Vec<Stmt>,
     ) -> LocalBoxFuture<'a, ApiResult<Vec<Rows>>> {
         Box::pin(async move {
-            if let Some(fault) = self.fault(op, When::Before) {
+            if let Some(fault) = self.fault(Point::Store(op), When::Before) {
                 return Err(fault);
             }
             let target = self.backend.target(route)?;
             if self.log_calls {
                 crate::log::info(
-                    serde_json::json!({"event": "store_call", "op": op, "place": target.name(),
+                    serde_json::json!({"event": "store_call", "op": op.name(), "place": target.name(),
                                        "scope": self.fault_scope}),
                 );
             }
-            // A move's own batch reads its job's document back, for the live streams.
-            let live = match (&self.live, route) {
-                (Some(live), Route::Id(id)) if LIVE_OPS.contains(&op) => Some((live, id)),
+            // A move of one job reads its document back in its own batch, for the job's
+            // hub; a move of many reads theirs after (`tell_moved`).
+            let moves = op.moves();
+            let live = match (&self.live, moves, route) {
+                (Some(live), Moves::OneJob, Route::Id(id)) => Some((live, id)),
                 _ => None,
             };
             let mut statements = statements;
             if let Some((_, id)) = live {
                 statements.push(self.stmt(sql::LIVE_DOC, &[js(id)])?);
             }
-            let out = if op == WATCH_OP {
+            let out = if op == Op::Watch {
                 let out = target.run(statements).await;
                 if let Ok((_, cost)) = &out {
                     let (trips, mut total) = self.watched.get();
@@ -547,15 +531,18 @@ impl Store {
             } else {
                 self.call(&target, statements).await?
             };
-            if let Some(fault) = self.fault(op, When::After) {
+            if let Some(fault) = self.fault(Point::Store(op), When::After) {
                 return Err(fault);
             }
             let mut out = out;
             if let Some((live, _)) = live {
                 let doc = out.pop().ok_or_else(|| {
-                    AppError::internal(format!("{op}: the batch returned no document"))
+                    AppError::internal(format!("{}: the batch returned no document", op.name()))
                 })?;
                 self.tell(live.as_ref(), &doc).await;
+            }
+            if moves == Moves::Many {
+                self.tell_moved(&out).await;
             }
             Ok(out)
         })
@@ -577,7 +564,7 @@ impl Store {
         let Some(seq) = onceclick_protocol::live::Position::of_etag(&row.etag) else {
             return;
         };
-        if self.fault(NOTIFY_OP, When::Before).is_some() {
+        if self.fault(Point::Notify, When::Before).is_some() {
             return;
         }
         let seq = if crate::mutant::on(crate::mutant::Mutant::NotifyUnderTheNextPosition) {
@@ -615,16 +602,16 @@ impl Store {
     /// the results per place. One round trip to each, concurrently.
     async fn exec_everywhere(
         &self,
-        op: &str,
+        op: Op,
         statements: impl Fn() -> ApiResult<Vec<Stmt>>,
     ) -> ApiResult<Vec<Vec<Rows>>> {
-        if let Some(fault) = self.fault(op, When::Before) {
+        if let Some(fault) = self.fault(Point::Store(op), When::Before) {
             return Err(fault);
         }
         let targets = self.backend.everywhere();
         let targets: Vec<&Target<'_>> = targets.iter().collect();
         let out = self.call_all(&targets, &|_| statements()).await?;
-        match self.fault(op, When::After) {
+        match self.fault(Point::Store(op), When::After) {
             Some(fault) => Err(fault),
             None => Ok(out),
         }
@@ -670,7 +657,7 @@ impl Store {
     /// the same shape, so callers destructure them by position.
     async fn batch<const N: usize>(
         &self,
-        op: &str,
+        op: Op,
         route: Route<'_>,
         statements: [Stmt; N],
     ) -> ApiResult<[Rows; N]> {
@@ -678,20 +665,20 @@ impl Store {
     }
 
     /// One statement, one round trip.
-    async fn one(&self, op: &str, route: Route<'_>, stmt: Stmt) -> ApiResult<Rows> {
+    async fn one(&self, op: Op, route: Route<'_>, stmt: Stmt) -> ApiResult<Rows> {
         let [rows] = self.batch(op, route, [stmt]).await?;
         Ok(rows)
     }
 
     /// Runs one conditional write (ending in `RETURNING id`); true if it changed a row.
-    async fn changed_one(&self, op: &str, route: Route<'_>, stmt: Stmt) -> ApiResult<bool> {
+    async fn changed_one(&self, op: Op, route: Route<'_>, stmt: Stmt) -> ApiResult<bool> {
         Ok(changes(&self.one(op, route, stmt).await?)? == 1)
     }
 
     /// One job read through `job_documents` by the statement `sql`.
     async fn read_job(
         &self,
-        op: &str,
+        op: Op,
         route: Route<'_>,
         sql: &'static str,
         params: &[Value],
@@ -704,18 +691,19 @@ impl Store {
 
     pub(crate) async fn ping(&self) -> ApiResult<()> {
         let stmt = self.stmt(sql::PING, &[])?;
-        self.one("ping", Route::Any, stmt).await?;
+        self.one(Op::Ping, Route::Any, stmt).await?;
         Ok(())
     }
 }
 
 /// A batch's results as exactly `N` sets, one per statement, so callers destructure them
 /// by position.
-fn exactly<const N: usize>(results: Vec<Rows>, op: &str) -> ApiResult<[Rows; N]> {
+fn exactly<const N: usize>(results: Vec<Rows>, op: Op) -> ApiResult<[Rows; N]> {
     let got = results.len();
     results.try_into().map_err(|_| {
         AppError::internal(format!(
-            "{op}: the batch of {N} statements returned {got} results"
+            "{}: the batch of {N} statements returned {got} results",
+            op.name()
         ))
     })
 }

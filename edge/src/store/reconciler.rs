@@ -1,6 +1,6 @@
 //! The reconciler's sweeps: lost dispatches, dead dispatchers, abandonment and purge.
 
-use super::{changes, js, js_num, json_text, sql, Route, Rows, Store};
+use super::{changes, js, js_num, json_text, sql, Op, Route, Rows, Store};
 use crate::error::ApiResult;
 use onceclick_protocol::AttemptError;
 use serde::Deserialize;
@@ -31,7 +31,7 @@ impl Store {
     pub(crate) async fn stuck_starting(&self, cutoff: &str, limit: u32) -> ApiResult<Vec<String>> {
         let stmt = self.stmt(sql::STUCK_STARTING, &[js(cutoff), js_num(limit)])?;
         Ok(self
-            .one("stuck_starting", Route::Whole, stmt)
+            .one(Op::StuckStarting, Route::Whole, stmt)
             .await?
             .results::<Id>()?
             .into_iter()
@@ -71,22 +71,21 @@ impl Store {
         if statements.is_empty() {
             return Ok((0, 0));
         }
-        let results = self.exec("reconcile", Route::Whole, statements).await?;
+        let results = self.exec(Op::Reconcile, Route::Whole, statements).await?;
         let (abandoned, lost) = results.split_at(abandon_count.min(results.len()));
         let count = |results: &[Rows]| -> ApiResult<usize> { results.iter().map(changes).sum() };
-        let counts = (count(abandoned)?, count(lost)?);
-        self.tell_moved(&results).await;
-        Ok(counts)
+        Ok((count(abandoned)?, count(lost)?))
     }
 
     /// Tells the hubs of the jobs a sweep moved (`moves`: each move's job, as `id`), each
     /// once, with its document read back after the sweep: a hub whose job settled
     /// deletes the text it kept, and one whose attempt went `unknown` keeps that
-    /// attempt's text whole (`live.rs`). A sweep moves many jobs in one batch, which the
-    /// store's own telling ([`super::LIVE_OPS`]) cannot read back. At most
+    /// attempt's text whole (`live.rs`). The store calls it after every operation that
+    /// moves many jobs ([`super::Moves::Many`]), which cannot read them back in its own
+    /// batch. At most
     /// [`TELL_AT_MOST`] a pass; a read that fails tells none. Either way a hub not told
     /// still reads its job at its own alarm.
-    async fn tell_moved(&self, moves: &[Rows]) {
+    pub(super) async fn tell_moved(&self, moves: &[Rows]) {
         let Some(live) = &self.live else {
             return;
         };
@@ -108,7 +107,7 @@ impl Store {
             .map(|id| self.stmt(sql::LIVE_DOC, &[js(id)]))
             .collect();
         let docs = match reads {
-            Ok(reads) => self.exec("job", Route::Whole, reads).await,
+            Ok(reads) => self.exec(Op::Job, Route::Whole, reads).await,
             Err(e) => Err(e),
         };
         match docs {
@@ -136,7 +135,7 @@ impl Store {
         let attempts = self.stmt(sql::PURGE_ATTEMPTS, &params)?;
         let jobs = self.stmt(sql::PURGE_JOBS, &params)?;
         let [_, _, jobs] = self
-            .batch("purge", Route::Whole, [events, attempts, jobs])
+            .batch(Op::Purge, Route::Whole, [events, attempts, jobs])
             .await?;
         changes(&jobs)
     }
@@ -145,7 +144,7 @@ impl Store {
     pub(crate) async fn purge_stats(&self, cutoff: &str) -> ApiResult<()> {
         let minute = cutoff.get(..16).unwrap_or(cutoff);
         let stmt = self.stmt(sql::PURGE_STATS, &[js(minute)])?;
-        self.one("purge_stats", Route::Whole, stmt).await?;
+        self.one(Op::PurgeStats, Route::Whole, stmt).await?;
         Ok(())
     }
 }
