@@ -1,6 +1,7 @@
 //! `Client`: submit, wait, retry, cancel and forget against one onceclick API.
 
 use crate::call::Call;
+use crate::decimal::decimal;
 use crate::error::OnceclickError;
 use crate::flight;
 use crate::http::{Answer, Policy};
@@ -214,7 +215,7 @@ impl Client {
                             "timeout",
                             format!(
                                 "job {job_id} did not finish within {} ms",
-                                js::decimal(ms.max(0.0).trunc())
+                                decimal(ms.max(0.0).trunc())
                             ),
                         ))
                     };

@@ -1,5 +1,6 @@
 //! `OnceclickError`: the one error type the SDK rejects with.
 
+use crate::decimal::decimal;
 use onceclick_protocol::Problem;
 use wasm_bindgen::prelude::*;
 
@@ -114,8 +115,8 @@ impl OnceclickError {
                 job_id: p.job_id,
             },
             None => Self {
-                code: ["http_", &crate::js::decimal(status.into())].concat(),
-                message: ["the server answered ", &crate::js::decimal(status.into())].concat(),
+                code: ["http_", &decimal(status.into())].concat(),
+                message: ["the server answered ", &decimal(status.into())].concat(),
                 status: Some(status),
                 retryable: status == 429 || status == 503,
                 job_id: None,

@@ -147,14 +147,6 @@ pub(crate) async fn fetch_within(
     }
 }
 
-/// `n` in decimal, as JS writes it: this spares the bundle Rust's integer formatting.
-pub(crate) fn decimal(n: f64) -> String {
-    js_sys::Number::from(n)
-        .to_string_with_radix(10)
-        .map(String::from)
-        .unwrap_or_default()
-}
-
 /// A JS error value as text.
 pub(crate) fn describe(e: JsValue) -> String {
     get_string(&e, "message")

@@ -44,7 +44,7 @@ fn write(v: &JsValue, depth: usize, out: &mut String) -> Result<(), String> {
         return Ok(());
     }
     if depth >= MAX_DEPTH {
-        let max = crate::js::decimal(MAX_DEPTH as f64);
+        let max = crate::decimal::decimal(MAX_DEPTH as f64);
         return Err(format!("nesting deeper than {max} levels"));
     }
     if let Some(array) = v.dyn_ref::<Array>() {

@@ -27,6 +27,7 @@ wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
 
 mod call;
 mod client;
+mod decimal;
 mod error;
 mod fetch;
 mod flight;

@@ -1,60 +1,53 @@
 //! The simulator's shell of the core's [`Host`]: configuration, the queue, providers and
 //! timers, all in virtual time and all drawn from the run's seed.
 
-use crate::exec::{Role, Sleep, Yield};
-use crate::world::World;
+use crate::exec::{Exec, Role, Sleep, Yield};
+use crate::live::Live;
+use crate::script::{Script, StreamEnd};
 use futures_util::future::LocalBoxFuture;
 use onceclick_edge::sim::{CallOutcome, Dispatch, Host, ProviderCall};
 use onceclick_protocol::AttemptError;
-use serde_json::json;
+use serde_json::{json, Value};
 use std::rc::Rc;
 
-/// What a scripted provider does with one call.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Script {
-    /// Answers a valid output after the delay.
-    Answer,
-    /// Fails at once, retryably (a 500 or 429): no work done.
-    FailRetryable,
-    /// Fails for good (a 400): no work done.
-    FailForGood,
-    /// Never answers: the call times out (`unknown`); no work done, as it happens.
-    Hang,
-    /// Does the work and answers after the call timed out: paid for, and the answer lost.
-    Late,
-    /// Answers with its status, then the body is cut off (`unknown`): paid for.
-    CutOff,
-    /// Streams its answer (after the delay, within the timeout), ending as this says;
-    /// read through the protocol's reader and classified as the Worker's call does.
-    Streamed(StreamEnd),
-}
-
-/// How a streamed answer ends.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum StreamEnd {
-    /// `finish_reason: stop`: an output.
-    Stop,
-    /// `finish_reason: length` after some text: failed, and paid for.
-    Length,
-    /// An error object after some text: failed, paid for, never retryable.
-    ErrorAfterText,
-    /// An error object before any text: failed retryably, no work done.
-    ErrorBeforeText,
-    /// Cut off after some text, before its finish reason: `unknown`, paid for.
-    Cut,
-    /// A refusal: failed, and paid for.
-    Refusal,
-}
-
-impl Script {
-    /// Whether the provider did (and bills) the work.
-    pub(crate) fn paid(self) -> bool {
-        match self {
-            Script::Answer | Script::Late | Script::CutOff => true,
-            Script::Streamed(end) => end != StreamEnd::ErrorBeforeText,
-            Script::FailRetryable | Script::FailForGood | Script::Hang => false,
-        }
-    }
+/// The world, as its hosts reach it: the Worker's configuration, the queue, the
+/// scripted providers with the record the world keeps of each call, the executor and
+/// the live channel. `World` is the one platform (`world_platform.rs`); this trait keeps
+/// the host below the world, which makes a host for every task it runs.
+pub(crate) trait Platform {
+    /// The configuration variable `name`.
+    fn var(&self, name: &str) -> Option<String>;
+    /// The executor every isolate's tasks run on.
+    fn exec(&self) -> &Rc<Exec>;
+    /// The queue takes a message.
+    fn send(&self, dispatch: Dispatch) -> Result<(), String>;
+    /// A provider call begins: its script, and its delay in virtual ms.
+    fn provider_call(&self, attempt_id: &str, provider: &str, timeout: u64) -> (Script, u64);
+    /// The call of `attempt_id` read streamed text.
+    fn text_came(&self, attempt_id: &str);
+    /// The call's answer reached the dispatcher, at `due`.
+    fn delivered(&self, attempt_id: &str, due: u64);
+    /// The dispatcher dropped the call before its answer.
+    fn stopped(&self, attempt_id: &str);
+    /// Checks a streamed answer's classification against how it ended.
+    fn check_streamed(
+        &self,
+        attempt_id: &str,
+        end: StreamEnd,
+        expected: &Value,
+        chars: u64,
+        outcome: &CallOutcome,
+    );
+    /// A provider's output, numbered `n`.
+    fn output(&self, n: u64) -> Value;
+    /// A streamed provider's output for `input`, numbered `n`.
+    fn streamed_output(&self, n: u64, input: &Value) -> Value;
+    /// The next number of the world's serial.
+    fn serial(&self) -> u64;
+    /// A number below `n`, from the run's seed.
+    fn below(&self, n: u64) -> u64;
+    /// The live channel.
+    fn live(&self) -> &Live;
 }
 
 /// The body of a streamed answer whose content is `content`, ending as `end`.
@@ -100,36 +93,13 @@ fn stream_body(content: &str, end: StreamEnd) -> String {
     body
 }
 
-/// One provider call, as the world remembers it.
-#[derive(Clone, Debug)]
-pub(crate) struct CallRecord {
-    pub(crate) script: Script,
-    /// The provider answered an output within the timeout.
-    pub(crate) output: bool,
-    /// The dispatcher's task that made the call.
-    pub(crate) task: u64,
-    /// Its answer reached the dispatcher (the dispatcher's task lived that long).
-    pub(crate) delivered: bool,
-    /// The dispatcher's task was dropped by a crash before it finished.
-    pub(crate) orphaned: bool,
-    /// The dispatcher dropped the call before its answer (a stop): when, virtual ms.
-    pub(crate) stopped_at: Option<u64>,
-    /// The call failed for good on its own record: a streamed answer classified as a
-    /// failure that is not retryable, whose attempt's error says what was paid for.
-    pub(crate) failed_on_record: bool,
-    /// When the call began, and when its first streamed text reached the dispatcher
-    /// (virtual ms): a call that spoke within a kind's `hedge_after_ms` is never hedged.
-    pub(crate) began: u64,
-    pub(crate) first_text: Option<u64>,
-}
-
-/// Marks a call stopped if its future is dropped before the provider answers: what
-/// the Worker's fetch does on a drop (it aborts, and the connection closes).
 /// The longest wait between two reads of a streamed answer, in virtual ms.
 const READ_GAP_MS: u64 = 40;
 
+/// Marks a call stopped if its future is dropped before the provider answers: what
+/// the Worker's fetch does on a drop (it aborts, and the connection closes).
 struct Stopped {
-    world: Rc<World>,
+    world: Rc<dyn Platform>,
     attempt_id: String,
     answered: bool,
 }
@@ -144,13 +114,13 @@ impl Drop for Stopped {
 
 /// The host of one task of one isolate.
 pub(crate) struct SimHost {
-    pub(crate) world: Rc<World>,
+    pub(crate) world: Rc<dyn Platform>,
     pub(crate) isolate: u32,
 }
 
 impl Host for SimHost {
     fn var(&self, name: &str) -> Option<String> {
-        self.world.vars.get(name).cloned()
+        self.world.var(name)
     }
 
     fn secret(&self, name: &str) -> Option<String> {
@@ -167,7 +137,7 @@ impl Host for SimHost {
     fn enqueue_after_response(&self, message: Dispatch) {
         let world = self.world.clone();
         self.world
-            .exec
+            .exec()
             .spawn(self.isolate, Role::AfterResponse, async move {
                 Yield::new().await;
                 let host = SimHost {
@@ -197,7 +167,7 @@ impl Host for SimHost {
                 attempt_id: attempt_id.clone(),
                 answered: false,
             };
-            Sleep::until(world.exec.clone(), at).await;
+            Sleep::until(world.exec().clone(), at).await;
             // A streamed answer is read over time (below): a stop may land between
             // its reads, and then the call is dropped before its answer was whole.
             if !matches!(script, Script::Streamed(_)) || delay > timeout {
@@ -265,7 +235,7 @@ impl Host for SimHost {
                             }
                         }
                         let next = onceclick_edge::sim::now_ms() as u64 + world.below(READ_GAP_MS);
-                        Sleep::until(world.exec.clone(), next).await;
+                        Sleep::until(world.exec().clone(), next).await;
                     }
                     stopped.answered = true;
                     world.delivered(&attempt_id, onceclick_edge::sim::now_ms() as u64);
@@ -284,7 +254,7 @@ impl Host for SimHost {
 
     fn sleep(&self, ms: u64) -> LocalBoxFuture<'static, ()> {
         let at = onceclick_edge::sim::now_ms() as u64 + ms;
-        Box::pin(Sleep::until(self.world.exec.clone(), at))
+        Box::pin(Sleep::until(self.world.exec().clone(), at))
     }
 
     fn count_create(&self, _: &str, _: &str, _: &str, _: &str) {}

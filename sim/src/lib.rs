@@ -15,7 +15,9 @@ mod exec;
 mod host;
 mod live;
 mod rng;
+mod script;
 mod world;
+mod world_platform;
 
 pub use db::{AnyMutant, SqlMutant};
 pub use live::LiveFigures;

@@ -4,9 +4,10 @@
 
 use crate::db::{self, AnyMutant, Db, FaultRates, SimPlaces};
 use crate::exec::{Exec, Role};
-use crate::host::{CallRecord, Script, SimHost, StreamEnd};
+use crate::host::SimHost;
 use crate::live::{Live, LiveFigures};
 use crate::rng::Rng;
+use crate::script::{CallRecord, Script, StreamEnd};
 use onceclick_edge::sim::{self, Answer, Dispatch, Layout};
 use onceclick_protocol::shard::{Shard, ShardCount};
 use onceclick_protocol::{AttemptState, CreateJob, ErrorCode, NewAttempt};

@@ -12,6 +12,7 @@
 //! `cargo xtask test` runs [`SHORT`] (no 1M seed, no sizes, no report) and prints its
 //! ratios.
 
+use crate::bench_jobs::{create_job, without_consumer};
 use crate::load::{self, Outcome, Spec};
 use crate::test_worker::{Launch, StoreKind, TestWorker};
 use crate::tools::{self, Tools};
@@ -306,18 +307,6 @@ pub(crate) fn start_baseline(tools: &Tools, root: &Path) -> Result<Wrangler> {
     )
 }
 
-/// The root wrangler.toml without its queue consumer and cron, and with no rate limit
-/// that a load of one owner would reach, in `target/xtask/wrangler-no-consumer.toml`.
-pub(crate) fn without_consumer(root: &Path) -> Result<PathBuf> {
-    wrangler::derived_config(root, "wrangler-no-consumer.toml", |config| {
-        config.remove("triggers");
-        if let Some(toml::Value::Table(queues)) = config.get_mut("queues") {
-            queues.remove("consumers");
-        }
-        wrangler::raise_rate_limit(config);
-    })
-}
-
 /// Creates the job that replay and read use: its id and ETag.
 pub(crate) fn one_job(url: &str, token: &str) -> Result<(String, String)> {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -330,34 +319,6 @@ pub(crate) fn one_job(url: &str, token: &str) -> Result<(String, String)> {
         "bench-seed",
         BODY.to_owned(),
     ))
-}
-
-/// `POST /v1/jobs` of `body` under `key`: the job's id and ETag.
-pub(crate) async fn create_job(
-    http: &reqwest::Client,
-    url: &str,
-    token: &str,
-    key: &str,
-    body: String,
-) -> Result<(String, String)> {
-    let created = http
-        .post(format!("{url}/v1/jobs"))
-        .bearer_auth(token)
-        .header("Idempotency-Key", key)
-        .body(body)
-        .send()
-        .await?;
-    let etag = created
-        .headers()
-        .get("etag")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_owned();
-    let job: Value = created.json().await?;
-    match job["id"].as_str() {
-        Some(id) if !etag.is_empty() => Ok((id.to_owned(), etag)),
-        _ => bail!("a bench job ({key}): {job}"),
-    }
 }
 
 impl Servers {

@@ -69,7 +69,7 @@ pub(crate) fn run(tools: &Tools) -> Result<Value> {
     let root = tools.root.clone();
     wrangler::build(tools, &EDGE)?;
     wrangler::build(tools, &BASELINE)?;
-    let config = crate::bench::without_consumer(&root)?;
+    let config = crate::bench_jobs::without_consumer(&root)?;
     let dispatching = wrangler::unlimited_config(&root)?;
     let mut servers = Vec::new();
     let onceclick = STORES

@@ -9,6 +9,7 @@
 //!   fixes (a stream reopens every `LIVE_MAX_STREAM_MS`, its job's hub re-reads every
 //!   `LIVE_REREAD_MS`), priced in `bench_report.rs`.
 
+use crate::bench_jobs::{create_job, without_consumer};
 use crate::test_worker::{Launch, StoreKind, TestWorker};
 use crate::tools::Tools;
 use crate::wrangler::{self, free_port};
@@ -110,7 +111,7 @@ fn browser_figures(tools: &Tools, store: StoreKind) -> Result<Value> {
 /// The Worker's CPU per watcher-hour: `WATCHERS` jobs that never move (no consumer),
 /// each watched by one stream for `WINDOW`, then by one poller for as long.
 fn watcher_cpu(tools: &Tools, store: StoreKind) -> Result<Value> {
-    let worker = launch(tools, store, crate::bench::without_consumer(&tools.root)?)?;
+    let worker = launch(tools, store, without_consumer(&tools.root)?)?;
     let token = onceclick_tests::auth::mint(&worker.secret, "bench-watchers", false, 3600)?;
     let url = worker.server.url.clone();
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -219,7 +220,7 @@ async fn create_jobs(
             r#"{{"kind":"summarize","input":{{"text":"Watched job number {n}, which never moves while it is watched."}}}}"#
         );
         let key = format!("bench-watch-{n}");
-        jobs.push(crate::bench::create_job(http, url, token, &key, body).await?);
+        jobs.push(create_job(http, url, token, &key, body).await?);
     }
     Ok(jobs)
 }

@@ -31,6 +31,7 @@
 
 mod bench;
 mod bench_durable;
+mod bench_jobs;
 mod bench_live;
 mod bench_report;
 mod certify;
