@@ -14,9 +14,10 @@ use crate::certification;
 use crate::clock;
 use crate::error::{ApiResult, AppError};
 use crate::fault;
-pub(crate) use crate::host::{send, Dispatch, PendingResult};
+pub(crate) use crate::host::send;
 use crate::host::{CallNews, Host, ProviderCall, WorkerHost};
 use crate::kinds;
+pub(crate) use crate::message::{Dispatch, PendingResult};
 use crate::openai::CallOutcome;
 use crate::providers::{self, ProviderConfig};
 use crate::store::{Claim, ClaimedAttempt, Completion, NextAttempt, Offer, Stop, Store};
@@ -38,21 +39,13 @@ const RESULT_RETRY_DELAY_S: u32 = 30;
 /// (`wait_until`), so that a create does not wait for the queue: a send that never
 /// happens (the isolate dies first) is a lost dispatch, which the reconciler resends.
 pub(crate) fn enqueue_after_response(host: &dyn Host, attempt_id: &str, fault: Option<&str>) {
-    host.enqueue_after_response(message(attempt_id, fault));
-}
-
-pub(crate) fn message(attempt_id: &str, fault: Option<&str>) -> Dispatch {
-    Dispatch {
-        attempt_id: attempt_id.to_owned(),
-        fault: fault.map(str::to_owned),
-        result: None,
-    }
+    host.enqueue_after_response(Dispatch::run(attempt_id, fault));
 }
 
 /// Enqueues the dispatch of `attempt_id`. A lost enqueue is not an error for the
 /// caller: the attempt stays `starting` and the reconciler sends it again.
 pub(crate) async fn enqueue(host: &dyn Host, attempt_id: &str, fault: Option<&str>) {
-    send(host, message(attempt_id, fault)).await;
+    send(host, Dispatch::run(attempt_id, fault)).await;
 }
 
 /// Runs `write` until D1 takes it: again after a `service_unavailable` (the write failed
@@ -223,7 +216,9 @@ fn prepare<'a>(
         ),
         cause: e.cause,
     };
-    store.fault_at(crate::fault::Point::DispatchPrepare).map_err(before_call)?;
+    store
+        .fault_at(crate::fault::Point::DispatchPrepare)
+        .map_err(before_call)?;
     let kind = kinds::declared(&attempt.kind).map_err(before_call)?;
     let configured = providers::configured(host).map_err(before_call)?;
     let input = serde_json::from_str(&attempt.input)

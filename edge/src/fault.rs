@@ -22,7 +22,7 @@
 //! (the dispatch message is never sent) still works. A name that is no store call is
 //! refused (400), so a renamed call cannot turn a fault test into a silent no-op.
 
-use crate::store::Op;
+use crate::store::op::Op;
 use worker::{Env, Request};
 
 /// When a faulty call fails.

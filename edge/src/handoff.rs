@@ -40,8 +40,8 @@
 //!
 //! [`sql::STARTING`]: crate::store::sql::STARTING
 
-use crate::dispatch;
-use crate::host::{Dispatch, Host};
+use crate::host::Host;
+use crate::message::Dispatch;
 use std::cell::{Cell, RefCell};
 
 /// How soon the alarm runs again when a hand-off could not send everything.
@@ -79,7 +79,7 @@ impl Outbox {
     /// its shard holds `starting` (`sql::STARTING`), are kept for the next alarm.
     pub(crate) fn born(&self, starting: Vec<String>) {
         if !crate::mutant::on(crate::mutant::Mutant::HandOffSkipsSweep) {
-            let kept = starting.iter().map(|id| dispatch::message(id, None));
+            let kept = starting.iter().map(|id| Dispatch::run(id, None));
             self.pending.borrow_mut().extend(kept);
         }
         self.born.set(true);

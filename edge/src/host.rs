@@ -5,38 +5,11 @@
 //! seam is `store::backend` (the places a batch runs in), and the clock's and the
 //! log's are `clock.rs` and `log.rs`.
 
+use crate::message::{Dispatch, QUEUE};
 use crate::openai::CallOutcome;
 use futures_util::future::LocalBoxFuture;
 use onceclick_protocol::contract::{Kind, ProviderConfig};
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-
-/// The queue binding that carries dispatch messages.
-pub(crate) const QUEUE: &str = "DISPATCH";
-
-/// One dispatch message: run this attempt, or record a result it already has.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Dispatch {
-    pub attempt_id: String,
-    /// Test-only faults for the dispatcher's calls (see `fault.rs`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fault: Option<String>,
-    /// A provider's result that D1 would not take when it came: record it, call nothing.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub result: Option<PendingResult>,
-}
-
-/// A result waiting to be recorded (its output as JSON text: a queue turns a
-/// `serde_json::Value` into a JS Map).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct PendingResult {
-    pub job_id: String,
-    pub provider: String,
-    pub output: String,
-    /// The tokens the provider stated for it (`{"prompt", "completion"}`, JSON text).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tokens: Option<String>,
-}
 
 /// Sends `message`; false (and a line in the log) if the queue refused it.
 pub(crate) async fn send(host: &dyn Host, message: Dispatch) -> bool {

@@ -26,6 +26,7 @@ mod limits;
 mod lists;
 mod live;
 mod log;
+mod message;
 mod moving;
 mod mutant;
 mod openai;

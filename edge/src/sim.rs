@@ -3,7 +3,8 @@
 //! drives, the same functions the Worker's handlers, queue consumer, cron and alarms
 //! call once they have read a request. Natively only, apart from the interface types.
 
-pub use crate::host::{Dispatch, Host, Notify, PendingResult, ProviderCall};
+pub use crate::host::{Host, Notify, ProviderCall};
+pub use crate::message::{Dispatch, PendingResult};
 pub use crate::mutant::Mutant;
 pub use crate::openai::CallOutcome;
 

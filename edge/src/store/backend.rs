@@ -14,7 +14,8 @@
 //! its jobs (UUIDv7 ids) are still routed there, and a create first asks it whether
 //! the key is already bound (see `Store::create_or_get_job`).
 
-use super::{storage_error, Cost, Rows, Stmt};
+use super::route::{sharded_place, Place, Route};
+use super::rows::{storage_error, Cost, HandOff, Rows, Stmt};
 use crate::error::{ApiResult, AppError};
 use onceclick_protocol::shard::{self, IdRoute, Shard, ShardCount};
 use serde::Deserialize;
@@ -26,26 +27,6 @@ use worker::{D1Database, Env, ObjectNamespace, SqlStorage};
 
 /// The shard count when `SHARDS` is not set.
 const DEFAULT_SHARDS: u32 = 256;
-
-/// Which place a store call is about.
-#[derive(Clone, Copy)]
-pub(crate) enum Route<'a> {
-    /// The job bound to (owner, key): a create, or a replay.
-    Key { owner: &'a str, key: &'a str },
-    /// The job or attempt with this id: its shard is in the id.
-    Id(&'a str),
-    /// Any one place that holds the certifications, for a read that belongs to no job
-    /// (`GET /v1/providers`, `GET /v1/health`): the database, or a shard picked at random
-    /// (every shard holds the same copy), so that no one object answers them all. A
-    /// job's own reads of the certifications route by its id instead.
-    Any,
-    /// The store as one database: the reconciler's sweeps, which run on D1 or inside a
-    /// shard, never across shards.
-    Whole,
-    /// The previous layout's database, if the deployment keeps one: where a create
-    /// first looks for its key.
-    Before,
-}
 
 /// The shards of a sharded deployment.
 pub(crate) struct Shards {
@@ -164,7 +145,11 @@ impl Backend {
             Backend::D1(db) => return Ok(Target::D1(db)),
             Backend::Local(local) => return Ok(Target::Local(local)),
             #[cfg(not(target_arch = "wasm32"))]
-            Backend::Native(native) => return native.target(route),
+            Backend::Native(native) => {
+                return Ok(native
+                    .place(route)?
+                    .map_or(Target::Nowhere, |name| Target::Native(native, name)))
+            }
             Backend::Shards(shards) => shards,
         };
         Ok(
@@ -182,7 +167,11 @@ impl Backend {
             Backend::D1(db) => vec![Target::D1(db)],
             Backend::Local(local) => vec![Target::Local(local)],
             #[cfg(not(target_arch = "wasm32"))]
-            Backend::Native(native) => native.everywhere(),
+            Backend::Native(native) => native
+                .everywhere()
+                .into_iter()
+                .map(|name| Target::Native(native, name))
+                .collect(),
             Backend::Shards(shards) => shards
                 .all()
                 .map(|shard| Target::Object(shards, shard))
@@ -217,44 +206,6 @@ impl Backend {
         };
         (id("job"), id("att"))
     }
-}
-
-/// Where a route goes in a sharded layout, whatever carries the call there (the
-/// Worker's Durable Objects, or the simulator's databases).
-pub(super) enum Place {
-    Shard(Shard),
-    /// The previous layout's database (if kept: the caller knows).
-    Previous,
-    Nowhere,
-}
-
-pub(super) fn sharded_place(
-    count: ShardCount,
-    has_previous: bool,
-    route: Route<'_>,
-) -> ApiResult<Place> {
-    Ok(match route {
-        Route::Key { owner, key } => Place::Shard(shard::shard_for_key(owner, key, count)),
-        // An id of another shard count names no job of this layout: routing it would
-        // bring an object of that count into being for nothing.
-        Route::Id(id) => match shard::route_of_id(id) {
-            IdRoute::Shard(shard) if shard.count == count => Place::Shard(shard),
-            IdRoute::Shard(_) => Place::Nowhere,
-            IdRoute::Database if has_previous => Place::Previous,
-            IdRoute::Database | IdRoute::Unknown => Place::Nowhere,
-        },
-        Route::Any => Place::Shard(Shard {
-            count,
-            index: crate::clock::random_below(count.get()),
-        }),
-        Route::Before if has_previous => Place::Previous,
-        Route::Before => Place::Nowhere,
-        Route::Whole => {
-            return Err(AppError::internal(
-                "a sharded store is swept inside each shard, never as a whole",
-            ))
-        }
-    })
 }
 
 fn bad_shards(text: &str) -> AppError {
@@ -401,7 +352,7 @@ pub(crate) struct WireBatch {
 struct WireStmt {
     sql: String,
     params: Vec<Value>,
-    /// The statement is marked for hand-off ([`super::HandOff`]), with these faults.
+    /// The statement is marked for hand-off ([`HandOff`]), with these faults.
     #[serde(default)]
     hand_off: bool,
     #[serde(default)]
@@ -410,12 +361,12 @@ struct WireStmt {
 
 /// What a committed batch asks its shard to hand on (`handoff.rs`): the attempts its
 /// marked statements returned, each with the faults for its dispatcher.
-pub(crate) type Handed = Vec<crate::host::Dispatch>;
+pub(crate) type Handed = Vec<crate::message::Dispatch>;
 
 /// A committed batch of the front Worker's, in its shard.
 pub(crate) struct Ran {
     sets: Array,
-    cost: super::Cost,
+    cost: Cost,
     /// The attempts its marked statements returned.
     pub(crate) handed: Handed,
 }
@@ -435,8 +386,8 @@ impl Ran {
 }
 
 /// The attempts a statement marked for hand-off returned (its rows' `id`s).
-pub(crate) fn handed_of(hand_off: &super::HandOff, ids: impl Iterator<Item = String>) -> Handed {
-    ids.map(|id| crate::dispatch::message(&id, hand_off.fault.as_deref()))
+pub(crate) fn handed_of(hand_off: &HandOff, ids: impl Iterator<Item = String>) -> Handed {
+    ids.map(|id| crate::message::Dispatch::run(&id, hand_off.fault.as_deref()))
         .collect()
 }
 
@@ -453,11 +404,11 @@ impl Local {
     /// counts, and the attempts its marked statements returned, for the shard to keep
     /// before anything else can fail.
     pub(crate) fn run_wire(&self, mut batch: WireBatch) -> Result<Ran, String> {
-        let marks: Vec<Option<super::HandOff>> = batch
+        let marks: Vec<Option<HandOff>> = batch
             .statements
             .iter_mut()
             .map(|s| match s.hand_off {
-                true => Some(super::HandOff {
+                true => Some(HandOff {
                     fault: s.fault.take(),
                 }),
                 false => None,

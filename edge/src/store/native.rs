@@ -3,8 +3,8 @@
 //! Routing is the Worker's own code (`backend::sharded_place`); only the carrying
 //! differs. Not compiled into the Worker.
 
-use super::backend::{sharded_place, Place, Route, Target};
-use super::{storage_error, Cost, Rows, Stmt};
+use super::route::{sharded_place, Place, Route};
+use super::rows::{storage_error, Cost, HandOff, Rows, Stmt};
 use crate::error::ApiResult;
 use futures_util::future::LocalBoxFuture;
 use onceclick_protocol::shard::{Shard, ShardCount};
@@ -16,7 +16,7 @@ pub type Batch = Vec<(&'static str, Vec<Value>)>;
 
 /// The statements of a batch whose returned attempts its shard hands on, by index
 /// (`handoff.rs`): a sharded create's first attempt.
-pub type Marks = Vec<(usize, super::HandOff)>;
+pub type Marks = Vec<(usize, HandOff)>;
 
 /// The places of a native store: runs a batch in the place `name` (`d1`, or a shard's
 /// object name such as `s4.1`) as one transaction, and answers each statement's rows as
@@ -77,27 +77,27 @@ impl Native {
         }
     }
 
-    pub(super) fn target(&self, route: Route<'_>) -> ApiResult<Target<'_>> {
+    /// The place `route` names, by name (`None`: no place).
+    pub(super) fn place(&self, route: Route<'_>) -> ApiResult<Option<String>> {
         let (count, previous) = match self.layout {
-            Layout::One | Layout::Inside(_) if matches!(route, Route::Before) => {
-                return Ok(Target::Nowhere)
-            }
-            Layout::One | Layout::Inside(_) => return Ok(Target::Native(self, self.name())),
+            Layout::One | Layout::Inside(_) if matches!(route, Route::Before) => return Ok(None),
+            Layout::One | Layout::Inside(_) => return Ok(Some(self.name())),
             Layout::Sharded { count, previous } => (count, previous),
         };
         Ok(match sharded_place(count, previous, route)? {
-            Place::Shard(shard) => Target::Native(self, shard.object_name()),
-            Place::Previous => Target::Native(self, "d1".to_owned()),
-            Place::Nowhere => Target::Nowhere,
+            Place::Shard(shard) => Some(shard.object_name()),
+            Place::Previous => Some("d1".to_owned()),
+            Place::Nowhere => None,
         })
     }
 
-    pub(super) fn everywhere(&self) -> Vec<Target<'_>> {
+    /// Every place, by name.
+    pub(super) fn everywhere(&self) -> Vec<String> {
         match self.layout {
-            Layout::One | Layout::Inside(_) => vec![Target::Native(self, self.name())],
+            Layout::One | Layout::Inside(_) => vec![self.name()],
             Layout::Sharded { count, previous } => (0..count.get())
-                .map(|index| Target::Native(self, Shard { count, index }.object_name()))
-                .chain(previous.then(|| Target::Native(self, "d1".to_owned())))
+                .map(|index| Shard { count, index }.object_name())
+                .chain(previous.then(|| "d1".to_owned()))
                 .collect(),
         }
     }
