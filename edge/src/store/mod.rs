@@ -14,6 +14,8 @@ mod lists;
 pub(crate) mod op;
 mod reconciler;
 pub(crate) mod sql;
+#[cfg(test)]
+mod tells;
 
 pub(crate) use attempts::{
     Claim, ClaimedAttempt, Completion, NewAttemptOutcome, NextAttempt, Offer, Stop,
