@@ -39,7 +39,7 @@ pub(crate) async fn cron(env: &Env) -> ApiResult<()> {
 async fn run_previous(env: &Env, store: &Store) -> ApiResult<()> {
     if store.has_previous() {
         let host = WorkerHost { env, ctx: None };
-        let store = Store::new(env.d1("DB")?).with_live(crate::live::notifier(env));
+        let store = Store::d1(env.d1("DB")?).with_live(crate::live::notifier(env));
         run(&host, &store).await?;
     }
     Ok(())
@@ -55,13 +55,14 @@ pub(crate) async fn run_now(
     fault: Option<&str>,
     alarm_in_ms: Option<i64>,
 ) -> ApiResult<()> {
-    let Some(shards) = store.shards() else {
+    let Some(shards) = crate::store::Shards::from_env(env)? else {
         return run(&WorkerHost { env, ctx: None }, store).await;
     };
     run_previous(env, store).await?;
     let calls = shards.all().map(|shard| {
         let body =
             json!({"shard": shard.object_name(), "fault": fault, "alarm_in_ms": alarm_in_ms});
+        let shards = &shards;
         async move { shards.send(shard, "/reconcile", &body).await }
     });
     for outcome in futures_util::future::join_all(calls).await {

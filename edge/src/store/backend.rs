@@ -1,25 +1,30 @@
-//! Where a store call goes: the seam between the store's calls and its two backends.
+//! The Worker's places (`route::Places`): what carries a store call to D1 or to a
+//! shard, and the stores a deployment's configuration makes.
 //!
 //! - **D1** (`STORE` unset or `d1`): every call is one D1 batch on the `DB` database.
 //! - **Durable Objects** (`STORE=durable`): `SHARDS` objects of the class `Shard`
 //!   (binding `SHARD`), each with its own SQLite. A call goes to the one shard its
-//!   [`Route`] names (see `onceclick_protocol::shard`) and runs there as one synchronous
-//!   transaction (`transactionSync`), which is what a D1 batch is on the other side: the
-//!   same statements, the same atomicity, one round trip. Reads that span jobs (lists,
-//!   figures) and the certifications (a copy in every shard, so each shard's failover
-//!   guard reads its own) go everywhere.
+//!   route names (`route.rs`, `onceclick_protocol::shard`) and runs there as one
+//!   synchronous transaction (`transactionSync`), which is what a D1 batch is on the
+//!   other side: the same statements, the same atomicity, one round trip.
 //! - **Local**: inside a shard, its own SQLite (the shard's reconciler).
+//!
+//! Rows come back as JSON (`rows_of`, or a shard's answer read as it came), so that
+//! the store's code above never sees a JS value.
 //!
 //! A sharded deployment may keep the D1 database it moved from (`PREVIOUS_STORE=d1`):
 //! its jobs (UUIDv7 ids) are still routed there, and a create first asks it whether
 //! the key is already bound (see `Store::create_or_get_job`).
 
-use super::route::{sharded_place, Place, Route};
+use super::route::{Layout, Places, Target};
 use super::rows::{storage_error, Cost, HandOff, Rows, Stmt};
+use super::Store;
 use crate::error::{ApiResult, AppError};
-use onceclick_protocol::shard::{self, IdRoute, Shard, ShardCount};
+use futures_util::future::LocalBoxFuture;
+use onceclick_protocol::shard::{self, Shard, ShardCount};
 use serde::Deserialize;
 use serde_json::{json, Value};
+use std::rc::Rc;
 use wasm_bindgen::{closure::Closure, JsCast, JsValue};
 use worker::js_sys::{Array, Function, Object, Promise, Reflect, JSON};
 use worker::wasm_bindgen_futures::JsFuture;
@@ -32,11 +37,33 @@ const DEFAULT_SHARDS: u32 = 256;
 pub(crate) struct Shards {
     namespace: ObjectNamespace,
     count: ShardCount,
-    /// The D1 database of the layout before, still answering its keys and jobs.
-    pub(super) previous: Option<D1Database>,
+}
+
+/// What one shard answered a batch: its rows and counts, or the error it ran into.
+#[derive(Deserialize)]
+struct ShardAnswer {
+    #[serde(default)]
+    results: Option<Vec<Vec<Value>>>,
+    #[serde(default)]
+    rows_written: u64,
+    #[serde(default)]
+    rows_read: u64,
+    #[serde(default)]
+    error: Option<String>,
 }
 
 impl Shards {
+    /// The shards of this deployment (`STORE=durable`), if it has them.
+    pub(crate) fn from_env(env: &Env) -> ApiResult<Option<Self>> {
+        if var(env, "STORE").as_deref() != Some("durable") {
+            return Ok(None);
+        }
+        Ok(Some(Shards {
+            namespace: env.durable_object("SHARD")?,
+            count: shard_count(env)?,
+        }))
+    }
+
     /// Every shard of the current layout.
     pub(crate) fn all(&self) -> impl Iterator<Item = Shard> + '_ {
         (0..self.count.get()).map(|index| Shard {
@@ -45,12 +72,11 @@ impl Shards {
         })
     }
 
-    /// Sends `body` to the shard's object at `path`; its JSON answer, parsed by the
-    /// runtime (`JSON.parse`), so that rows reach their types through the same
-    /// `serde_wasm_bindgen` code as D1's. The call is made on the stub's own `fetch` with
+    /// Sends `body` to the shard's object at `path`; its answer's text, or the error it
+    /// says it ran into (`{"error": …}`). The call is made on the stub's own `fetch` with
     /// a plain init object: `worker`'s `RequestInit` would bring its `cf` serializer
     /// into the Worker for nothing.
-    pub(crate) async fn send(&self, shard: Shard, path: &str, body: &Value) -> ApiResult<JsValue> {
+    pub(crate) async fn send(&self, shard: Shard, path: &str, body: &Value) -> ApiResult<String> {
         let name = shard.object_name();
         let unavailable =
             |e: JsValue| AppError::unavailable(format!("shard {name}: {}", js_text(&e)));
@@ -66,146 +92,151 @@ impl Shards {
             let reply = JsFuture::from(promise).await?;
             let text: Function = Reflect::get(&reply, &"text".into())?.dyn_into()?;
             let promise: Promise = text.call0(&reply)?.dyn_into()?;
-            let text = JsFuture::from(promise).await?;
-            JSON::parse(&text.as_string().unwrap_or_default())
+            JsFuture::from(promise).await
         }
         .await
-        .map_err(unavailable)?;
-        match Reflect::get(&answer, &"error".into())
-            .ok()
-            .and_then(|e| e.as_string())
-        {
-            Some(error) => Err(storage_error(format!("shard {name}: {error}"))),
-            None => Ok(answer),
+        .map_err(unavailable)?
+        .as_string()
+        .unwrap_or_default();
+        #[derive(Deserialize)]
+        struct Refused {
+            error: Option<String>,
         }
+        match serde_json::from_str::<Refused>(&answer) {
+            Ok(Refused { error: Some(error) }) => {
+                Err(storage_error(format!("shard {name}: {error}")))
+            }
+            _ => Ok(answer),
+        }
+    }
+
+    /// One batch in the shard's object, as one transaction there.
+    async fn batch(&self, shard: Shard, statements: Vec<Stmt>) -> ApiResult<(Vec<Rows>, Cost)> {
+        let body = json!({
+            "shard": shard.object_name(),
+            "statements": statements.iter().map(|s| match &s.hand_off {
+                None => json!({"sql": s.sql, "params": s.params}),
+                Some(hand_off) => json!({"sql": s.sql, "params": s.params,
+                                         "hand_off": true, "fault": hand_off.fault}),
+            }).collect::<Vec<_>>(),
+        });
+        let text = self.send(shard, "/batch", &body).await?;
+        let answer: ShardAnswer = serde_json::from_str(&text).map_err(AppError::internal)?;
+        if let Some(error) = answer.error {
+            return Err(storage_error(format!(
+                "shard {}: {error}",
+                shard.object_name()
+            )));
+        }
+        let results = answer
+            .results
+            .ok_or_else(|| AppError::internal("a shard answered without results"))?;
+        let mut cost = Cost::default();
+        cost.add(answer.rows_written, answer.rows_read);
+        Ok((results.into_iter().map(Rows).collect(), cost))
     }
 }
 
-pub(super) enum Backend {
-    D1(D1Database),
-    Local(Local),
-    Shards(Shards),
-    /// The native shell's places (the simulator's): not compiled into the Worker.
-    #[cfg(not(target_arch = "wasm32"))]
-    Native(super::native::Native),
-}
-
-/// One place a call runs.
-pub(super) enum Target<'a> {
-    D1(&'a D1Database),
-    Local(&'a Local),
-    Object(&'a Shards, Shard),
-    /// An id no backend made: it names no row anywhere.
-    Nowhere,
-    /// A place of the native shell, by name (`d1`, or a shard's object name).
-    #[cfg(not(target_arch = "wasm32"))]
-    Native(&'a super::native::Native, String),
+/// The Worker's places: the D1 database (the one, or the previous layout's), the
+/// shards' objects, or (inside a shard) its own SQLite.
+struct WorkerPlaces {
+    db: Option<D1Database>,
+    shards: Option<Shards>,
+    local: Option<Local>,
 }
 
 fn var(env: &Env, name: &str) -> Option<String> {
     env.var(name).ok().map(|v| v.to_string())
 }
 
-impl Backend {
-    pub(super) fn from_env(env: &Env) -> ApiResult<Self> {
-        match var(env, "STORE").as_deref() {
-            None | Some("d1") => Ok(Backend::D1(env.d1("DB")?)),
-            Some("durable") => {
-                let count = match var(env, "SHARDS") {
-                    None => DEFAULT_SHARDS,
-                    Some(text) => text.parse().map_err(|_| bad_shards(&text))?,
-                };
-                let count = ShardCount::new(count).ok_or_else(|| bad_shards(&count.to_string()))?;
-                let previous = match var(env, "PREVIOUS_STORE").as_deref() {
-                    None | Some("") => None,
-                    Some("d1") => Some(env.d1("DB")?),
-                    Some(other) => {
-                        return Err(AppError::internal(format!(
-                            "PREVIOUS_STORE is {other:?}; the one known is \"d1\""
-                        )))
-                    }
-                };
-                Ok(Backend::Shards(Shards {
-                    namespace: env.durable_object("SHARD")?,
-                    count,
-                    previous,
-                }))
-            }
-            Some(other) => Err(AppError::internal(format!(
+fn shard_count(env: &Env) -> ApiResult<ShardCount> {
+    let count = match var(env, "SHARDS") {
+        None => DEFAULT_SHARDS,
+        Some(text) => text.parse().map_err(|_| bad_shards(&text))?,
+    };
+    ShardCount::new(count).ok_or_else(|| bad_shards(&count.to_string()))
+}
+
+impl Store {
+    /// The store this deployment is configured with (`STORE`: `d1`, the default, or
+    /// `durable`, with `SHARDS` and `PREVIOUS_STORE`), its `REFUSE_NEW_KEYS` and
+    /// `LOG_STORE_CALLS` read.
+    pub(crate) fn from_env(env: &Env) -> ApiResult<Store> {
+        from_env(env)
+    }
+
+    /// The store of one D1 database (a sharded deployment's previous layout's).
+    pub(crate) fn d1(db: D1Database) -> Store {
+        d1(db)
+    }
+
+    /// Inside a shard: its own SQLite, for the shard's reconciler.
+    pub(crate) fn local(local: Local) -> Store {
+        self::local(local)
+    }
+}
+
+fn from_env(env: &Env) -> ApiResult<Store> {
+    let (places, layout) = match var(env, "STORE").as_deref() {
+        None | Some("d1") => (
+            WorkerPlaces {
+                db: Some(env.d1("DB")?),
+                shards: None,
+                local: None,
+            },
+            Layout::One,
+        ),
+        Some("durable") => {
+            let previous = match var(env, "PREVIOUS_STORE").as_deref() {
+                None | Some("") => None,
+                Some("d1") => Some(env.d1("DB")?),
+                Some(other) => {
+                    return Err(AppError::internal(format!(
+                        "PREVIOUS_STORE is {other:?}; the one known is \"d1\""
+                    )))
+                }
+            };
+            let shards = Shards::from_env(env)?
+                .ok_or_else(|| AppError::internal("STORE=durable without its shards"))?;
+            let layout = Layout::Sharded {
+                count: shards.count,
+                previous: previous.is_some(),
+            };
+            let places = WorkerPlaces {
+                db: previous,
+                shards: Some(shards),
+                local: None,
+            };
+            (places, layout)
+        }
+        Some(other) => {
+            return Err(AppError::internal(format!(
                 "STORE is {other:?}; use \"d1\" or \"durable\""
-            ))),
+            )))
         }
-    }
+    };
+    Ok(Store::new(Rc::new(places), layout)
+        .refusing_new_keys(refuse_new_keys(env)?)
+        .logging_calls(var(env, "LOG_STORE_CALLS").as_deref() == Some("true")))
+}
 
-    pub(super) fn target(&self, route: Route<'_>) -> ApiResult<Target<'_>> {
-        let shards = match self {
-            Backend::D1(_) | Backend::Local(_) if matches!(route, Route::Before) => {
-                return Ok(Target::Nowhere)
-            }
-            Backend::D1(db) => return Ok(Target::D1(db)),
-            Backend::Local(local) => return Ok(Target::Local(local)),
-            #[cfg(not(target_arch = "wasm32"))]
-            Backend::Native(native) => {
-                return Ok(native
-                    .place(route)?
-                    .map_or(Target::Nowhere, |name| Target::Native(native, name)))
-            }
-            Backend::Shards(shards) => shards,
-        };
-        Ok(
-            match sharded_place(shards.count, shards.previous.is_some(), route)? {
-                Place::Shard(shard) => Target::Object(shards, shard),
-                Place::Previous => shards.previous.as_ref().map_or(Target::Nowhere, Target::D1),
-                Place::Nowhere => Target::Nowhere,
-            },
-        )
-    }
+fn d1(db: D1Database) -> Store {
+    let places = WorkerPlaces {
+        db: Some(db),
+        shards: None,
+        local: None,
+    };
+    Store::new(Rc::new(places), Layout::One)
+}
 
-    /// Every place: each shard and the previous layout's D1, or the one database.
-    pub(super) fn everywhere(&self) -> Vec<Target<'_>> {
-        match self {
-            Backend::D1(db) => vec![Target::D1(db)],
-            Backend::Local(local) => vec![Target::Local(local)],
-            #[cfg(not(target_arch = "wasm32"))]
-            Backend::Native(native) => native
-                .everywhere()
-                .into_iter()
-                .map(|name| Target::Native(native, name))
-                .collect(),
-            Backend::Shards(shards) => shards
-                .all()
-                .map(|shard| Target::Object(shards, shard))
-                .chain(shards.previous.as_ref().map(Target::D1))
-                .collect(),
-        }
-    }
-
-    /// A job id and an attempt id for the place `route` names.
-    pub(super) fn new_ids(&self, route: Route<'_>) -> (String, String) {
-        let count = match self {
-            Backend::Shards(shards) => Some(shards.count),
-            #[cfg(not(target_arch = "wasm32"))]
-            Backend::Native(native) => native.count(),
-            _ => None,
-        };
-        let shard = match (count, route) {
-            (Some(count), Route::Key { owner, key }) => {
-                Some(shard::shard_for_key(owner, key, count))
-            }
-            (Some(count), Route::Id(id)) => match shard::route_of_id(id) {
-                IdRoute::Shard(shard) if shard.count == count => Some(shard),
-                _ => None,
-            },
-            _ => None,
-        };
-        let id = |prefix: &str| {
-            let v7 = crate::clock::uuid_v7();
-            shard
-                .and_then(|s| shard::sharded_id(prefix, &v7, s))
-                .unwrap_or_else(|| format!("{prefix}_{v7}"))
-        };
-        (id("job"), id("att"))
-    }
+fn local(local: Local) -> Store {
+    let layout = Layout::Inside(local.name.clone());
+    let places = WorkerPlaces {
+        db: None,
+        shards: None,
+        local: Some(local),
+    };
+    Store::new(Rc::new(places), layout)
 }
 
 fn bad_shards(text: &str) -> AppError {
@@ -215,93 +246,74 @@ fn bad_shards(text: &str) -> AppError {
     ))
 }
 
-impl Target<'_> {
-    /// The name `Server-Timing` reports this place under.
-    pub(super) fn name(&self) -> String {
-        match self {
-            Target::D1(_) => "d1".to_owned(),
-            Target::Local(local) => local.name.clone(),
-            Target::Object(_, shard) => shard.object_name(),
-            Target::Nowhere => "none".to_owned(),
-            #[cfg(not(target_arch = "wasm32"))]
-            Target::Native(_, name) => name.clone(),
-        }
-    }
-
-    /// Runs `statements` here as one transaction; their rows, and the rows the place
-    /// wrote and read for them as it bills them (D1's `meta`, a cursor's counts).
-    pub(super) async fn run(&self, statements: Vec<Stmt>) -> ApiResult<(Vec<Rows>, Cost)> {
-        match self {
-            // Through the binding itself, as a shard's SQLite is: each result's rows
-            // and its `meta`, read with the same code as a shard's.
-            Target::D1(db) => {
-                let db: &JsValue = db.as_ref();
-                let results = async {
-                    let prepare: Function = Reflect::get(db, &"prepare".into())?.dyn_into()?;
-                    let list = Array::new();
-                    for s in &statements {
-                        let stmt = prepare.call1(db, &JsValue::from_str(s.sql))?;
-                        let bind: Function = Reflect::get(&stmt, &"bind".into())?.dyn_into()?;
-                        let params: Array = s.params.iter().map(param_js).collect();
-                        list.push(&bind.apply(&stmt, &params)?);
-                    }
-                    let batch: Function = Reflect::get(db, &"batch".into())?.dyn_into()?;
-                    let promise: Promise = batch.call1(db, &list)?.dyn_into()?;
-                    JsFuture::from(promise).await?.dyn_into::<Array>()
+impl Places for WorkerPlaces {
+    fn run<'a>(
+        &'a self,
+        target: &'a Target,
+        statements: Vec<Stmt>,
+    ) -> LocalBoxFuture<'a, ApiResult<(Vec<Rows>, Cost)>> {
+        Box::pin(async move {
+            match (target, &self.db, &self.shards, &self.local) {
+                (Target::Database, Some(db), _, _) => d1_batch(db, statements).await,
+                (Target::Shard(shard), _, Some(shards), _) => {
+                    shards.batch(*shard, statements).await
                 }
-                .await
-                .map_err(|e| storage_error(d1_text(&e)))?;
-                let mut cost = Cost::default();
-                let sets = Array::new();
-                for result in results.iter() {
-                    let meta = Reflect::get(&result, &"meta".into()).unwrap_or_default();
-                    cost.add(count(&meta, "rows_written"), count(&meta, "rows_read"));
-                    sets.push(&Reflect::get(&result, &"results".into()).unwrap_or_default());
-                }
-                Ok((rows_of(sets), cost))
+                (Target::Here(_), _, _, Some(local)) => local
+                    .run_counted(
+                        statements
+                            .into_iter()
+                            .map(|s| (s.sql.to_owned(), s.params.iter().map(param_js).collect()))
+                            .collect(),
+                    )
+                    .map_err(storage_error)
+                    .and_then(|(sets, cost)| Ok((rows_of(&sets)?, cost))),
+                _ => Ok((
+                    statements.iter().map(|_| Rows::none()).collect(),
+                    Cost::default(),
+                )),
             }
-            Target::Local(local) => local
-                .run_counted(
-                    statements
-                        .into_iter()
-                        .map(|s| (s.sql.to_owned(), s.params.iter().map(param_js).collect()))
-                        .collect(),
-                )
-                .map(|(sets, cost)| (rows_of(sets), cost))
-                .map_err(storage_error),
-            Target::Object(shards, shard) => {
-                let body = json!({
-                    "shard": shard.object_name(),
-                    "statements": statements.iter().map(|s| match &s.hand_off {
-                        None => json!({"sql": s.sql, "params": s.params}),
-                        Some(hand_off) => json!({"sql": s.sql, "params": s.params,
-                                                 "hand_off": true, "fault": hand_off.fault}),
-                    }).collect::<Vec<_>>(),
-                });
-                let answer = shards.send(*shard, "/batch", &body).await?;
-                let results = Reflect::get(&answer, &"results".into())
-                    .ok()
-                    .and_then(|r| r.dyn_into::<Array>().ok())
-                    .ok_or_else(|| AppError::internal("a shard answered without results"))?;
-                let mut cost = Cost::default();
-                cost.add(count(&answer, "rows_written"), count(&answer, "rows_read"));
-                Ok((rows_of(results), cost))
-            }
-            Target::Nowhere => Ok((
-                statements.iter().map(|_| Rows::none()).collect(),
-                Cost::default(),
-            )),
-            #[cfg(not(target_arch = "wasm32"))]
-            Target::Native(native, name) => native.run(name, statements).await,
-        }
+        })
     }
 }
 
-/// The result sets of a batch (an array of arrays of row objects), one [`Rows`] each.
-fn rows_of(sets: Array) -> Vec<Rows> {
-    sets.iter()
-        .map(|set| Rows::Js(set.dyn_into::<Array>().unwrap_or_default()))
-        .collect()
+/// One D1 batch, through the binding itself, as a shard's SQLite is: each result's
+/// rows and its `meta`.
+async fn d1_batch(db: &D1Database, statements: Vec<Stmt>) -> ApiResult<(Vec<Rows>, Cost)> {
+    let db: &JsValue = db.as_ref();
+    let results = async {
+        let prepare: Function = Reflect::get(db, &"prepare".into())?.dyn_into()?;
+        let list = Array::new();
+        for s in &statements {
+            let stmt = prepare.call1(db, &JsValue::from_str(s.sql))?;
+            let bind: Function = Reflect::get(&stmt, &"bind".into())?.dyn_into()?;
+            let params: Array = s.params.iter().map(param_js).collect();
+            list.push(&bind.apply(&stmt, &params)?);
+        }
+        let batch: Function = Reflect::get(db, &"batch".into())?.dyn_into()?;
+        let promise: Promise = batch.call1(db, &list)?.dyn_into()?;
+        JsFuture::from(promise).await?.dyn_into::<Array>()
+    }
+    .await
+    .map_err(|e| storage_error(d1_text(&e)))?;
+    let mut cost = Cost::default();
+    let sets = Array::new();
+    for result in results.iter() {
+        let meta = Reflect::get(&result, &"meta".into()).unwrap_or_default();
+        cost.add(count(&meta, "rows_written"), count(&meta, "rows_read"));
+        sets.push(&Reflect::get(&result, &"results".into()).unwrap_or_default());
+    }
+    Ok((rows_of(&sets)?, cost))
+}
+
+/// The result sets of a batch (an array of arrays of row objects), one [`Rows`] each:
+/// through the runtime's `JSON.stringify`, read back as JSON, so that numbers keep
+/// their integer form.
+fn rows_of(sets: &Array) -> ApiResult<Vec<Rows>> {
+    let text = JSON::stringify(sets)
+        .map(String::from)
+        .map_err(|e| AppError::internal(js_text(&e)))?;
+    let sets: Vec<Vec<Value>> = serde_json::from_str(&text).map_err(AppError::internal)?;
+    Ok(sets.into_iter().map(Rows).collect())
 }
 
 /// A count the runtime reports (`meta.rows_written`, a cursor's `rowsRead`): 0 where
@@ -506,4 +518,23 @@ pub(crate) fn js_text(value: &JsValue) -> String {
         .and_then(|m| m.as_string())
         .or_else(|| value.as_string())
         .unwrap_or_else(|| format!("{value:?}"))
+}
+
+/// `REFUSE_NEW_KEYS`: `"true"` (or the TOML boolean `true`) refuses new keys; unset,
+/// `""`, `"false"` or `false` does not. Anything else is a configuration error (500,
+/// logged): a value that was meant to protect a move must never pass for "off".
+fn refuse_new_keys(env: &Env) -> ApiResult<bool> {
+    let raw = worker::js_sys::Reflect::get(env.as_ref(), &"REFUSE_NEW_KEYS".into())
+        .unwrap_or(JsValue::UNDEFINED);
+    if raw.is_undefined() || raw.is_null() {
+        return Ok(false);
+    }
+    match (raw.as_bool(), raw.as_string().as_deref()) {
+        (Some(on), _) => Ok(on),
+        (_, Some("true")) => Ok(true),
+        (_, Some("false" | "")) => Ok(false),
+        _ => Err(AppError::internal(format!(
+            "REFUSE_NEW_KEYS is {raw:?}; use \"true\" or \"false\""
+        ))),
+    }
 }

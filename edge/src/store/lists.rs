@@ -4,7 +4,7 @@
 //! page's documents by id (`Store::page`). Also the figures (`stats`) and what the D1
 //! kept by a move still holds.
 
-use super::backend::Target;
+use super::route::Target;
 use super::{exactly, js, js_num, js_opt, json_text, sql, Op, Rows, Store};
 use crate::error::ApiResult;
 use crate::fault::{Point, When};
@@ -180,7 +180,7 @@ impl Store {
         if let Some(fault) = self.fault(Point::Store(op), When::Before) {
             return Err(fault);
         }
-        let places = self.backend.everywhere();
+        let places = self.layout.everywhere();
         let page = if places.len() == 1 {
             let stmt = self.stmt(sql.page, &params(after, limit + 1))?;
             let [rows] = exactly(self.call(&places[0], vec![stmt]).await?, op)?;
@@ -203,7 +203,7 @@ impl Store {
     /// The merge of [`Store::page`] over several places.
     async fn merge(
         &self,
-        places: &[Target<'_>],
+        places: &[Target],
         sql: &ListSql<'_>,
         params: &Params<'_>,
         after: Option<&str>,
@@ -214,7 +214,7 @@ impl Store {
         let mut trace = Trace::new(self.log_calls);
         let mut runs: Vec<Run> = Vec::with_capacity(places.len());
         // The first round: every place at once (32 in flight at a time).
-        let everywhere: Vec<&Target<'_>> = places.iter().collect();
+        let everywhere: Vec<&Target> = places.iter().collect();
         let first_ids = |_| Ok(vec![self.stmt(sql.ids, &params(after, per_place))?]);
         let answers = self.call_all(&everywhere, &first_ids).await?;
         let at_once: usize = answers.iter().flatten().map(|rows| trace.bytes(rows)).sum();
@@ -272,7 +272,7 @@ impl Store {
             holds[*place] = true;
         }
         let owners: Vec<usize> = (0..places.len()).filter(|&p| holds[p]).collect();
-        let holders: Vec<&Target<'_>> = owners.iter().map(|&p| &places[p]).collect();
+        let holders: Vec<&Target> = owners.iter().map(|&p| &places[p]).collect();
         let documents = |i: usize| {
             let ids: Vec<&str> = picked
                 .iter()
@@ -383,7 +383,7 @@ impl Trace {
         }
     }
 
-    fn asked(&mut self, place: &Target<'_>, what: &str, limit: u32, rows: usize, bytes: usize) {
+    fn asked(&mut self, place: &Target, what: &str, limit: u32, rows: usize, bytes: usize) {
         if self.on {
             self.asked
                 .push(json!({"place": place.name(), "for": what, "limit": limit,

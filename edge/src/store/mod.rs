@@ -34,8 +34,8 @@ mod rows;
 
 #[cfg(not(target_arch = "wasm32"))]
 pub(crate) use backend::handed_of;
-pub(crate) use backend::{Local, WireBatch};
-pub(crate) use route::Route;
+pub(crate) use backend::{Local, Shards, WireBatch};
+pub(crate) use route::{Layout, Places, Route, Target};
 #[allow(unreachable_pub)] // the simulator's shell names it (`sim.rs`)
 pub use rows::HandOff;
 pub(crate) use rows::{Cost, Rows, Stmt};
@@ -43,20 +43,18 @@ pub(crate) use rows::{Cost, Rows, Stmt};
 use crate::clock;
 use crate::error::{ApiResult, AppError};
 use crate::fault::{Fault, Point, When};
-use backend::{Backend, Target};
 use futures_util::future::LocalBoxFuture;
 use onceclick_protocol::Job;
 use serde::Deserialize;
 use serde_json::Value;
 use std::cell::{Cell, RefCell};
-use wasm_bindgen::JsValue;
-use worker::D1Database;
 
 /// The store: one D1 database, or the shards (Durable Objects with SQLite storage), or
 /// (inside a shard) that shard's own SQLite. It counts the round trips made and their
 /// time per database or shard, for `Server-Timing`.
 pub(crate) struct Store {
-    backend: Backend,
+    places: std::rc::Rc<dyn Places>,
+    layout: Layout,
     round_trips: Cell<u32>,
     /// Rows written and read so far, over every place.
     cost: Cell<Cost>,
@@ -157,9 +155,11 @@ fn json_text(value: &impl serde::Serialize) -> ApiResult<String> {
 }
 
 impl Store {
-    fn with_backend(backend: Backend) -> Self {
+    /// A store over `places`, laid out as `layout`.
+    pub(crate) fn new(places: std::rc::Rc<dyn Places>, layout: Layout) -> Self {
         Self {
-            backend,
+            places,
+            layout,
             round_trips: Cell::new(0),
             cost: Cell::new(Cost::default()),
             watched: Cell::new((0, Cost::default())),
@@ -173,42 +173,21 @@ impl Store {
         }
     }
 
-    /// The D1 backend: every job in one database.
-    pub(crate) fn new(db: D1Database) -> Self {
-        Self::with_backend(Backend::D1(db))
+    /// `REFUSE_NEW_KEYS=true`: the first step of a move to another store (see the field).
+    pub(crate) fn refusing_new_keys(mut self, refuse: bool) -> Self {
+        self.refuse_new_keys = refuse;
+        self
     }
 
-    /// The store this deployment is configured with (`STORE`: `d1`, the default, or
-    /// `durable`; see [`backend`]).
-    pub(crate) fn from_env(env: &worker::Env) -> ApiResult<Self> {
-        let mut store = Self::with_backend(Backend::from_env(env)?);
-        store.refuse_new_keys = refuse_new_keys(env)?;
-        store.log_calls = env
-            .var("LOG_STORE_CALLS")
-            .is_ok_and(|v| v.to_string() == "true");
-        Ok(store)
-    }
-
-    /// The native shell's store (the simulator's): its places and their layout.
-    #[cfg(not(target_arch = "wasm32"))]
-    pub(crate) fn native(places: std::rc::Rc<dyn native::Places>, layout: native::Layout) -> Self {
-        Self::with_backend(Backend::Native(native::Native::new(places, layout)))
-    }
-
-    /// Inside a shard: its own SQLite, for the shard's reconciler.
-    pub(crate) fn local(local: Local) -> Self {
-        Self::with_backend(Backend::Local(local))
+    /// `LOG_STORE_CALLS=true`: a `store_call` line for every call (see the field).
+    pub(crate) fn logging_calls(mut self, log: bool) -> Self {
+        self.log_calls = log;
+        self
     }
 
     /// The name of the one place this store is (`d1`, a shard's), for log lines.
     pub(crate) fn name(&self) -> String {
-        match &self.backend {
-            Backend::D1(_) => "d1".to_owned(),
-            Backend::Local(local) => local.name.clone(),
-            Backend::Shards(_) => "shards".to_owned(),
-            #[cfg(not(target_arch = "wasm32"))]
-            Backend::Native(native) => native.name(),
-        }
+        self.layout.name()
     }
 
     /// Whether a create's dispatch is the store's to send: a shard hands a new job's
@@ -221,49 +200,30 @@ impl Store {
     /// True when jobs live in shards that reconcile themselves (the cron has nothing
     /// to do but the previous layout's D1, if any).
     pub(crate) fn is_sharded(&self) -> bool {
-        match &self.backend {
-            Backend::Shards(_) => true,
-            #[cfg(not(target_arch = "wasm32"))]
-            Backend::Native(native) => native.is_sharded(),
-            _ => false,
-        }
+        self.layout.is_sharded()
     }
 
     /// True when a sharded deployment keeps the D1 database (`DB`) it moved from,
     /// still answering that database's keys and jobs.
     pub(crate) fn has_previous(&self) -> bool {
-        match &self.backend {
-            Backend::Shards(shards) => shards.previous.is_some(),
-            #[cfg(not(target_arch = "wasm32"))]
-            Backend::Native(native) => native.has_previous(),
-            _ => false,
-        }
-    }
-
-    /// The shards of a sharded deployment, by object name (for the test-only
-    /// reconcile-now call).
-    pub(crate) fn shards(&self) -> Option<&backend::Shards> {
-        match &self.backend {
-            Backend::Shards(shards) => Some(shards),
-            _ => None,
-        }
+        self.layout.has_previous()
     }
 
     /// New ids for a job of (owner, key) and its first attempt: UUIDv7 on D1; in the
     /// shard the pair hashes to otherwise.
     pub(crate) fn new_job_ids(&self, owner: &str, key: &str) -> (String, String) {
-        self.backend.new_ids(Route::Key { owner, key })
+        self.layout.new_ids(Route::Key { owner, key })
     }
 
     /// Whether `route` names a place of this store (an id of a store it no longer keeps,
     /// or of another shard count, names none).
     fn routes_somewhere(&self, route: Route<'_>) -> bool {
-        matches!(self.backend.target(route), Ok(t) if !matches!(t, Target::Nowhere))
+        matches!(self.layout.target(route), Ok(t) if t != Target::Nowhere)
     }
 
     /// A new attempt id in the same place as the job `job_id`.
     pub(crate) fn new_attempt_id(&self, job_id: &str) -> String {
-        self.backend.new_ids(Route::Id(job_id)).1
+        self.layout.new_ids(Route::Id(job_id)).1
     }
 
     /// Sends the document of every job this store moves to `live` (see [`Op::moves`]).
@@ -419,7 +379,7 @@ impl Store {
             if let Some(fault) = self.fault(Point::Store(op), When::Before) {
                 return Err(fault);
             }
-            let target = self.backend.target(route)?;
+            let target = self.layout.target(route)?;
             if self.log_calls {
                 crate::log::info(
                     serde_json::json!({"event": "store_call", "op": op.name(), "place": target.name(),
@@ -438,7 +398,7 @@ impl Store {
                 statements.push(self.stmt(sql::LIVE_DOC, &[js(id)])?);
             }
             let out = if op == Op::Watch {
-                let out = target.run(statements).await;
+                let out = self.run(&target, statements).await;
                 if let Ok((_, cost)) = &out {
                     let (trips, mut total) = self.watched.get();
                     total.add(cost.written, cost.read);
@@ -499,20 +459,36 @@ impl Store {
 
     fn call<'a>(
         &'a self,
-        target: &'a Target<'a>,
+        target: &'a Target,
         statements: Vec<Stmt>,
     ) -> LocalBoxFuture<'a, ApiResult<Vec<Rows>>> {
         Box::pin(async move {
-            // No place, no round trip to count (`Target::run` answers with no rows).
+            // No place, no round trip to count ([`Store::run`] answers with no rows).
             if let Target::Nowhere = target {
-                return target.run(statements).await.map(|(rows, _)| rows);
+                return self.run(target, statements).await.map(|(rows, _)| rows);
             }
             let start = clock::now_ms();
-            let out = target.run(statements).await;
+            let out = self.run(target, statements).await;
             let cost = out.as_ref().map_or(Cost::default(), |(_, cost)| *cost);
             self.record(&target.name(), clock::now_ms() - start, cost);
             out.map(|(rows, _)| rows)
         })
+    }
+
+    /// Runs `statements` in `target` as one transaction: their rows, and what the place
+    /// billed. No place answers with no rows, and no round trip.
+    fn run<'a>(
+        &'a self,
+        target: &'a Target,
+        statements: Vec<Stmt>,
+    ) -> LocalBoxFuture<'a, ApiResult<(Vec<Rows>, Cost)>> {
+        match target {
+            Target::Nowhere => Box::pin(futures_util::future::ready(Ok((
+                statements.iter().map(|_| Rows::none()).collect(),
+                Cost::default(),
+            )))),
+            _ => self.places.run(target, statements),
+        }
     }
 
     /// The same statements in every place (every shard, and the previous layout's D1);
@@ -525,8 +501,8 @@ impl Store {
         if let Some(fault) = self.fault(Point::Store(op), When::Before) {
             return Err(fault);
         }
-        let targets = self.backend.everywhere();
-        let targets: Vec<&Target<'_>> = targets.iter().collect();
+        let targets = self.layout.everywhere();
+        let targets: Vec<&Target> = targets.iter().collect();
         let out = self.call_all(&targets, &|_| statements()).await?;
         match self.fault(Point::Store(op), When::After) {
             Some(fault) => Err(fault),
@@ -542,7 +518,7 @@ impl Store {
     /// Boxed, and shared by every call that fans out, for the Worker's size.
     fn call_all<'a>(
         &'a self,
-        targets: &'a [&'a Target<'a>],
+        targets: &'a [&'a Target],
         statements: &'a dyn Fn(usize) -> ApiResult<Vec<Stmt>>,
     ) -> LocalBoxFuture<'a, ApiResult<Vec<Vec<Rows>>>> {
         Box::pin(async move {
@@ -625,21 +601,3 @@ fn exactly<const N: usize>(results: Vec<Rows>, op: Op) -> ApiResult<[Rows; N]> {
     })
 }
 
-/// `REFUSE_NEW_KEYS`: `"true"` (or the TOML boolean `true`) refuses new keys; unset,
-/// `""`, `"false"` or `false` does not. Anything else is a configuration error (500,
-/// logged): a value that was meant to protect a move must never pass for "off".
-fn refuse_new_keys(env: &worker::Env) -> ApiResult<bool> {
-    let raw = worker::js_sys::Reflect::get(env.as_ref(), &"REFUSE_NEW_KEYS".into())
-        .unwrap_or(JsValue::UNDEFINED);
-    if raw.is_undefined() || raw.is_null() {
-        return Ok(false);
-    }
-    match (raw.as_bool(), raw.as_string().as_deref()) {
-        (Some(on), _) => Ok(on),
-        (_, Some("true")) => Ok(true),
-        (_, Some("false" | "")) => Ok(false),
-        _ => Err(AppError::internal(format!(
-            "REFUSE_NEW_KEYS is {raw:?}; use \"true\" or \"false\""
-        ))),
-    }
-}

@@ -1,10 +1,10 @@
 //! The store's native shell: the places a store call can go to, carried by the
 //! simulator (SQLite through rusqlite, in memory) instead of D1 and Durable Objects.
-//! Routing is the Worker's own code (`backend::sharded_place`); only the carrying
-//! differs. Not compiled into the Worker.
+//! Routing is the Worker's own code (`route.rs`); only the carrying differs. Not compiled into the Worker.
 
-use super::route::{sharded_place, Place, Route};
+use super::route::{self, Target};
 use super::rows::{storage_error, Cost, HandOff, Rows, Stmt};
+use super::Store;
 use crate::error::ApiResult;
 use futures_util::future::LocalBoxFuture;
 use onceclick_protocol::shard::{Shard, ShardCount};
@@ -44,82 +44,45 @@ pub enum Layout {
     Sharded { count: ShardCount, previous: bool },
 }
 
-pub(crate) struct Native {
+/// The simulator's places as the store's [`route::Places`]: a target by its name.
+struct Native {
     places: Rc<dyn Places>,
-    layout: Layout,
 }
 
-impl Native {
-    pub(crate) fn new(places: Rc<dyn Places>, layout: Layout) -> Self {
-        Self { places, layout }
+impl Store {
+    /// The native shell's store (the simulator's): its places and their layout.
+    pub(crate) fn native(places: Rc<dyn Places>, layout: Layout) -> Store {
+        store(places, layout)
     }
+}
 
-    pub(super) fn count(&self) -> Option<ShardCount> {
-        match self.layout {
-            Layout::Sharded { count, .. } => Some(count),
-            _ => None,
-        }
-    }
+fn store(places: Rc<dyn Places>, layout: Layout) -> Store {
+    let layout = match layout {
+        Layout::One => route::Layout::One,
+        Layout::Inside(shard) => route::Layout::Inside(shard.object_name()),
+        Layout::Sharded { count, previous } => route::Layout::Sharded { count, previous },
+    };
+    Store::new(Rc::new(Native { places }), layout)
+}
 
-    pub(super) fn is_sharded(&self) -> bool {
-        matches!(self.layout, Layout::Sharded { .. })
-    }
-
-    pub(super) fn has_previous(&self) -> bool {
-        matches!(self.layout, Layout::Sharded { previous: true, .. })
-    }
-
-    pub(super) fn name(&self) -> String {
-        match self.layout {
-            Layout::One => "d1".to_owned(),
-            Layout::Inside(shard) => shard.object_name(),
-            Layout::Sharded { .. } => "shards".to_owned(),
-        }
-    }
-
-    /// The place `route` names, by name (`None`: no place).
-    pub(super) fn place(&self, route: Route<'_>) -> ApiResult<Option<String>> {
-        let (count, previous) = match self.layout {
-            Layout::One | Layout::Inside(_) if matches!(route, Route::Before) => return Ok(None),
-            Layout::One | Layout::Inside(_) => return Ok(Some(self.name())),
-            Layout::Sharded { count, previous } => (count, previous),
-        };
-        Ok(match sharded_place(count, previous, route)? {
-            Place::Shard(shard) => Some(shard.object_name()),
-            Place::Previous => Some("d1".to_owned()),
-            Place::Nowhere => None,
-        })
-    }
-
-    /// Every place, by name.
-    pub(super) fn everywhere(&self) -> Vec<String> {
-        match self.layout {
-            Layout::One | Layout::Inside(_) => vec![self.name()],
-            Layout::Sharded { count, previous } => (0..count.get())
-                .map(|index| Shard { count, index }.object_name())
-                .chain(previous.then(|| "d1".to_owned()))
-                .collect(),
-        }
-    }
-
+impl route::Places for Native {
     /// The simulator's places bill nothing: rows written are the Worker's figures
     /// (`cargo xtask bench`, `tests/budgets.rs`), measured where the runtime counts them.
-    pub(super) async fn run(
-        &self,
-        place: &str,
+    fn run<'a>(
+        &'a self,
+        target: &'a Target,
         statements: Vec<Stmt>,
-    ) -> ApiResult<(Vec<Rows>, Cost)> {
+    ) -> LocalBoxFuture<'a, ApiResult<(Vec<Rows>, Cost)>> {
         let marks = statements
             .iter()
             .enumerate()
             .filter_map(|(i, s)| Some((i, s.hand_off.clone()?)))
             .collect();
         let batch = statements.into_iter().map(|s| (s.sql, s.params)).collect();
-        let sets = self
-            .places
-            .run(place, batch, marks)
-            .await
-            .map_err(storage_error)?;
-        Ok((sets.into_iter().map(Rows::Json).collect(), Cost::default()))
+        let sets = self.places.run(&target.name(), batch, marks);
+        Box::pin(async move {
+            let sets = sets.await.map_err(storage_error)?;
+            Ok((sets.into_iter().map(Rows).collect(), Cost::default()))
+        })
     }
 }

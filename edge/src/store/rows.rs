@@ -42,57 +42,31 @@ pub struct HandOff {
 }
 
 /// What one statement returned, from D1 or from a shard's SQLite (or, in the native
-/// shell, from the simulator's SQLite).
-pub(crate) enum Rows {
-    /// Row objects as D1 or a shard's SQLite gave them, read by `serde_wasm_bindgen`.
-    Js(worker::js_sys::Array),
-    /// Row objects as JSON (the native shell only: not compiled into the Worker).
-    #[cfg(not(target_arch = "wasm32"))]
-    Json(Vec<Value>),
-}
+/// shell, from the simulator's SQLite): its rows, each a JSON object.
+#[derive(Debug, Default)]
+pub(crate) struct Rows(pub(crate) Vec<Value>);
 
 impl Rows {
     /// No rows (a route to no place).
     pub(crate) fn none() -> Self {
-        #[cfg(target_arch = "wasm32")]
-        return Rows::Js(worker::js_sys::Array::new());
-        #[cfg(not(target_arch = "wasm32"))]
-        return Rows::Json(Vec::new());
+        Rows(Vec::new())
     }
 
     pub(crate) fn results<T: serde::de::DeserializeOwned>(&self) -> ApiResult<Vec<T>> {
-        match self {
-            Rows::Js(rows) => rows
-                .iter()
-                .map(|row| serde_wasm_bindgen::from_value::<T>(row).map_err(AppError::internal))
-                .collect(),
-            #[cfg(not(target_arch = "wasm32"))]
-            Rows::Json(rows) => rows
-                .iter()
-                .map(|row| serde_json::from_value::<T>(row.clone()).map_err(AppError::internal))
-                .collect(),
-        }
+        self.0
+            .iter()
+            .map(|row| T::deserialize(row).map_err(AppError::internal))
+            .collect()
     }
 
     /// The rows' size as JSON text: what an answer holding them weighs (measured only
     /// where a suite asks, `LOG_STORE_CALLS`).
     pub(crate) fn json_bytes(&self) -> usize {
-        match self {
-            Rows::Js(rows) => worker::js_sys::JSON::stringify(rows)
-                .ok()
-                .and_then(|t| t.as_string())
-                .map_or(0, |t| t.len()),
-            #[cfg(not(target_arch = "wasm32"))]
-            Rows::Json(rows) => serde_json::to_string(rows).map_or(0, |t| t.len()),
-        }
+        serde_json::to_string(&self.0).map_or(0, |t| t.len())
     }
 
     pub(crate) fn len(&self) -> ApiResult<usize> {
-        match self {
-            Rows::Js(rows) => Ok(rows.length() as usize),
-            #[cfg(not(target_arch = "wasm32"))]
-            Rows::Json(rows) => Ok(rows.len()),
-        }
+        Ok(self.0.len())
     }
 }
 
