@@ -6,6 +6,7 @@
 //! failure into problem+json. See
 //! ARCHITECTURE.md for the codemap.
 
+mod alarm;
 mod analytics;
 mod api;
 mod attempts;
@@ -21,6 +22,7 @@ mod host;
 mod http;
 mod jobs;
 mod jwks;
+mod keeping;
 mod kinds;
 mod limits;
 mod lists;
@@ -30,6 +32,7 @@ mod message;
 mod moving;
 mod mutant;
 mod openai;
+mod pacing;
 mod providers;
 mod reconcile;
 mod shard;

@@ -31,12 +31,12 @@
 //!   would be the next hot object.
 
 use crate::error::{ApiResult, AppError};
+use crate::keeping::{self, Writes};
+use crate::pacing::Taken;
 use crate::store::Store;
 use futures_util::future::LocalBoxFuture;
 use onceclick_protocol::chat::MAX_CHARS;
-use onceclick_protocol::live::{
-    EndChunk, Hub, Keeper, Piece, Place, Position, Refused, FRAME_CHARS,
-};
+use onceclick_protocol::live::{EndChunk, Hub, Keeper, Piece, Place, Position, FRAME_CHARS};
 use onceclick_protocol::Job;
 use std::cell::{Cell, RefCell};
 use std::time::Duration;
@@ -120,15 +120,6 @@ pub(crate) fn unframe(text: &str) -> Option<Frame<'_>> {
         attempt_id: parts.next().filter(|id| !id.is_empty())?,
         text: body,
     }))
-}
-
-/// What a hub answered a piece of text.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Taken {
-    /// It has this many code points of the attempt's text: send on from there.
-    Have(u64),
-    /// The attempt may stream no more (the job's document says it ended): send nothing.
-    Stop,
 }
 
 /// The Worker's side of the hubs: the store's [`crate::host::Notify`], and a stream's
@@ -306,7 +297,7 @@ impl Live {
             return None;
         }
         self.broadcast(&frame(seq, doc));
-        self.keep_unknown().await;
+        self.write(Writes::after_document()).await;
         // The result is stored, or the job ended without one: its text is done with
         // (`Hub::offer` dropped it from memory). Storage holds nothing else, so all of
         // it goes, whatever this instance knows of it.
@@ -386,37 +377,27 @@ impl Live {
         let have = |hub: &Hub| hub.chars(n).to_string();
         let taken = {
             let mut hub = self.latest.borrow_mut();
-            match hub.text(n, &attempt, offset.0, &text, MAX_CHARS) {
-                Ok(Some(piece)) => Ok(text_frames(&piece)),
-                Ok(None) => Err(200),
-                Err(Refused::Gap(_)) => Err(409),
-                Err(Refused::Ended) => Err(410),
-            }
+            keeping::take_text(&mut hub, n, &attempt, offset.0, &text).map(|p| text_frames(&p))
         };
         match taken {
             Ok(frames) => frames.iter().for_each(|frame| self.broadcast(frame)),
-            Err(status) => {
-                return Ok(Response::ok(have(&self.latest.borrow()))?.with_status(status))
+            Err(answer) => {
+                return Ok(Response::ok(have(&self.latest.borrow()))?.with_status(answer.status()))
             }
         }
-        // Kept about once per kilobyte, each time the text since the last write (in
-        // chunks that storage takes): a restart loses at most the text since.
-        let chunks = self.keeper.borrow_mut().due(&self.latest.borrow(), n);
-        for chunk in chunks {
-            self.keep(chunk).await;
-        }
-        // A piece of an attempt already `unknown` (its call read on) is kept at once.
-        self.keep_unknown().await;
+        self.write(Writes::after_text(n)).await;
         Response::ok(have(&self.latest.borrow()))
     }
 
-    /// An attempt that went `unknown` keeps its whole text, not only its whole
-    /// kilobytes: the operator reads it to resolve the attempt, maybe after this instance
-    /// is gone. (The chunks are taken in one borrow, written after it.)
-    async fn keep_unknown(&self) {
-        let chunks = self.keeper.borrow_mut().at_unknown(&self.latest.borrow());
-        for chunk in chunks {
-            self.keep(chunk).await;
+    /// Writes what `writes` gives, step by step (`keeping.rs`). (Each step's chunks are
+    /// taken in one borrow, written after it.)
+    async fn write(&self, mut writes: Writes) {
+        loop {
+            let chunks = writes.next(&mut self.keeper.borrow_mut(), &self.latest.borrow());
+            let Some(chunks) = chunks else { return };
+            for chunk in chunks {
+                self.keep(chunk).await;
+            }
         }
     }
 
@@ -716,7 +697,7 @@ impl DurableObject for Live {
                 }
                 let answer = self.text(req).await;
                 if fault.as_deref() == Some("after") {
-                    let late = crate::openai::HAND_OFF_MS - 100;
+                    let late = crate::pacing::HAND_OFF_MS - 100;
                     worker::Delay::from(Duration::from_millis(late)).await;
                 }
                 answer

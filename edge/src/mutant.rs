@@ -33,6 +33,17 @@ pub enum Mutant {
     /// The dispatcher hedges a primary whose streamed text has begun (it hedges on time
     /// alone, not on silence): every streamed job of a hedged kind pays for two calls.
     HedgeAfterText,
+    /// A shard's alarm with no attempt to hand on sets no next alarm, though the shard
+    /// still holds jobs (`alarm::next_in_ms`): its reconciler pass waits for its next
+    /// write, which may never come.
+    AlarmForgetsPass,
+    /// A call's hand-off of its text ends when its body is read (`pacing.rs`): the text
+    /// read since the last hand-off never reaches the hub, and its streams see it only
+    /// in the result.
+    TextHandOffEndsWithBody,
+    /// A hub keeps an `unknown` attempt's text only by the kilobyte, never its rest at
+    /// once (`keeping::Writes`): what an operator reads after a restart is cut short.
+    UnknownTextNotKeptWhole,
 }
 
 #[cfg(target_arch = "wasm32")]

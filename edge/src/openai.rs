@@ -6,6 +6,7 @@
 //! timeout, a 504, or an answer cut off after its status line, after which the
 //! provider may have done the work (or may still be doing it).
 
+use crate::pacing::{Next, Pacing, Taken, HAND_OFF_MS};
 use futures_util::future::{select, Either};
 use futures_util::StreamExt;
 use onceclick_protocol::chat::{ChatStream, Ending, Tokens};
@@ -87,27 +88,6 @@ impl TextSink<'_> {
         fault
     }
 }
-
-/// How long one hand-off of text to the hub may take before it counts as failed (the
-/// answer is still read, and recorded, whatever the hub does).
-pub(crate) const HAND_OFF_MS: u64 = 2_000;
-
-/// The tries of a hand-off that fails (the hub answers an error, or not within
-/// [`HAND_OFF_MS`]) before the call stops handing its text on; one piece that goes
-/// through starts the count again. Between two tries a pause, doubling from
-/// [`HAND_OFF_RETRY_MS`], while the body is read on. Once the body is read, a failed
-/// hand-off is tried once more at most: the answer waits for it.
-const HAND_OFF_TRIES: u32 = 4;
-const HAND_OFF_RETRY_MS: u64 = 100;
-
-/// The shortest interval between two hand-offs of a call's text to the hub after the
-/// first: text that comes meanwhile goes in one piece. Twenty a second shows text as
-/// smoothly as a page draws it, and keeps a streamed job's requests to its hub (each a
-/// subrequest of the consumer's invocation, and a Durable Object request) in proportion
-/// to its duration, not to its chunks (`cargo xtask bench`, "Per streamed job"). The
-/// price: a chunk reaches the browser up to this much later, and a hub's word that the
-/// attempt ended (a stop) comes with the next hand-off, up to this much later too.
-const HAND_OFF_EVERY_MS: u64 = 50;
 
 /// Calls the provider once for attempt `attempt_id` and classifies the answer; a
 /// streamed answer's text goes to `sink` as it comes, and `news` hears how much came
@@ -283,14 +263,11 @@ async fn read_stream(
     read.map(|()| chat.into_inner())
 }
 
-/// Hands the text of `chat` on to `sink` as it comes, each piece what the hub lacks:
-/// the first at once (the time to first text), then at most one per
-/// [`HAND_OFF_EVERY_MS`], carrying all that came meanwhile, and the last as soon as the
-/// body is read. So a stream costs a hand-off (a request to the hub) per interval, not
-/// per chunk, and a hub that restarted and lost text is sent it again. Ends when the
-/// body is read and the hub has all of it, or when the hub says the attempt has ended
-/// (which `to.news` hears, so that the call is stopped at once), or after
-/// [`HAND_OFF_TRIES`] failed hand-offs in a row (said in the log: the stream's clients
+/// Hands the text of `chat` on to `sink` as it comes, paced as `pacing.rs` decides:
+/// each piece what the hub lacks, at most one per interval, the last as soon as the body
+/// is read. Ends when the body is read and the hub has all of it, or when the hub says
+/// the attempt has ended (which `to.news` hears, so that the call is stopped at once),
+/// or after too many failed hand-offs in a row (said in the log: the stream's clients
 /// then see the rest of the text only in the result).
 async fn hand_on(
     to: Reader<'_>,
@@ -299,45 +276,31 @@ async fn hand_on(
     mut woken: futures_channel::mpsc::UnboundedReceiver<()>,
 ) {
     let Some(sink) = to.sink else { return };
-    let mut sent = 0;
-    let mut idle = 0;
-    // Whether the body is still being read, and when the last hand-off began.
-    let mut reading = true;
-    let mut began: Option<f64> = None;
-    // Hand-offs that failed in a row.
-    let mut failed = 0;
+    let mut pace = Pacing::default();
     loop {
-        if chat.borrow().chars() <= sent {
-            if !reading {
-                return;
+        // Read before the match: the reader feeds `chat` while this waits.
+        let chars = chat.borrow().chars();
+        let sent = match pace.next(chars, crate::clock::now_ms()) {
+            Next::Text => {
+                pace.read(woken.next().await.is_some());
+                continue;
             }
-            reading = woken.next().await.is_some();
-            continue;
-        }
-        if let (true, Some(began)) = (reading, began) {
-            let wait = began + HAND_OFF_EVERY_MS as f64 - crate::clock::now_ms();
-            if wait >= 1.0 {
-                reading = read_on(&mut woken, wait as u64).await;
+            Next::ReadOn(ms) => {
+                pace.read(read_on(&mut woken, ms).await);
+                continue;
             }
-        }
-        if failed > 0 {
-            // The pause is the hub's, whether the body is read meanwhile or not.
-            let pause = HAND_OFF_RETRY_MS << (failed - 1).min(4);
-            let until = crate::clock::now_ms() + pause as f64;
-            if reading {
-                reading = read_on(&mut woken, pause).await;
+            Next::Sleep(ms) => {
+                delay(ms).await;
+                continue;
             }
-            let left = until - crate::clock::now_ms();
-            if left >= 1.0 {
-                delay(left as u64).await;
-            }
-        }
+            Next::Done => return,
+            Next::Hand(sent) => sent,
+        };
         while woken.try_recv().is_ok() {}
         let piece = onceclick_protocol::live::after_chars(chat.borrow().text(), sent).to_owned();
         if let Some(news) = to.news {
             news.handed_off();
         }
-        began = Some(crate::clock::now_ms());
         let send = sink.hubs.text(
             sink.job_id,
             sink.n,
@@ -348,20 +311,16 @@ async fn hand_on(
         );
         futures_util::pin_mut!(send);
         let why = match select(send, delay(HAND_OFF_MS)).await {
-            Either::Left((Ok(crate::live::Taken::Have(have)), _)) => {
-                failed = 0;
-                // A hub that takes nothing twice in a row (it holds no more): stop.
-                idle = if have != sent { 0 } else { idle + 1 };
-                sent = have;
-                if idle < 2 {
+            Either::Left((Ok(Taken::Have(have)), _)) => {
+                if pace.took(have) {
                     continue;
                 }
                 crate::log::error(json!({"event": "text_hand_off_failed",
-                    "job_id": sink.job_id, "attempt_id": attempt_id, "sent": sent,
+                    "job_id": sink.job_id, "attempt_id": attempt_id, "sent": pace.sent(),
                     "cause": "the hub takes no more"}));
                 return;
             }
-            Either::Left((Ok(crate::live::Taken::Stop), _)) => {
+            Either::Left((Ok(Taken::Stop), _)) => {
                 if let Some(news) = to.news {
                     news.ended();
                 }
@@ -370,14 +329,13 @@ async fn hand_on(
             Either::Left((Err(e), _)) => e,
             Either::Right(_) => format!("the hub did not answer within {HAND_OFF_MS} ms"),
         };
-        failed += 1;
-        let again = failed < HAND_OFF_TRIES && (reading || failed < 2);
+        let again = pace.failed();
         let event = match again {
             true => "text_hand_off_retried",
             false => "text_hand_off_failed",
         };
         crate::log::error(json!({"event": event, "job_id": sink.job_id,
-            "attempt_id": attempt_id, "sent": sent, "tries": failed, "cause": why}));
+            "attempt_id": attempt_id, "sent": pace.sent(), "tries": pace.tries(), "cause": why}));
         if !again {
             return;
         }

@@ -9,6 +9,7 @@
 //! time kept in the shard's own table): lost dispatches, dead dispatchers,
 //! `abandon_after_ms` and the retention purge, on its own rows only.
 
+use crate::alarm;
 use crate::error::AppError;
 use crate::fault;
 use crate::handoff::Outbox;
@@ -80,10 +81,7 @@ const APPLIED: &str = "SELECT name FROM onceclick_migrations";
 const RECORD: &str = "INSERT INTO onceclick_migrations (name, applied_at)
     VALUES (?1, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))";
 /// Whether the shard still holds any job (and so needs its alarm).
-const HAS_JOBS: &str = "SELECT EXISTS (SELECT 1 FROM jobs) AS any";
-
-/// How often a shard with jobs reconciles itself when `RECONCILE_EVERY_MS` is not set.
-const DEFAULT_EVERY_MS: f64 = 60_000.0;
+pub(crate) const HAS_JOBS: &str = "SELECT EXISTS (SELECT 1 FROM jobs) AS any";
 
 // Only `fetch` and `alarm` are bound: the WebSocket and socket handlers a bare
 // `#[durable_object]` adds would cost the Worker their glue for nothing.
@@ -154,21 +152,16 @@ impl DurableObject for Shard {
         };
         self.wake(&local);
         let handed = self.outbox.hand_off(&host).await;
-        let now = crate::clock::now_ms();
-        // No due time kept yet (a shard's first alarm): the first pass is a period away.
-        // A kept one is never further than a period (`RECONCILE_EVERY_MS` may have been
-        // lowered since it was kept).
-        let due = first_value(&local, PASS_DUE, "due_ms").and_then(|v| v.as_f64());
-        let due = match due {
-            Some(due) => due.min(now + self.every_ms()),
-            None => self.keep_pass_due(now + self.every_ms()),
-        };
-        let passed = now >= due;
+        let kept = first_value(&local, PASS_DUE, "due_ms").and_then(|v| v.as_f64());
+        let pass = alarm::pass(kept, crate::clock::now_ms(), self.every_ms());
+        if pass.keep {
+            self.keep_pass_due(pass.due_ms);
+        }
         worker::console_log!(
             "{}",
-            json!({"event": "alarm_ran", "shard": name, "handed_off": handed, "reconciled": passed})
+            json!({"event": "alarm_ran", "shard": name, "handed_off": handed, "reconciled": pass.runs})
         );
-        let due = if passed {
+        let due = if pass.runs {
             if let Err(e) = self.reconcile(None).await {
                 worker::console_error!(
                     "{}",
@@ -178,19 +171,21 @@ impl DurableObject for Shard {
             }
             self.keep_pass_due(crate::clock::now_ms() + self.every_ms())
         } else {
-            due
+            pass.due_ms
         };
-        // Decided and set in one synchronous turn, after the last await: a create that
-        // came while this alarm awaited has kept its attempt in the outbox, so the next
-        // alarm is now (or in `RETRY_MS`, after a refusal), never the pass's time.
-        let next = self.outbox.next_in_ms().or_else(|| {
-            // Still jobs here (retained, or in flight): the next pass. None: no alarm
-            // until the next write sets one.
-            let any = first_value(&local, HAS_JOBS, "any")
+        // Decided and set in one synchronous turn, after the last await (`alarm.rs`).
+        let holds_jobs = || {
+            first_value(&local, HAS_JOBS, "any")
                 .and_then(|v| v.as_f64())
-                .unwrap_or(1.0);
-            (any != 0.0).then(|| (due - crate::clock::now_ms()).max(0.0))
-        });
+                .unwrap_or(1.0)
+                != 0.0
+        };
+        let next = alarm::next_in_ms(
+            self.outbox.next_in_ms(),
+            due,
+            crate::clock::now_ms(),
+            holds_jobs,
+        );
         // A shard that still has work and could not set its next alarm fails this one,
         // so that the runtime runs it again (with backoff) instead of the shard going
         // unreconciled until its next write.
@@ -352,12 +347,12 @@ impl Shard {
     }
 
     fn every_ms(&self) -> f64 {
-        self.env
+        let var = self
+            .env
             .var("RECONCILE_EVERY_MS")
             .ok()
-            .and_then(|v| v.to_string().parse::<f64>().ok())
-            .filter(|ms| *ms >= 1.0)
-            .unwrap_or(DEFAULT_EVERY_MS)
+            .map(|v| v.to_string());
+        alarm::every_ms(var.as_deref())
     }
 
     /// Sets the alarm `every_ms` from now unless one is already set.

@@ -1,12 +1,30 @@
 //! The core's door for its second shell, the deterministic simulator (`sim/`): the
 //! interface it implements ([`Host`], and natively [`Places`]) and the decisions it
 //! drives, the same functions the Worker's handlers, queue consumer, cron and alarms
-//! call once they have read a request. Natively only, apart from the interface types.
+//! call once they have read a request. Natively only, apart from the interface types
+//! and the decisions that are pure on both targets ([`alarm`], [`pacing`], [`keeping`]).
 
 pub use crate::host::{Host, Notify, ProviderCall};
 pub use crate::message::{Dispatch, PendingResult};
 pub use crate::mutant::Mutant;
 pub use crate::openai::CallOutcome;
+
+/// A shard's alarm, decided (`alarm.rs`): as the Worker's shard runs it.
+pub mod alarm {
+    pub use crate::alarm::*;
+}
+
+/// The pacing of a call's streamed text on its way to the hub (`pacing.rs`): as the
+/// Worker's call hands it on.
+pub mod pacing {
+    pub use crate::pacing::*;
+}
+
+/// What a hub takes of a piece of text and writes to its storage (`keeping.rs`): as
+/// the Worker's hub keeps it.
+pub mod keeping {
+    pub use crate::keeping::*;
+}
 
 #[cfg(not(target_arch = "wasm32"))]
 pub use native::*;
@@ -249,6 +267,10 @@ mod native {
 
     /// The statement a new shard instance reads its `starting` attempts with.
     pub const STARTING: &str = crate::store::sql::STARTING;
+
+    /// The statement a shard's alarm asks whether the shard still holds a job with
+    /// (column `any`, 0 or 1).
+    pub const HAS_JOBS: &str = crate::shard::HAS_JOBS;
 
     impl Outbox {
         /// The outbox of a new instance, born with the ids [`STARTING`] read in its

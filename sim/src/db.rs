@@ -140,6 +140,9 @@ pub(crate) struct Db {
     pub(crate) outboxes: RefCell<BTreeMap<String, Rc<Outbox>>>,
     /// Each shard's alarm, virtual ms: durable, as a Durable Object's alarm is.
     pub(crate) alarms: RefCell<BTreeMap<String, u64>>,
+    /// When each shard's next reconciler pass is due, virtual ms, as its alarm keeps it
+    /// (the shard's `onceclick_pass` row): durable.
+    pub(crate) pass_due: RefCell<BTreeMap<String, f64>>,
     /// The first attempts each shard's creates committed for hand-off, by shard: what
     /// the shard's rows say, whatever its memory lost.
     pub(crate) handed: RefCell<BTreeMap<String, Vec<String>>>,
@@ -218,6 +221,7 @@ impl Db {
             watch_saw_cancel: RefCell::new(BTreeMap::new()),
             outboxes: RefCell::new(BTreeMap::new()),
             alarms: RefCell::new(BTreeMap::new()),
+            pass_due: RefCell::new(BTreeMap::new()),
             handed: RefCell::new(BTreeMap::new()),
             eager: RefCell::new(Vec::new()),
         }

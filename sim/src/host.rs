@@ -2,10 +2,12 @@
 //! timers, all in virtual time and all drawn from the run's seed.
 
 use crate::exec::{Exec, Role, Sleep, Yield};
+use crate::handing;
 use crate::live::Live;
 use crate::script::{Script, StreamEnd};
 use futures_util::future::LocalBoxFuture;
 use onceclick_edge::sim::{CallOutcome, Dispatch, Host, ProviderCall};
+use onceclick_protocol::chat::ChatStream;
 use onceclick_protocol::AttemptError;
 use serde_json::{json, Value};
 use std::rc::Rc;
@@ -209,34 +211,37 @@ impl Host for SimHost {
                     let expected = world.streamed_output(world.serial(), call.input);
                     let content = expected.to_string();
                     let body = stream_body(&content, end);
-                    // Read in reads of any length, cut anywhere between characters.
-                    let mut chat = onceclick_protocol::chat::ChatStream::default();
-                    let mut rest = body.as_str();
-                    while !rest.is_empty() && !chat.is_over() {
-                        let n = 1 + world.below(rest.len() as u64) as usize;
-                        let cut = (n..=rest.len())
-                            .find(|&i| rest.is_char_boundary(i))
-                            .unwrap_or(rest.len());
-                        let fed = !chat.feed(&rest[..cut]).is_empty();
-                        rest = &rest[cut..];
-                        if fed {
-                            world.text_came(&attempt_id);
-                        }
-                        if let (true, Some(news)) = (fed, call.news) {
-                            news.read(chat.chars());
-                        }
-                        if let (true, Some((job_id, n))) = (fed, call.job) {
-                            let live = world.live();
-                            if live.hand(job_id, n, &attempt_id, chat.text(), &content) {
-                                // As `openai::hand_on` does: the dispatcher looks now.
+                    // Read in reads of any length, cut anywhere between characters,
+                    // while the text is handed to the job's hub (`handing.rs`), as
+                    // `openai::read_stream` does: the answer waits for both.
+                    let chat = std::cell::RefCell::new(ChatStream::default());
+                    let (wake, woken) = futures_channel::mpsc::unbounded::<()>();
+                    let read = async {
+                        let mut rest = body.as_str();
+                        while !rest.is_empty() && !chat.borrow().is_over() {
+                            let n = 1 + world.below(rest.len() as u64) as usize;
+                            let cut = (n..=rest.len())
+                                .find(|&i| rest.is_char_boundary(i))
+                                .unwrap_or(rest.len());
+                            let fed = !chat.borrow_mut().feed(&rest[..cut]).is_empty();
+                            rest = &rest[cut..];
+                            if fed {
+                                world.text_came(&attempt_id);
+                                let _ = wake.unbounded_send(());
                                 if let Some(news) = call.news {
-                                    news.ended();
+                                    news.read(chat.borrow().chars());
                                 }
                             }
+                            let next =
+                                onceclick_edge::sim::now_ms() as u64 + world.below(READ_GAP_MS);
+                            Sleep::until(world.exec().clone(), next).await;
                         }
-                        let next = onceclick_edge::sim::now_ms() as u64 + world.below(READ_GAP_MS);
-                        Sleep::until(world.exec().clone(), next).await;
-                    }
+                        drop(wake);
+                    };
+                    let hand =
+                        handing::hand_on(world.exec(), world.live(), &call, &content, &chat, woken);
+                    futures_util::future::join(read, hand).await;
+                    let chat = chat.into_inner();
                     stopped.answered = true;
                     world.delivered(&attempt_id, onceclick_edge::sim::now_ms() as u64);
                     let outcome = onceclick_edge::sim::classify_stream(

@@ -12,6 +12,7 @@
 
 mod db;
 mod exec;
+mod handing;
 mod host;
 mod live;
 mod rng;

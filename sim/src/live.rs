@@ -13,17 +13,20 @@
 //! - nothing is lost for good: once the world settles, every stream still open shows
 //!   the job's current document (through a notification or the re-read), and every
 //!   other one gets it, or `204`, when it reconnects from its last position;
-//! - streamed text (issue 25), handed to the hub as the Worker's call hands it (each
-//!   piece from what the sender knows the hub has; a hub that restarted is sent what
-//!   it lost; one hand-off in `HAND_LOST_ONE_IN` fails, and is tried again until
-//!   `HAND_OFF_TRIES` fail in a row, when that call hands no more):
+//! - streamed text (issue 25), handed to the hub by the Worker's own pacing
+//!   (`handing.rs`: each piece from what the hub last said it has, so a hub that
+//!   restarted is sent what it lost; one hand-off in `HAND_LOST_ONE_IN` fails, and is
+//!   tried again as `Pacing` says) and taken as the Worker's hub takes it (`keeping.rs`):
 //!   what a stream holds of an attempt's text, across reconnects, is always a prefix of
 //!   what the provider sent, each piece beginning where the last ended, and no piece of
-//!   an attempt comes after a document the stream had that says it ended;
-//! - kept text (issue 42), some of it long (hundreds of characters of 2 to 4 bytes):
-//!   every chunk a hub writes fits what storage takes (`KEEP_BYTES`), and each call's
-//!   first chunk of an attempt begins within the text its storage gives back, so a
-//!   failed write never leaves a gap;
+//!   an attempt comes after a document the stream had that says it ended; a call whose
+//!   hand-off ended with its body read has handed its hub all of its text;
+//! - kept text (issue 42), some of it long (hundreds of characters of 2 to 4 bytes),
+//!   written as the Worker's hub writes it (`keeping::Writes`): every chunk a hub writes
+//!   fits what storage takes (`KEEP_BYTES`), and each call's first chunk of an attempt
+//!   begins within the text its storage gives back, so a failed write never leaves a
+//!   gap; once its writes went through, a hub whose document shows an attempt `unknown`
+//!   keeps all it has of that attempt's text;
 //! - kept text never outlives its job (issue 42): the reconciler's sweeps tell the hubs
 //!   of the jobs they move, and every hub that keeps text, whether or not it heard its
 //!   job settle, has an alarm that reads its job at least every `CHECK_MS`; once the
@@ -31,12 +34,12 @@
 
 use crate::rng::Rng;
 use futures_util::future::{self, LocalBoxFuture};
+use onceclick_edge::sim::keeping::{self, Answer, Writes};
+use onceclick_edge::sim::pacing::Taken;
 use onceclick_edge::sim::Notify;
 use onceclick_protocol::chat::MAX_CHARS;
-use onceclick_protocol::live::{
-    after_chars, EndChunk, Follower, Hub, Keeper, Piece, Place, Refused,
-};
-use onceclick_protocol::Job;
+use onceclick_protocol::live::{EndChunk, Follower, Hub, Keeper, Piece, Place};
+use onceclick_protocol::{AttemptState, Job};
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
@@ -51,8 +54,6 @@ const LOST_ONE_IN: u64 = 8;
 const STREAMS_PER_JOB: usize = 4;
 /// One hand-off of text in this many fails (the hub did not answer in time).
 const HAND_LOST_ONE_IN: u64 = 16;
-/// Hand-offs that fail in a row before a call hands no more (`openai::HAND_OFF_TRIES`).
-const HAND_OFF_TRIES: u32 = 4;
 /// Before one hand-off in this many the hub is evicted: its memory is gone, and its
 /// (hibernatable) sockets stay open.
 const EVICTED_ONE_IN: u64 = 6;
@@ -83,6 +84,18 @@ fn stored_chars(storage: &BTreeMap<String, String>, n: u32) -> u64 {
         chars += text.chars().count() as u64;
     }
     chars
+}
+
+/// How far attempt `n`'s text reads back from a hub's `storage`, as a new instance's
+/// `Keeper::load` reads it.
+fn read_back(storage: &BTreeMap<String, String>, n: u32) -> u64 {
+    let (mut hub, mut keeper) = (Hub::default(), Keeper::every(KEEP_EVERY));
+    let entries = storage
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    keeper.load(&mut hub, entries, MAX_CHARS);
+    hub.chars(n)
 }
 
 /// The model's reading of a job from the store: its position and document, as a
@@ -229,11 +242,9 @@ pub(crate) struct Live {
     homes: RefCell<BTreeMap<String, Home>>,
     /// Each streamed attempt's whole text, as its provider sent it.
     contents: RefCell<BTreeMap<String, String>>,
-    /// What each call knows its hub has of its text, in code points; `None` once its
-    /// hand-off has stopped.
-    handing: RefCell<BTreeMap<String, Option<u64>>>,
-    /// Each call's hand-offs that failed in a row.
-    hand_failed: RefCell<BTreeMap<String, u32>>,
+    /// The most of each streamed attempt's text (by id) its hub said it had, in code
+    /// points: what its call's hand-offs got there.
+    reached: RefCell<BTreeMap<String, u64>>,
     problems: RefCell<Vec<String>>,
     figures: Cell<LiveFigures>,
 }
@@ -287,8 +298,7 @@ impl Live {
             notes: RefCell::new(Vec::new()),
             homes: RefCell::new(BTreeMap::new()),
             contents: RefCell::new(BTreeMap::new()),
-            handing: RefCell::new(BTreeMap::new()),
-            hand_failed: RefCell::new(BTreeMap::new()),
+            reached: RefCell::new(BTreeMap::new()),
             problems: RefCell::new(Vec::new()),
             figures: Cell::new(LiveFigures::default()),
         })
@@ -399,29 +409,75 @@ impl Live {
             self.send(job, w, seq, doc);
         }
         // As `Live::offer` does: an attempt gone `unknown` keeps its whole text.
-        self.keep_unknown(home);
+        self.write(job, home, Writes::after_document());
         if settled(doc) == Some(true) && home.keeper.settle() {
             home.storage.clear();
             home.whole.clear();
         }
     }
 
-    /// What `Live::keep_unknown` writes: the rest of each `unknown` attempt's text, each
-    /// write failing one time in `KEEP_FAILS_ONE_IN` (and given again at the next call).
-    /// (A chunk past one whose write failed is written, and not counted in `whole`.)
-    fn keep_unknown(&self, home: &mut Home) {
-        let chunks = home.keeper.at_unknown(&home.hub);
-        for (n, chars) in self.keep(home, chunks, true) {
-            home.whole.insert(n, chars);
+    /// Writes what `writes` gives, step by step, as `Live::write` does (`keeping.rs`).
+    /// How far the rest of each `unknown` attempt's text was written without a gap is
+    /// `whole`. Once every write of the last step went through, every attempt the hub's
+    /// newest document shows `unknown` reads back all the hub has of its text.
+    fn write(&self, job: &str, home: &mut Home, mut writes: Writes) {
+        let mut failed = false;
+        while let Some(chunks) = writes.next(&mut home.keeper, &home.hub) {
+            let at_end = writes.at_unknown();
+            let (written, gaps) = self.keep(home, chunks, at_end);
+            if at_end {
+                home.whole.extend(written);
+            }
+            failed = gaps;
+        }
+        if !failed {
+            self.check_whole(job, home);
+        }
+    }
+
+    /// Every attempt the hub's newest document shows `unknown` (its job not settled)
+    /// reads back from storage all the hub has of its text: the operator resolves it
+    /// with that, maybe after the hub's instance is gone.
+    fn check_whole(&self, job: &str, home: &Home) {
+        let Some((_, doc)) = home.hub.catch_up(0) else {
+            return;
+        };
+        if !doc.contains("\"unknown\"") {
+            return;
+        }
+        let Ok(parsed) = serde_json::from_str::<Job>(doc) else {
+            return;
+        };
+        if parsed.is_settled() {
+            return;
+        }
+        let unknown = parsed
+            .attempts
+            .iter()
+            .filter(|a| a.state == AttemptState::Unknown)
+            .filter_map(|a| u32::try_from(a.n).ok());
+        for n in unknown {
+            let (back, has) = (read_back(&home.storage, n), home.hub.chars(n));
+            if back < has {
+                self.problem(format!(
+                    "the hub of job {job} reads back {back} of attempt {n}'s {has} code points though its document shows it unknown: its whole text is not kept"
+                ));
+            }
         }
     }
 
     /// Writes a keeper's chunks in order as `Live::keep` does, each failing one time in
     /// `KEEP_FAILS_ONE_IN`: how far each attempt's text was written without a gap, by
-    /// `n`. Every chunk, written or not, fits what storage takes (`KEEP_BYTES` here), and
-    /// each attempt's first begins within the text its storage gives back without a gap
-    /// (issue 42: a failed write is never counted as kept).
-    fn keep(&self, home: &mut Home, chunks: Vec<EndChunk>, at_end: bool) -> BTreeMap<u32, u64> {
+    /// `n`, and whether any write failed. Every chunk, written or not, fits what storage
+    /// takes (`KEEP_BYTES` here), and each attempt's first begins within the text its
+    /// storage gives back without a gap (issue 42: a failed write is never counted as
+    /// kept).
+    fn keep(
+        &self,
+        home: &mut Home,
+        chunks: Vec<EndChunk>,
+        at_end: bool,
+    ) -> (BTreeMap<u32, u64>, bool) {
         let mut written = BTreeMap::new();
         let mut gaps = BTreeSet::new();
         for chunk in chunks {
@@ -458,7 +514,7 @@ impl Live {
                 written.insert(n, chars);
             }
         }
-        written
+        (written, !gaps.is_empty())
     }
 
     /// A stream of `job` opens (or a watcher reopens) after position `from`, as
@@ -569,79 +625,63 @@ impl Live {
         }
     }
 
-    /// A streaming call of attempt `n` (`attempt_id`) of `job` has read `so_far` of
-    /// `whole`, and hands it on as `openai::hand_on` does: `true` when the hub refused
-    /// it because the attempt has ended (the call then tells its dispatcher).
-    pub(crate) fn hand(
+    /// One hand-off of a streaming call's text, as the hub of `job` serves it (`POST
+    /// /text`): the piece of attempt `n`'s text from code point `offset`, of `whole`, the
+    /// text its provider sends. The hub may have been evicted since the last (its memory
+    /// gone, its storage kept); one hand-off in `HAND_LOST_ONE_IN` fails.
+    pub(crate) fn take(
         &self,
         job: &str,
         n: u32,
         attempt_id: &str,
-        so_far: &str,
+        offset: u64,
+        text: &str,
         whole: &str,
-    ) -> bool {
+    ) -> Result<Taken, String> {
         self.contents
             .borrow_mut()
             .insert(attempt_id.to_owned(), whole.to_owned());
-        let mut handing = self.handing.borrow_mut();
-        let Some(sent) = *handing.entry(attempt_id.to_owned()).or_insert(Some(0)) else {
-            return false;
-        };
         let mut homes = self.homes.borrow_mut();
         let home = homes.entry(job.to_owned()).or_default();
-        let mut from = sent;
         if self.rng.borrow_mut().below(EVICTED_ONE_IN) == 0 {
             self.count(|f| f.evictions += 1);
             home.forget();
         }
         home.load();
-        // At most twice: a gap says where the hub stands, and the piece goes again.
-        for _ in 0..2 {
-            let text = after_chars(so_far, from);
-            if text.is_empty() {
-                break;
-            }
-            self.count(|f| f.handed += 1);
-            if self.rng.borrow_mut().below(HAND_LOST_ONE_IN) == 0 {
-                // As `openai::hand_on` does: tried again (at the next hand-off here),
-                // until `HAND_OFF_TRIES` fail in a row; then the call hands no more.
-                self.count(|f| f.hand_failed += 1);
-                let mut failed = self.hand_failed.borrow_mut();
-                let failed = failed.entry(attempt_id.to_owned()).or_default();
-                *failed += 1;
-                let next = (*failed < HAND_OFF_TRIES).then_some(from);
-                handing.insert(attempt_id.to_owned(), next);
-                return false;
-            }
-            self.hand_failed.borrow_mut().remove(attempt_id);
-            let piece = match home.hub.text(n, attempt_id, from, text, MAX_CHARS) {
-                Ok(Some(piece)) => piece,
-                Ok(None) => {
-                    from = home.hub.chars(n);
-                    continue;
-                }
-                Err(Refused::Gap(have)) => {
-                    from = have;
-                    continue;
-                }
-                Err(Refused::Ended) => {
-                    self.count(|f| f.refused_ended += 1);
-                    handing.insert(attempt_id.to_owned(), None);
-                    return true;
-                }
-            };
-            from = piece.offset + piece.text.chars().count() as u64;
-            for w in &mut home.watchers {
-                self.piece(job, w, &piece);
-            }
-            // Kept as `Live::text` keeps it: once per `KEEP_EVERY`, in chunks.
-            let chunks = home.keeper.due(&home.hub, n);
-            self.keep(home, chunks, false);
-            // As `Live::text` does: a piece of an attempt already `unknown` is kept at once.
-            self.keep_unknown(home);
+        self.count(|f| f.handed += 1);
+        if self.rng.borrow_mut().below(HAND_LOST_ONE_IN) == 0 {
+            self.count(|f| f.hand_failed += 1);
+            return Err("the hub did not answer in time (simulated)".to_owned());
         }
-        handing.insert(attempt_id.to_owned(), Some(from));
-        false
+        match keeping::take_text(&mut home.hub, n, attempt_id, offset, text) {
+            Ok(piece) => {
+                for w in &mut home.watchers {
+                    self.piece(job, w, &piece);
+                }
+                self.write(job, home, Writes::after_text(n));
+            }
+            Err(Answer::Ended) => {
+                self.count(|f| f.refused_ended += 1);
+                return Ok(Taken::Stop);
+            }
+            Err(Answer::HasAll | Answer::Gap) => {}
+        }
+        let have = home.hub.chars(n);
+        let mut reached = self.reached.borrow_mut();
+        let most = reached.entry(attempt_id.to_owned()).or_default();
+        *most = (*most).max(have);
+        Ok(Taken::Have(have))
+    }
+
+    /// The hand-off of attempt `attempt_id`'s text (of `job`) ended with the body read,
+    /// `chars` code points of it: its hub was handed all of them.
+    pub(crate) fn check_handed(&self, job: &str, attempt_id: &str, chars: u64) {
+        let reached = self.reached.borrow().get(attempt_id).copied().unwrap_or(0);
+        if reached < chars {
+            self.problem(format!(
+                "the call of attempt {attempt_id} (job {job}) ended its hand-off with its body read and its hub handed {reached} of its {chars} code points: the rest of its text never reached the hub"
+            ));
+        }
     }
 
     /// What a client does to the live channel: open a stream on `job`, from the start

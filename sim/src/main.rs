@@ -5,7 +5,8 @@
 //!   operations have run; the last line is the run's figures.
 //! - `--world SEED [--ops M] [--skip a,b,…]`: one world, its trace printed (a shrunk
 //!   failure's replay).
-//! - `--mutants`: every planted defect, each run until the simulation catches it.
+//! - `--mutants`: every planted defect, each run until the simulation catches it;
+//!   `--mutant NAME` (without `--world`): that one alone.
 //! - `--soak`: 100,000,000 operations, progress printed as it goes.
 
 use anyhow::{bail, Context, Result};
@@ -53,7 +54,11 @@ fn run() -> Result<()> {
         return one_world(spec);
     }
     if args.iter().any(|a| a == "--mutants") {
-        return mutants(number("--seed")?.unwrap_or(1));
+        return mutants(number("--seed")?.unwrap_or(1), None);
+    }
+    if let Some(name) = value("--mutant") {
+        mutant(&name)?;
+        return mutants(number("--seed")?.unwrap_or(1), Some(&name));
     }
     let soak = args.iter().any(|a| a == "--soak");
     let seed = number("--seed")?.unwrap_or(1);
@@ -363,7 +368,10 @@ const MUTANTS: &[Planted] = &[
     (
         "alarm-ignores-hand-off",
         AnyMutant::Rust(Mutant::AlarmIgnoresHandOff),
-        &["no alarm set"],
+        &[
+            "keeps attempts to hand to the queue",
+            "its dispatch waits for the reconciler",
+        ],
     ),
     (
         "notify-under-the-next-position",
@@ -379,6 +387,21 @@ const MUTANTS: &[Planted] = &[
         "hedge-after-text",
         AnyMutant::Rust(Mutant::HedgeAfterText),
         &["a hedge of"],
+    ),
+    (
+        "alarm-forgets-pass",
+        AnyMutant::Rust(Mutant::AlarmForgetsPass),
+        &["holds jobs and has no alarm set"],
+    ),
+    (
+        "text-hand-off-ends-with-body",
+        AnyMutant::Rust(Mutant::TextHandOffEndsWithBody),
+        &["never reached the hub"],
+    ),
+    (
+        "unknown-text-not-kept-whole",
+        AnyMutant::Rust(Mutant::UnknownTextNotKeptWhole),
+        &["whole text is not kept"],
     ),
 ];
 
@@ -402,11 +425,14 @@ fn name(m: AnyMutant) -> &'static str {
         .map_or("?", |(n, _, _)| n)
 }
 
-/// Every planted defect must be caught: worlds run (one thread, in order) until one
-/// breaks a promise; the operations it took are printed.
-fn mutants(seed: u64) -> Result<()> {
+/// Every planted defect (or only the one named) must be caught: worlds run (one
+/// thread, in order) until one breaks a promise; the operations it took are printed.
+fn mutants(seed: u64, only: Option<&str>) -> Result<()> {
     let mut missed = Vec::new();
-    for (label, m, says) in MUTANTS {
+    for (label, m, says) in MUTANTS
+        .iter()
+        .filter(|(n, _, _)| only.is_none_or(|o| o == *n))
+    {
         let started = Instant::now();
         let mut ops = 0;
         let mut caught = None;

@@ -8,7 +8,7 @@ use crate::host::SimHost;
 use crate::live::{Live, LiveFigures};
 use crate::rng::Rng;
 use crate::script::{CallRecord, Script, StreamEnd};
-use onceclick_edge::sim::{self, Answer, Dispatch, Layout};
+use onceclick_edge::sim::{self, alarm, Answer, Dispatch, Layout};
 use onceclick_protocol::shard::{Shard, ShardCount};
 use onceclick_protocol::{AttemptState, CreateJob, ErrorCode, NewAttempt};
 use serde_json::{json, Value};
@@ -22,6 +22,9 @@ use std::rc::Rc;
 const FRONT: [u32; 2] = [1, 2];
 const CONSUMER: u32 = 3;
 const RECONCILER: u32 = 4;
+/// How soon the runtime runs a shard's alarm again when its handler died: the alarm
+/// stays set this far ahead while it runs.
+const ALARM_RETRY_MS: u64 = 2_000;
 /// The queue's deliveries of one message (`max_retries = 5` in `wrangler.toml`, plus
 /// the first).
 const DELIVERIES: u32 = 6;
@@ -786,33 +789,72 @@ impl World {
     }
 
     /// A shard that keeps attempts to hand on, with no hand-off under way, has its alarm
-    /// set: else they wait for the reconciler's sweep, a pass away (a refusal the
-    /// hand-off after a create's answer did not arm for, say).
+    /// set to come when they need it (at once, or in `RETRY_MS` after a refusal), unless
+    /// its alarm is running and has yet to set the next: else they wait for the
+    /// reconciler's sweep, or the shard's pass (a refusal the hand-off after a create's
+    /// answer did not arm for, say). And a shard that holds jobs has its alarm set: else
+    /// its pass waits for its next write.
     fn outboxes_armed(&self) {
-        let unarmed = self
+        let now = self.now();
+        let running: BTreeSet<String> = self.alarm_tasks.borrow().values().cloned().collect();
+        let late = self
             .db
             .outboxes
             .borrow()
             .iter()
+            .filter(|(place, outbox)| !outbox.busy() && !running.contains(*place))
             .find_map(|(place, outbox)| {
-                let waiting = outbox.next_in_ms().is_some() && !outbox.busy();
-                (waiting && !self.db.alarms.borrow().contains_key(place)).then(|| place.clone())
+                let need = now + outbox.next_in_ms()? as u64;
+                let at = self.db.alarms.borrow().get(place).copied();
+                at.is_none_or(|at| at > need)
+                    .then(|| (place.clone(), at.map(|at| at - now), need - now))
             });
+        if let Some((place, at, need)) = late {
+            self.violate(match at {
+                None => format!(
+                    "shard {place} keeps attempts to hand to the queue and has no alarm set: they wait for the reconciler"
+                ),
+                Some(at) => format!(
+                    "shard {place} keeps attempts to hand to the queue and its alarm comes in {at} ms, not within the {need} ms they need: they wait for its pass"
+                ),
+            });
+            return;
+        }
+        let unarmed = self
+            .db
+            .handed
+            .borrow()
+            .keys()
+            .filter(|place| {
+                !self.db.alarms.borrow().contains_key(*place) && !running.contains(*place)
+            })
+            .find(|place| {
+                !self
+                    .db
+                    .query(place, "SELECT 1 FROM jobs LIMIT 1", &[])
+                    .is_empty()
+            })
+            .cloned();
         if let Some(place) = unarmed {
             self.violate(format!(
-                "shard {place} keeps attempts to hand to the queue and has no alarm set: they wait for the reconciler"
+                "shard {place} holds jobs and has no alarm set: its reconciler pass waits for its next write"
             ));
             return;
         }
         // Nor is an attempt a create committed, still `starting` and never sent, left
-        // where only the reconciler would find it: its shard's alarm is set, or a
-        // hand-off holds it (memory that a crash loses, so the alarm must outlive it).
+        // where only the reconciler (or the shard's pass) would find it: its shard's
+        // alarm is running, or comes within `RETRY_MS` (or the runtime's retry of an
+        // alarm whose handler died), or a hand-off holds it (memory that a crash loses,
+        // so the alarm must outlive it).
+        let soon = now + ALARM_RETRY_MS.max(sim::RETRY_MS as u64);
         let handed = self.db.handed.borrow();
         for (place, ids) in handed.iter() {
             // A new instance takes the newest 1,000 `starting` attempts at most; any
             // beyond are the reconciler's by design (`handoff.rs`).
+            let alarm = self.db.alarms.borrow().get(place).copied();
             if ids.len() >= 1_000
-                || self.db.alarms.borrow().contains_key(place)
+                || running.contains(place)
+                || alarm.is_some_and(|at| at <= soon)
                 || self
                     .db
                     .outboxes
@@ -830,8 +872,12 @@ impl World {
             if let Some(lost) = lost {
                 let lost = lost.clone();
                 drop(sent);
+                let alarm = match alarm {
+                    Some(at) => format!("comes in {} ms", at - now),
+                    None => "is not set".to_owned(),
+                };
                 self.violate(format!(
-                    "attempt {lost}, committed by a create in {place} and still starting, was never sent, and its shard has no alarm set and no hand-off under way: its dispatch waits for the reconciler"
+                    "attempt {lost}, committed by a create in {place} and still starting, was never sent, no hand-off is under way, and its shard's alarm {alarm}: its dispatch waits for the reconciler"
                 ));
                 return;
             }
@@ -1183,6 +1229,17 @@ impl World {
             .is_some_and(|r| r.get("state") == Some(&json!("starting")))
     }
 
+    /// The layout of a shard's own database (its alarm's pass), by its place's name.
+    fn shard_layout(&self, place: &str) -> Option<Layout> {
+        let Layout::Sharded { count, .. } = self.layout.get() else {
+            return None;
+        };
+        (0..count.get())
+            .map(|index| Shard { count, index })
+            .find(|shard| shard.object_name() == place)
+            .map(Layout::Inside)
+    }
+
     /// The shards whose alarm is due and not running.
     fn due_alarms(&self) -> Vec<String> {
         let now = self.now();
@@ -1197,13 +1254,15 @@ impl World {
     }
 
     /// A shard's alarm: its hand-off (`handoff.rs`, the core's outbox), on the objects'
-    /// isolate (the reconciler's here). The alarm stays set while it runs (the runtime
-    /// retries an alarm whose handler died); the handler sets the next one. This is the
-    /// shell's part as `shard.rs` does it, modelled (the pass runs apart, as operation
-    /// 8); the real-Worker crash suite runs `shard.rs` itself. Then every attempt a
-    /// create committed in that shard and still `starting` when the alarm began must
-    /// have been sent to the queue, unless the queue refused a send: a committed create
-    /// is always dispatched by its shard, whatever the shard's memory lost.
+    /// isolate (the reconciler's here), then its reconciler pass when due, then its next
+    /// alarm, each decided by the Worker's own `alarm.rs`. The alarm stays set while it
+    /// runs (the runtime retries an alarm whose handler died); the handler sets the next
+    /// one. The shell's part is `shard.rs`'s, modelled (the pass's due time kept in
+    /// `Db::pass_due`, not the shard's table); the real-Worker crash suite runs
+    /// `shard.rs` itself. Then every attempt a create committed in that shard and still
+    /// `starting` when the alarm began must have been sent to the queue, unless the queue
+    /// refused a send: a committed create is always dispatched by its shard, whatever
+    /// the shard's memory lost.
     fn alarm(self: &Rc<Self>, rng: &mut Rng) {
         let due = self.due_alarms();
         if due.is_empty() {
@@ -1214,7 +1273,7 @@ impl World {
         self.db
             .alarms
             .borrow_mut()
-            .insert(place.clone(), self.now() + 2_000);
+            .insert(place.clone(), self.now() + ALARM_RETRY_MS);
         let committed: Vec<String> = self
             .db
             .handed
@@ -1238,8 +1297,32 @@ impl World {
             let host = world.host(RECONCILER);
             let outbox = world.db.outbox(&at);
             let handed = outbox.hand_off(&host).await;
-            let next = outbox.next_in_ms();
-            match next {
+            let every = world.vars.get("RECONCILE_EVERY_MS").map(String::as_str);
+            let every = alarm::every_ms(every);
+            let kept = world.db.pass_due.borrow().get(&at).copied();
+            let pass = alarm::pass(kept, sim::now_ms(), every);
+            if pass.keep {
+                world.db.pass_due.borrow_mut().insert(at.clone(), pass.due_ms);
+            }
+            let due = match world.shard_layout(&at) {
+                Some(layout) if pass.runs => {
+                    world.note(|| format!("alarm of {at}: its reconciler pass"));
+                    let store = world.telling_store(layout, "/v1/_reconcile");
+                    let _ = sim::reconcile(&host, &store).await;
+                    let due = sim::now_ms() + every;
+                    world.db.pass_due.borrow_mut().insert(at.clone(), due);
+                    due
+                }
+                _ => pass.due_ms,
+            };
+            // Decided and set in one step, after the last await.
+            let needs = outbox.next_in_ms();
+            let holds_jobs = || {
+                let rows = world.db.query(&at, sim::HAS_JOBS, &[]);
+                let any = rows.first().and_then(|r| r.get("any")).and_then(Value::as_f64);
+                any.unwrap_or(1.0) != 0.0
+            };
+            match alarm::next_in_ms(needs, due, sim::now_ms(), holds_jobs) {
                 Some(in_ms) => {
                     let due = world.now() + in_ms as u64;
                     world.db.alarms.borrow_mut().insert(at.clone(), due);
@@ -1251,7 +1334,7 @@ impl World {
             world.figures.borrow_mut().handed_off += handed as u64;
             // Another hand-off under way (one a create started) may hold some of them
             // still: a later alarm checks them.
-            let complete = next != Some(sim::RETRY_MS) && !outbox.busy();
+            let complete = needs != Some(sim::RETRY_MS) && !outbox.busy();
             if complete && starting.len() < 1_000 {
                 // Unless something else moved it meanwhile (a cancel).
                 let lost = starting.iter().find(|id| {
