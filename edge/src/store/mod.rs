@@ -600,4 +600,3 @@ fn exactly<const N: usize>(results: Vec<Rows>, op: Op) -> ApiResult<[Rows; N]> {
         ))
     })
 }
-
