@@ -39,19 +39,6 @@ pub(crate) struct Shards {
     count: ShardCount,
 }
 
-/// What one shard answered a batch: its rows and counts, or the error it ran into.
-#[derive(Deserialize)]
-struct ShardAnswer {
-    #[serde(default)]
-    results: Option<Vec<Vec<Value>>>,
-    #[serde(default)]
-    rows_written: u64,
-    #[serde(default)]
-    rows_read: u64,
-    #[serde(default)]
-    error: Option<String>,
-}
-
 impl Shards {
     /// The shards of this deployment (`STORE=durable`), if it has them.
     pub(crate) fn from_env(env: &Env) -> ApiResult<Option<Self>> {
@@ -72,11 +59,11 @@ impl Shards {
         })
     }
 
-    /// Sends `body` to the shard's object at `path`; its answer's text, or the error it
+    /// Sends `body` to the shard's object at `path`; its JSON answer, or the error it
     /// says it ran into (`{"error": …}`). The call is made on the stub's own `fetch` with
     /// a plain init object: `worker`'s `RequestInit` would bring its `cf` serializer
     /// into the Worker for nothing.
-    pub(crate) async fn send(&self, shard: Shard, path: &str, body: &Value) -> ApiResult<String> {
+    pub(crate) async fn send(&self, shard: Shard, path: &str, body: &Value) -> ApiResult<Value> {
         let name = shard.object_name();
         let unavailable =
             |e: JsValue| AppError::unavailable(format!("shard {name}: {}", js_text(&e)));
@@ -98,15 +85,10 @@ impl Shards {
         .map_err(unavailable)?
         .as_string()
         .unwrap_or_default();
-        #[derive(Deserialize)]
-        struct Refused {
-            error: Option<String>,
-        }
-        match serde_json::from_str::<Refused>(&answer) {
-            Ok(Refused { error: Some(error) }) => {
-                Err(storage_error(format!("shard {name}: {error}")))
-            }
-            _ => Ok(answer),
+        let answer: Value = serde_json::from_str(&answer).map_err(AppError::internal)?;
+        match answer.get("error").and_then(Value::as_str) {
+            Some(error) => Err(storage_error(format!("shard {name}: {error}"))),
+            None => Ok(answer),
         }
     }
 
@@ -120,20 +102,22 @@ impl Shards {
                                          "hand_off": true, "fault": hand_off.fault}),
             }).collect::<Vec<_>>(),
         });
-        let text = self.send(shard, "/batch", &body).await?;
-        let answer: ShardAnswer = serde_json::from_str(&text).map_err(AppError::internal)?;
-        if let Some(error) = answer.error {
-            return Err(storage_error(format!(
-                "shard {}: {error}",
-                shard.object_name()
-            )));
-        }
-        let results = answer
-            .results
-            .ok_or_else(|| AppError::internal("a shard answered without results"))?;
+        let mut answer = self.send(shard, "/batch", &body).await?;
+        let count = |name: &str| answer.get(name).and_then(Value::as_u64).unwrap_or(0);
         let mut cost = Cost::default();
-        cost.add(answer.rows_written, answer.rows_read);
-        Ok((results.into_iter().map(Rows).collect(), cost))
+        cost.add(count("rows_written"), count("rows_read"));
+        let Some(Value::Array(results)) = answer.get_mut("results").map(Value::take) else {
+            return Err(AppError::internal("a shard answered without results"));
+        };
+        Ok((results.into_iter().map(rows).collect(), cost))
+    }
+}
+
+/// One result set as JSON: its rows (none if it is not a list).
+fn rows(set: Value) -> Rows {
+    match set {
+        Value::Array(rows) => Rows(rows),
+        _ => Rows::none(),
     }
 }
 
@@ -312,8 +296,10 @@ fn rows_of(sets: &Array) -> ApiResult<Vec<Rows>> {
     let text = JSON::stringify(sets)
         .map(String::from)
         .map_err(|e| AppError::internal(js_text(&e)))?;
-    let sets: Vec<Vec<Value>> = serde_json::from_str(&text).map_err(AppError::internal)?;
-    Ok(sets.into_iter().map(Rows).collect())
+    match serde_json::from_str(&text).map_err(AppError::internal)? {
+        Value::Array(sets) => Ok(sets.into_iter().map(rows).collect()),
+        _ => Err(AppError::internal("a batch answered no list of results")),
+    }
 }
 
 /// A count the runtime reports (`meta.rows_written`, a cursor's `rowsRead`): 0 where

@@ -55,7 +55,7 @@ impl Rows {
     pub(crate) fn results<T: serde::de::DeserializeOwned>(&self) -> ApiResult<Vec<T>> {
         self.0
             .iter()
-            .map(|row| T::deserialize(row).map_err(AppError::internal))
+            .map(|row| serde_json::from_value::<T>(row.clone()).map_err(AppError::internal))
             .collect()
     }
 
