@@ -6,7 +6,7 @@ use crate::clock;
 use crate::error::{ApiResult, AppError};
 use crate::host::{Host, ProviderCall};
 use crate::kinds;
-use crate::openai::CallOutcome;
+use crate::outcome::CallOutcome;
 use crate::providers::{self, ProviderConfig};
 use crate::store::{Certification, Route, Store};
 use futures_util::future::join_all;

@@ -1,12 +1,12 @@
 //! The world as the core sees it: the narrow interface between the Worker's own
 //! decisions (the handlers' `decide` functions, the dispatcher, the reconciler, the
 //! store's calls) and the platform they run on. Two shells implement it: the Worker
-//! ([`WorkerHost`], workers-rs), and the simulator (`sim/`, natively). The store's own
-//! seam is `store::backend` (the places a batch runs in), and the clock's and the
+//! (`worker_host.rs`, workers-rs), and the simulator (`sim/`, natively). The store's own
+//! seam is `store::route::Places` (the places a batch runs in), and the clock's and the
 //! log's are `clock.rs` and `log.rs`.
 
-use crate::message::{Dispatch, QUEUE};
-use crate::openai::CallOutcome;
+use crate::message::Dispatch;
+use crate::outcome::CallOutcome;
 use futures_util::future::LocalBoxFuture;
 use onceclick_protocol::contract::{Kind, ProviderConfig};
 use serde_json::{json, Value};
@@ -143,84 +143,4 @@ pub trait Notify {
         seq: u64,
         doc: &'a str,
     ) -> LocalBoxFuture<'a, Result<(), String>>;
-}
-
-/// The Worker's shell: workers-rs bindings of one request (or one queue batch, cron
-/// run or alarm, which have no response to wait for).
-pub(crate) struct WorkerHost<'a> {
-    pub(crate) env: &'a worker::Env,
-    pub(crate) ctx: Option<&'a worker::Context>,
-}
-
-impl Host for WorkerHost<'_> {
-    fn var(&self, name: &str) -> Option<String> {
-        self.env.var(name).ok().map(|v| v.to_string())
-    }
-
-    fn secret(&self, name: &str) -> Option<String> {
-        self.env.secret(name).ok().map(|s| s.to_string())
-    }
-
-    fn enqueue(&self, message: Dispatch) -> LocalBoxFuture<'_, Result<(), String>> {
-        Box::pin(async move {
-            let queue = self.env.queue(QUEUE).map_err(|e| e.to_string())?;
-            queue.send(message).await.map_err(|e| e.to_string())
-        })
-    }
-
-    fn enqueue_after_response(&self, message: Dispatch) {
-        let env = self.env.clone();
-        let send = async move {
-            let host = WorkerHost {
-                env: &env,
-                ctx: None,
-            };
-            send(&host, message).await;
-        };
-        match self.ctx {
-            Some(ctx) => ctx.wait_until(send),
-            // Only a request has a response to send first (the queue consumer, the cron
-            // and the alarm enqueue with `enqueue`, and wait). Should one come here, the
-            // message is lost as a dead isolate's would be, said in the log, and the
-            // reconciler sends it again.
-            None => crate::log::error(json!({"event": "enqueue_failed",
-                "cause": "enqueue_after_response outside a request"})),
-        }
-    }
-
-    fn call<'a>(&'a self, call: ProviderCall<'a>) -> LocalBoxFuture<'a, CallOutcome> {
-        let sink = call
-            .job
-            .filter(|_| call.provider.stream)
-            .and_then(|(job_id, n)| {
-                let hubs = crate::live::Hubs::from_env(self.env)?;
-                Some(crate::openai::TextSink {
-                    hubs,
-                    job_id,
-                    n,
-                    fault: std::cell::Cell::new(call.hand_off_fault),
-                })
-            });
-        Box::pin(crate::openai::call(
-            call.provider,
-            call.api_key,
-            call.kind,
-            call.input,
-            call.attempt_id,
-            sink,
-            call.news,
-        ))
-    }
-
-    fn sleep(&self, ms: u64) -> LocalBoxFuture<'static, ()> {
-        Box::pin(worker::Delay::from(std::time::Duration::from_millis(ms)))
-    }
-
-    fn count_create(&self, owner: &str, event: &str, kind: &str, provider: &str) {
-        crate::analytics::create(self.env, owner, event, kind, provider);
-    }
-
-    fn count_call(&self, event: &str, kind: &str, provider: &str, ms: f64) {
-        crate::analytics::call(self.env, event, kind, provider, ms);
-    }
 }

@@ -32,14 +32,17 @@ mod message;
 mod moving;
 mod mutant;
 mod openai;
+mod outcome;
 mod pacing;
 mod providers;
 mod reconcile;
+mod retention;
 mod shard;
 pub mod sim;
 mod stats;
 mod store;
 mod stream;
+mod worker_host;
 
 use serde_json::json;
 use worker::{

@@ -499,7 +499,7 @@ impl Live {
             .var("JOB_RETENTION_HOURS")
             .ok()
             .and_then(|v| v.to_string().parse().ok());
-        let retention = (crate::reconcile::retention_hours(hours) * 3_600_000.0) as u64;
+        let retention = (crate::retention::hours(hours) * 3_600_000.0) as u64;
         number_var(&self.env, "LIVE_KEPT_CHECK_MS", retention)
             .min(retention)
             .max(100)

@@ -6,6 +6,7 @@
 //! timeout, a 504, or an answer cut off after its status line, after which the
 //! provider may have done the work (or may still be doing it).
 
+use crate::outcome::CallOutcome;
 use crate::pacing::{Next, Pacing, Taken, HAND_OFF_MS};
 use futures_util::future::{select, Either};
 use futures_util::StreamExt;
@@ -16,21 +17,6 @@ use onceclick_protocol::{ijson, AttemptError};
 use serde_json::{json, Value};
 use std::time::Duration;
 use worker::{AbortController, Delay, Fetch, Headers, Method, Request, RequestInit, Response};
-
-/// How one provider call ended.
-#[derive(Debug)]
-pub enum CallOutcome {
-    /// An output that keeps the kind's contract, and the tokens the answer says it
-    /// used (if it says).
-    Output(Value, Option<Tokens>),
-    /// The call failed, and the provider did no work; `retryable` says whether a new
-    /// attempt may help.
-    Failed(AttemptError),
-    /// Nobody knows whether the provider did the work: no answer within `timeout_ms`,
-    /// a 504 from a gateway in front of it, or an answer cut off after its status (a
-    /// streamed one also when it stalls, or breaks off before its finish reason).
-    Unknown(AttemptError),
-}
 
 /// The chat-completions request body for `input` under `kind`.
 pub(crate) fn request_body(provider: &ProviderConfig, kind: &Kind, input: &Value) -> Value {

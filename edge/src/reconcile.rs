@@ -17,9 +17,10 @@
 use crate::clock;
 use crate::dispatch;
 use crate::error::ApiResult;
-use crate::host::{Host, WorkerHost};
+use crate::host::Host;
 use crate::providers;
 use crate::store::{ReconcileRule, Store};
+use crate::worker_host::WorkerHost;
 use serde_json::json;
 use worker::Env;
 
@@ -75,16 +76,6 @@ pub(crate) async fn run_now(
 const DEFAULT_STARTING_AFTER_MS: f64 = 30_000.0;
 /// A `running` attempt this long past its provider's timeout has lost its dispatcher.
 const LOST_GRACE_MS: f64 = 60_000.0;
-/// A key stays bound at least this long after its job ends, whatever the config says.
-const MIN_RETENTION_HOURS: f64 = 24.0;
-const DEFAULT_RETENTION_HOURS: f64 = 168.0;
-
-/// The retention in hours, from `JOB_RETENTION_HOURS` as given (`var`): the purge's
-/// idle time, and the longest a hub keeps text without reading its job (`live.rs`).
-pub(crate) fn retention_hours(var: Option<f64>) -> f64 {
-    var.unwrap_or(DEFAULT_RETENTION_HOURS)
-        .max(MIN_RETENTION_HOURS)
-}
 /// Jobs deleted per purge batch, so that a backlog never makes one statement too big
 /// for D1 (`PURGE_CHUNK` overrides it).
 const DEFAULT_PURGE_CHUNK: f64 = 200.0;
@@ -121,7 +112,7 @@ pub(crate) async fn run(host: &dyn Host, store: &Store) -> ApiResult<()> {
     let (abandoned, lost) = store.reconcile(&rules).await?;
     let told = store.notified() - told;
 
-    let hours = retention_hours(var_f64(host, "JOB_RETENTION_HOURS"));
+    let hours = crate::retention::hours(var_f64(host, "JOB_RETENTION_HOURS"));
     let cutoff = clock::rfc3339(now - hours * 3_600_000.0);
     let chunk = var_f64(host, "PURGE_CHUNK")
         .unwrap_or(DEFAULT_PURGE_CHUNK)

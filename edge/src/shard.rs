@@ -146,7 +146,7 @@ impl DurableObject for Shard {
         self.recall_name();
         let name = self.name.borrow().clone();
         let local = self.local();
-        let host = crate::host::WorkerHost {
+        let host = crate::worker_host::WorkerHost {
             env: &self.env,
             ctx: None,
         };
@@ -327,14 +327,14 @@ impl Shard {
                 // refuses it or an end of this instance loses.
                 let (outbox, env) = (self.outbox.clone(), self.env.clone());
                 self.state.wait_until(async move {
-                    let host = crate::host::WorkerHost {
+                    let host = crate::worker_host::WorkerHost {
                         env: &env,
                         ctx: None,
                     };
                     outbox.hand_off(&host).await;
                 });
             } else {
-                let host = crate::host::WorkerHost {
+                let host = crate::worker_host::WorkerHost {
                     env: &self.env,
                     ctx: None,
                 };
@@ -415,7 +415,7 @@ impl Shard {
         let store = Store::local(local)
             .with_faults(faults.unwrap_or_default(), scope)
             .with_live(crate::live::notifier(&self.env));
-        let host = crate::host::WorkerHost {
+        let host = crate::worker_host::WorkerHost {
             env: &self.env,
             ctx: None,
         };

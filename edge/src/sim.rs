@@ -7,7 +7,7 @@
 pub use crate::host::{Host, Notify, ProviderCall};
 pub use crate::message::{Dispatch, PendingResult};
 pub use crate::mutant::Mutant;
-pub use crate::openai::CallOutcome;
+pub use crate::outcome::CallOutcome;
 
 /// A shard's alarm, decided (`alarm.rs`): as the Worker's shard runs it.
 pub mod alarm {

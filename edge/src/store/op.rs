@@ -141,7 +141,7 @@ impl Op {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::store::op::Op;
 
     #[test]
     fn names_are_distinct_and_read_back() {
