@@ -85,7 +85,9 @@ impl Shards {
         .map_err(unavailable)?
         .as_string()
         .unwrap_or_default();
-        let answer: Value = serde_json::from_str(&answer).map_err(AppError::internal)?;
+        // An answer that is not JSON is a shard that did not answer (503), as before.
+        let answer: Value = serde_json::from_str(&answer)
+            .map_err(|e| AppError::unavailable(format!("shard {name}: {e}")))?;
         match answer.get("error").and_then(Value::as_str) {
             Some(error) => Err(storage_error(format!("shard {name}: {error}"))),
             None => Ok(answer),
@@ -251,10 +253,11 @@ impl Places for WorkerPlaces {
                     )
                     .map_err(storage_error)
                     .and_then(|(sets, cost)| Ok((rows_of(&sets)?, cost))),
-                _ => Ok((
-                    statements.iter().map(|_| Rows::none()).collect(),
-                    Cost::default(),
-                )),
+                // A layout names no place its store was not given: our bug, never rows.
+                (target, ..) => Err(AppError::internal(format!(
+                    "no place for {} in this store",
+                    target.name()
+                ))),
             }
         })
     }
