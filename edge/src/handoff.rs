@@ -106,7 +106,6 @@ impl Outbox {
     }
 
     /// Whether a hand-off is under way (what it took is neither kept nor sent yet).
-    #[cfg(not(target_arch = "wasm32"))]
     pub(crate) fn sending(&self) -> bool {
         self.sending.get() > 0
     }

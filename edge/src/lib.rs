@@ -34,6 +34,7 @@ mod mutant;
 mod openai;
 mod outcome;
 mod pacing;
+pub mod platform;
 mod providers;
 mod reconcile;
 mod retention;
@@ -43,11 +44,18 @@ mod stats;
 mod store;
 mod stream;
 mod worker_host;
+mod worker_platform;
 
 use serde_json::json;
 use worker::{
     event, Context, Env, MessageBatch, Request, Response, Result, ScheduleContext, ScheduledEvent,
 };
+
+/// The platform the core runs on, installed once as the module starts.
+#[event(start)]
+fn start() {
+    platform::install(&worker_platform::WorkerPlatform);
+}
 
 #[event(fetch)]
 async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {

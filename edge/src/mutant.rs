@@ -46,24 +46,24 @@ pub enum Mutant {
     UnknownTextNotKeptWhole,
 }
 
-#[cfg(target_arch = "wasm32")]
+#[cfg(not(feature = "mutants"))]
 #[inline(always)]
 pub(crate) fn on(_: Mutant) -> bool {
     false
 }
 
-#[cfg(not(target_arch = "wasm32"))]
+#[cfg(feature = "mutants")]
 thread_local! {
     static ACTIVE: std::cell::Cell<Option<Mutant>> = const { std::cell::Cell::new(None) };
 }
 
-#[cfg(not(target_arch = "wasm32"))]
+#[cfg(feature = "mutants")]
 pub(crate) fn on(mutant: Mutant) -> bool {
     ACTIVE.with(|active| active.get() == Some(mutant))
 }
 
 /// Plants `mutant` (or none) for this thread.
-#[cfg(not(target_arch = "wasm32"))]
+#[cfg(feature = "mutants")]
 pub(crate) fn plant(mutant: Option<Mutant>) {
     ACTIVE.with(|active| active.set(mutant));
 }

@@ -1,8 +1,8 @@
 //! The core's door for its second shell, the deterministic simulator (`sim/`): the
 //! interface it implements ([`Host`], and natively [`Places`]) and the decisions it
 //! drives, the same functions the Worker's handlers, queue consumer, cron and alarms
-//! call once they have read a request. Natively only, apart from the interface types
-//! and the decisions that are pure on both targets ([`alarm`], [`pacing`], [`keeping`]).
+//! call once they have read a request. The platform it installs is
+//! [`crate::platform`]'s.
 
 pub use crate::host::{Host, Notify, ProviderCall};
 pub use crate::message::{Dispatch, PendingResult};
@@ -26,12 +26,10 @@ pub mod keeping {
     pub use crate::keeping::*;
 }
 
-#[cfg(not(target_arch = "wasm32"))]
 pub use native::*;
 
-#[cfg(not(target_arch = "wasm32"))]
 mod native {
-    use super::{Dispatch, Host, Mutant};
+    use super::{Dispatch, Host};
     use crate::error::AppError;
     pub use crate::store::native::{Batch, Layout, Marks, Places};
     pub use crate::store::HandOff;
@@ -62,33 +60,9 @@ mod native {
         crate::store::sql::ALL
     }
 
-    /// Sets the virtual clock.
-    pub fn set_now_ms(ms: f64) {
-        crate::clock::set_now_ms(ms);
-    }
-
-    /// The virtual clock, in milliseconds since the epoch.
-    pub fn now_ms() -> f64 {
-        crate::clock::now_ms()
-    }
-
-    /// The virtual clock as the store's times spell it (RFC 3339, milliseconds).
-    pub fn rfc3339(ms: f64) -> String {
-        crate::clock::rfc3339(ms)
-    }
-
-    /// Seeds the generator behind ids and random picks.
-    pub fn seed(seed: u64) {
-        crate::clock::seed(seed);
-    }
-
-    /// The log lines written since the last call.
-    pub fn drain_log() -> Vec<Value> {
-        crate::log::drain()
-    }
-
     /// Plants one defect of the core (or none).
-    pub fn plant(mutant: Option<Mutant>) {
+    #[cfg(feature = "mutants")]
+    pub fn plant(mutant: Option<super::Mutant>) {
         crate::mutant::plant(mutant);
     }
 

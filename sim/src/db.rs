@@ -174,7 +174,7 @@ fn open(place: &str) -> rusqlite::Result<Connection> {
 /// `'now'` read from the virtual clock.
 fn strftime(format: &str, time: &str) -> Option<String> {
     let at = if time == "now" {
-        chrono::DateTime::from_timestamp_millis(onceclick_edge::sim::now_ms() as i64)?
+        chrono::DateTime::from_timestamp_millis(crate::platform::now_ms() as i64)?
     } else {
         chrono::DateTime::parse_from_rfc3339(time).ok()?.to_utc()
     };
@@ -240,7 +240,7 @@ impl Db {
             .filter_map(|r| r.get("id").and_then(Value::as_str).map(str::to_owned))
             .collect();
         if !starting.is_empty() {
-            let now = onceclick_edge::sim::now_ms() as u64;
+            let now = crate::platform::now_ms() as u64;
             self.alarms.borrow_mut().insert(place.to_owned(), now);
         }
         let outbox = Rc::new(Outbox::born(starting));
@@ -337,7 +337,7 @@ impl Db {
                 .or_default()
                 .extend(ids.iter().cloned());
             self.outbox(place).keep(mark, ids);
-            let now = onceclick_edge::sim::now_ms() as u64;
+            let now = crate::platform::now_ms() as u64;
             self.alarms.borrow_mut().insert(place.to_owned(), now);
             self.eager.borrow_mut().push(place.to_owned());
         }
@@ -391,7 +391,7 @@ impl Places for SimPlaces {
                     .is_some_and(|row| row["state"] == "cancelled");
                 if *sql == watch_sql() && cancelled {
                     if let Some(id) = params.first().and_then(Value::as_str) {
-                        let now = onceclick_edge::sim::now_ms() as u64;
+                        let now = crate::platform::now_ms() as u64;
                         db.watch_saw_cancel
                             .borrow_mut()
                             .entry(id.to_owned())
@@ -422,7 +422,7 @@ async fn run_batch(
     Yield::new().await;
     *db.batches.borrow_mut() += 1;
     let rates = *db.faults.borrow();
-    let outage = (onceclick_edge::sim::now_ms() as u64) < *db.outage_until.borrow();
+    let outage = (crate::platform::now_ms() as u64) < *db.outage_until.borrow();
     if outage || db.rng.borrow_mut().chance(rates.before) {
         *db.faults_fired.borrow_mut() += 1;
         return Err("D1_ERROR: Network connection lost (simulated, before commit)".to_owned());

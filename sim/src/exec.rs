@@ -204,7 +204,7 @@ impl Sleep {
 impl Future for Sleep {
     type Output = ();
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if onceclick_edge::sim::now_ms() as u64 >= self.at {
+        if crate::platform::now_ms() as u64 >= self.at {
             return Poll::Ready(());
         }
         // Armed at every pending poll: a wake before `at` (none happens today) would

@@ -31,7 +31,7 @@ pub(crate) async fn hand_on(
     let mut pace = Pacing::default();
     loop {
         let chars = chat.borrow().chars();
-        let sent = match pace.next(chars, onceclick_edge::sim::now_ms()) {
+        let sent = match pace.next(chars, crate::platform::now_ms()) {
             Next::Text => {
                 pace.read(woken.next().await.is_some());
                 continue;
@@ -41,7 +41,7 @@ pub(crate) async fn hand_on(
                 continue;
             }
             Next::Sleep(ms) => {
-                Sleep::until(exec.clone(), onceclick_edge::sim::now_ms() as u64 + ms).await;
+                Sleep::until(exec.clone(), crate::platform::now_ms() as u64 + ms).await;
                 continue;
             }
             Next::Done => return live.check_handed(job_id, call.attempt_id, chars),
@@ -70,7 +70,7 @@ pub(crate) async fn hand_on(
 
 /// Waits `ms` while the body is read on; `false` if its reading ends first.
 async fn read_on(exec: &Rc<Exec>, woken: &mut UnboundedReceiver<()>, ms: u64) -> bool {
-    let timer = Sleep::until(exec.clone(), onceclick_edge::sim::now_ms() as u64 + ms);
+    let timer = Sleep::until(exec.clone(), crate::platform::now_ms() as u64 + ms);
     futures_util::pin_mut!(timer);
     loop {
         match select(woken.next(), &mut timer).await {

@@ -163,7 +163,7 @@ impl Host for SimHost {
                 Script::Hang | Script::Late => timeout,
                 _ => delay.min(timeout),
             };
-            let at = onceclick_edge::sim::now_ms() as u64 + answers_in;
+            let at = crate::platform::now_ms() as u64 + answers_in;
             let mut stopped = Stopped {
                 world: world.clone(),
                 attempt_id: attempt_id.clone(),
@@ -232,8 +232,7 @@ impl Host for SimHost {
                                     news.read(chat.borrow().chars());
                                 }
                             }
-                            let next =
-                                onceclick_edge::sim::now_ms() as u64 + world.below(READ_GAP_MS);
+                            let next = crate::platform::now_ms() as u64 + world.below(READ_GAP_MS);
                             Sleep::until(world.exec().clone(), next).await;
                         }
                         drop(wake);
@@ -243,7 +242,7 @@ impl Host for SimHost {
                     futures_util::future::join(read, hand).await;
                     let chat = chat.into_inner();
                     stopped.answered = true;
-                    world.delivered(&attempt_id, onceclick_edge::sim::now_ms() as u64);
+                    world.delivered(&attempt_id, crate::platform::now_ms() as u64);
                     let outcome = onceclick_edge::sim::classify_stream(
                         call.provider,
                         call.kind,
@@ -258,7 +257,7 @@ impl Host for SimHost {
     }
 
     fn sleep(&self, ms: u64) -> LocalBoxFuture<'static, ()> {
-        let at = onceclick_edge::sim::now_ms() as u64 + ms;
+        let at = crate::platform::now_ms() as u64 + ms;
         Box::pin(Sleep::until(self.world.exec().clone(), at))
     }
 

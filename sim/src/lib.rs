@@ -15,6 +15,7 @@ mod exec;
 mod handing;
 mod host;
 mod live;
+mod platform;
 mod rng;
 mod script;
 mod world;
@@ -83,9 +84,10 @@ pub struct WorldRun {
 /// Runs one world; with `trace`, keeps a line per event.
 pub fn run_world(spec: &WorldSpec, trace: bool) -> WorldRun {
     let (shape, faults) = spec.shape();
-    onceclick_edge::sim::seed(spec.seed);
-    onceclick_edge::sim::set_now_ms(EPOCH_MS as f64);
-    let _ = onceclick_edge::sim::drain_log();
+    crate::platform::install();
+    crate::platform::seed(spec.seed);
+    crate::platform::set_now_ms(EPOCH_MS as f64);
+    let _ = crate::platform::drain_log();
     let world = World::new(spec.seed, shape, spec.mutant, trace, WORLD_OPS / 2);
     world.setup(faults);
     for index in 0..spec.ops {

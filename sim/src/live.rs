@@ -273,7 +273,7 @@ impl Notify for Teller {
             };
             return Box::pin(future::ready(answer));
         }
-        let due = onceclick_edge::sim::now_ms() as u64 + rng.below(LATE_MS);
+        let due = crate::platform::now_ms() as u64 + rng.below(LATE_MS);
         live.notes.borrow_mut().push(Note {
             due,
             job: job_id.to_owned(),

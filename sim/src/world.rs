@@ -330,7 +330,7 @@ impl World {
     }
 
     fn now(&self) -> u64 {
-        sim::now_ms() as u64
+        crate::platform::now_ms() as u64
     }
 
     fn note(&self, line: impl FnOnce() -> String) {
@@ -534,7 +534,7 @@ impl World {
                     orphaned: false,
                     stopped_at: None,
                     failed_on_record: false,
-                    began: sim::now_ms() as u64,
+                    began: crate::platform::now_ms() as u64,
                     first_text: None,
                 },
             )
@@ -645,7 +645,8 @@ impl World {
     /// The call of `attempt_id` read streamed text: the first time, when.
     pub(crate) fn text_came(&self, attempt_id: &str) {
         if let Some(call) = self.calls.borrow_mut().get_mut(attempt_id) {
-            call.first_text.get_or_insert(sim::now_ms() as u64);
+            call.first_text
+                .get_or_insert(crate::platform::now_ms() as u64);
         }
     }
 
@@ -1300,7 +1301,7 @@ impl World {
             let every = world.vars.get("RECONCILE_EVERY_MS").map(String::as_str);
             let every = alarm::every_ms(every);
             let kept = world.db.pass_due.borrow().get(&at).copied();
-            let pass = alarm::pass(kept, sim::now_ms(), every);
+            let pass = alarm::pass(kept, crate::platform::now_ms(), every);
             if pass.keep {
                 world.db.pass_due.borrow_mut().insert(at.clone(), pass.due_ms);
             }
@@ -1309,7 +1310,7 @@ impl World {
                     world.note(|| format!("alarm of {at}: its reconciler pass"));
                     let store = world.telling_store(layout, "/v1/_reconcile");
                     let _ = sim::reconcile(&host, &store).await;
-                    let due = sim::now_ms() + every;
+                    let due = crate::platform::now_ms() + every;
                     world.db.pass_due.borrow_mut().insert(at.clone(), due);
                     due
                 }
@@ -1322,7 +1323,7 @@ impl World {
                 let any = rows.first().and_then(|r| r.get("any")).and_then(Value::as_f64);
                 any.unwrap_or(1.0) != 0.0
             };
-            match alarm::next_in_ms(needs, due, sim::now_ms(), holds_jobs) {
+            match alarm::next_in_ms(needs, due, crate::platform::now_ms(), holds_jobs) {
                 Some(in_ms) => {
                     let due = world.now() + in_ms as u64;
                     world.db.alarms.borrow_mut().insert(at.clone(), due);
@@ -1377,7 +1378,7 @@ impl World {
 
     fn advance(&self, ms: u64) {
         let to = self.now() + ms;
-        sim::set_now_ms(to as f64);
+        crate::platform::set_now_ms(to as f64);
         self.exec.fire_timers(to);
     }
 
@@ -1480,7 +1481,7 @@ impl World {
     // --- the checks ---------------------------------------------------------------
 
     fn after_step(self: &Rc<Self>, task: u64, done: bool) {
-        for line in sim::drain_log() {
+        for line in crate::platform::drain_log() {
             let event = line.get("event").and_then(Value::as_str);
             if event == Some("hedge_started") {
                 self.check_hedge(&line);
@@ -1824,7 +1825,7 @@ impl World {
                     .values()
                     .any(|st| matches!(st.as_str(), "starting" | "running" | "unknown"));
                 // Only past retention (`JOB_RETENTION_HOURS = 24`) since its last change.
-                let cutoff = sim::rfc3339((self.now() - 24 * 3_600_000) as f64);
+                let cutoff = crate::platform::rfc3339((self.now() - 24 * 3_600_000) as f64);
                 if seen.updated_at > cutoff {
                     self.violate(format!(
                         "job {job_id} was purged though it last changed at {}, within retention",
@@ -2189,7 +2190,7 @@ impl World {
         });
         let mut rng = Rng::new(1);
         while self.step(&mut rng) {}
-        let _ = sim::drain_log();
+        let _ = crate::platform::drain_log();
         *self.db.faults.borrow_mut() = faults;
         // In a moved world the shards are certified at the move: once now is enough,
         // since every shard's copy is written by the same call (it goes everywhere).
@@ -2203,7 +2204,7 @@ impl World {
             });
             *self.db.faults.borrow_mut() = FaultRates::default();
             while self.step(&mut rng) {}
-            let _ = sim::drain_log();
+            let _ = crate::platform::drain_log();
             *self.db.faults.borrow_mut() = faults;
         }
         db::clear_writes();

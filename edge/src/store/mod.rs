@@ -27,12 +27,10 @@ pub(crate) use op::{Moves, Op};
 pub(crate) use reconciler::ReconcileRule;
 
 mod backend;
-#[cfg(not(target_arch = "wasm32"))]
 pub(crate) mod native;
 mod route;
 mod rows;
 
-#[cfg(not(target_arch = "wasm32"))]
 pub(crate) use backend::handed_of;
 pub(crate) use backend::{Local, Shards, WireBatch};
 pub(crate) use route::{Layout, Places, Route, Target};

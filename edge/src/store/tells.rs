@@ -16,6 +16,7 @@ use super::{
 };
 use crate::clock;
 use crate::host::Notify;
+use crate::platform::Platform;
 use futures_util::future::LocalBoxFuture;
 use onceclick_protocol::live::Position;
 use onceclick_protocol::{AttemptError, AttemptState, JobStatus};
@@ -30,6 +31,41 @@ use std::task::{Context, Poll, Waker};
 
 const OWNER: &str = "owner_1";
 const PROVIDER: &str = "p1";
+
+/// The test's platform (`platform.rs`): a clock it moves, per thread; `uuid`'s ids; no
+/// chance; no log.
+struct TestPlatform;
+
+thread_local! {
+    static NOW_MS: std::cell::Cell<f64> = const { std::cell::Cell::new(1_800_000_000_000.0) };
+}
+
+impl Platform for TestPlatform {
+    fn now_ms(&self) -> f64 {
+        NOW_MS.with(std::cell::Cell::get)
+    }
+
+    fn rfc3339(&self, ms: f64) -> String {
+        chrono::DateTime::from_timestamp_millis(ms as i64)
+            .unwrap_or_default()
+            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    }
+
+    fn uuid_v7(&self) -> String {
+        uuid::Uuid::now_v7().to_string()
+    }
+
+    fn random_below(&self, _n: u32) -> u32 {
+        0
+    }
+
+    fn log(&self, _error: bool, _line: Value) {}
+}
+
+/// Moves the test's clock to `ms`.
+fn set_now_ms(ms: f64) {
+    NOW_MS.with(|now| now.set(ms));
+}
 
 /// One place, `d1`: the Worker's schema in memory, each batch one transaction.
 struct Sqlite(Connection);
@@ -167,6 +203,7 @@ struct Bench {
 
 impl Bench {
     fn new() -> Self {
+        crate::platform::install(&TestPlatform);
         let places = Sqlite::open().unwrap_or_else(|e| panic!("open the schema: {e}"));
         let hubs = Rc::new(Hubs::default());
         let store = Store::native(Rc::new(places), Layout::One).with_live(Some(hubs.clone()));
@@ -352,7 +389,7 @@ fn every_operation_that_moves_a_job_tells_its_hub() {
                 let (abandoned, abandoned_att) = t.create();
                 t.claim(&abandoned_att);
                 t.move_attempt(&abandoned_att, AttemptState::Running, AttemptState::Unknown);
-                clock::set_now_ms(clock::now_ms() + 60_000.0);
+                set_now_ms(clock::now_ms() + 60_000.0);
                 let cutoff = clock::rfc3339(clock::now_ms() - 30_000.0);
                 let rule = ReconcileRule {
                     provider: PROVIDER.to_owned(),
