@@ -16,7 +16,7 @@ use worker::{Env, Headers, Method, Request, Response};
 /// Answers one request. Never fails: every error becomes problem+json here, and every
 /// answer carries `Server-Timing` with the D1 round trips it made.
 pub(crate) async fn handle(mut req: Request, env: &Env, worker: &worker::Context) -> Response {
-    let fault = fault::header(&req, env);
+    let fault = crate::fault_header::header(&req, env);
     let faults = match fault.as_deref().map(fault::parse).transpose() {
         Ok(faults) => faults.unwrap_or_default(),
         Err(why) => return AppError::new(ErrorCode::InvalidJson, why).into_response(),
@@ -175,13 +175,12 @@ async fn route(req: &mut Request, ctx: &Ctx<'_>) -> ApiResult<Response> {
         }
         // Test-only: one reconciler pass with this request's faults armed, so that the
         // fault matrix reaches the cron's store calls too. Absent unless faults are.
-        ["v1", "_reconcile"] if fault::allowed(ctx.env) => {
+        ["v1", "_reconcile"] if crate::fault_header::allowed(ctx.env) => {
             allow(&method, &[Method::Post])?;
             caller(req, ctx).await?.require_admin()?;
             let body: serde_json::Value = req.json().await.unwrap_or_default();
             let alarm_in_ms = body.get("alarm_in_ms").and_then(serde_json::Value::as_i64);
-            crate::reconcile::run_now(ctx.env, ctx.store, ctx.fault.as_deref(), alarm_in_ms)
-                .await?;
+            crate::cron::run_now(ctx.env, ctx.store, ctx.fault.as_deref(), alarm_in_ms).await?;
             json(200, r#"{"status":"reconciled"}"#.to_owned(), Headers::new())
         }
         ["v1", "attempts", id, "dispatch"] => {

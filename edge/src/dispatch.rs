@@ -13,7 +13,7 @@
 use crate::certification;
 use crate::clock;
 use crate::error::{ApiResult, AppError};
-use crate::fault;
+
 pub(crate) use crate::host::send;
 use crate::host::{CallNews, Host, ProviderCall};
 use crate::kinds;
@@ -21,20 +21,14 @@ pub(crate) use crate::message::{Dispatch, PendingResult};
 use crate::outcome::CallOutcome;
 use crate::providers::{self, ProviderConfig};
 use crate::store::{Claim, ClaimedAttempt, Completion, NextAttempt, Offer, Stop, Store};
-use crate::worker_host::WorkerHost;
-use futures_util::future::{join, join_all, select, Either};
+use futures_util::future::{join, select, Either};
 use onceclick_protocol::contract::Kind;
 use onceclick_protocol::{AttemptError, AttemptState, EventType};
 use serde_json::{json, Value};
 use std::future::Future;
-use worker::{Env, MessageBatch, MessageExt, QueueRetryOptionsBuilder};
 
 /// Tries of one D1 write inside one delivery, the first included.
 const WRITE_TRIES: u32 = 8;
-
-/// How long a result that D1 would not take waits in the queue before it is offered
-/// again (the queue gives each message `max_retries` deliveries).
-const RESULT_RETRY_DELAY_S: u32 = 30;
 
 /// Enqueues the dispatch of `attempt_id` once the response is on its way
 /// (`wait_until`), so that a create does not wait for the queue: a send that never
@@ -68,65 +62,6 @@ where
             out => return out,
         }
     }
-}
-
-/// The queue consumer. Messages of a batch run concurrently, each with its own store
-/// (and its own test-only faults).
-pub(crate) async fn consume(batch: MessageBatch<Dispatch>, env: &Env) {
-    let runs = batch.raw_iter().map(|message| async move {
-        let dispatch: Result<Dispatch, _> = serde_wasm_bindgen::from_value(message.body());
-        let dispatch = match dispatch {
-            Ok(d) => d,
-            Err(e) => {
-                // A message we cannot read will not read better later.
-                crate::log::error(json!({"event": "dispatch_unreadable", "cause": e.to_string()}));
-                message.ack();
-                return;
-            }
-        };
-        // Faults ride in messages only from a Worker that allows them; checked again
-        // here, so that a message can never arm one in a Worker that does not.
-        let faults = dispatch
-            .fault
-            .as_deref()
-            .filter(|_| fault::allowed(env))
-            .and_then(|spec| fault::parse(spec).ok())
-            .unwrap_or_default();
-        let store = match Store::from_env(env) {
-            Ok(store) => store
-                .with_faults(faults, &dispatch.attempt_id)
-                .with_live(crate::live::notifier(env)),
-            Err(e) => {
-                crate::log::error(
-                    json!({"event": "dispatch_no_store", "cause": e.cause_or_detail()}),
-                );
-                message.retry();
-                return;
-            }
-        };
-        let host = WorkerHost { env, ctx: None };
-        let outcome = deliver(&host, &store, &dispatch).await;
-        match outcome {
-            Ok(()) => message.ack(),
-            Err(e) => {
-                crate::log::error(
-                    json!({"event": "dispatch_retry", "attempt_id": dispatch.attempt_id,
-                           "code": e.code.as_str(), "cause": e.cause_or_detail()}),
-                );
-                if dispatch.result.is_some() {
-                    // D1 refused this result through a whole delivery already: give it
-                    // time to come back rather than spend the queue's retries at once.
-                    let later = QueueRetryOptionsBuilder::new()
-                        .with_delay_seconds(RESULT_RETRY_DELAY_S)
-                        .build();
-                    message.retry_with_options(&later);
-                } else {
-                    message.retry();
-                }
-            }
-        }
-    });
-    join_all(runs).await;
 }
 
 /// One delivery of a dispatch message: record the result it carries, or claim and run

@@ -23,7 +23,6 @@
 //! refused (400), so a renamed call cannot turn a fault test into a silent no-op.
 
 use crate::store::op::Op;
-use worker::{Env, Request};
 
 /// When a faulty call fails.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,23 +85,6 @@ pub(crate) struct Fault {
     pub(crate) when: When,
 }
 
-/// The header that arms faults.
-pub(crate) const HEADER: &str = "X-Onceclick-Fault";
-
-/// Whether this deployment lets requests arm faults.
-pub(crate) fn allowed(env: &Env) -> bool {
-    env.var("ALLOW_FAULT_INJECTION")
-        .is_ok_and(|v| v.to_string() == "true")
-}
-
-/// The raw header value, when faults are allowed and the request names any.
-pub(crate) fn header(req: &Request, env: &Env) -> Option<String> {
-    if !allowed(env) {
-        return None;
-    }
-    req.headers().get(HEADER).ok().flatten()
-}
-
 /// Every name a fault may give: the store's operations, and the steps that are not.
 #[cfg(test)]
 fn names() -> Vec<&'static str> {
@@ -129,7 +111,9 @@ pub(crate) fn parse(spec: &str) -> Result<Vec<Fault>, String> {
             Point::named(op).map(|at| Fault { at, when })
         });
         faults.push(parsed.ok_or_else(|| {
-            format!("{HEADER}: {part:?} is not <store call>:<before|after> nor drop-enqueue")
+            format!(
+                "X-Onceclick-Fault: {part:?} is not <store call>:<before|after> nor drop-enqueue"
+            )
         })?);
     }
     Ok(faults)

@@ -14,9 +14,11 @@ mod auth;
 mod certification;
 mod certify;
 mod clock;
+mod cron;
 mod dispatch;
 mod error;
 mod fault;
+mod fault_header;
 mod handoff;
 mod host;
 mod http;
@@ -36,6 +38,7 @@ mod outcome;
 mod pacing;
 pub mod platform;
 mod providers;
+mod queue;
 mod reconcile;
 mod retention;
 mod shard;
@@ -64,14 +67,14 @@ async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
 
 /// Never returns `Err`: each message is acked or retried inside.
 #[event(queue)]
-async fn queue(batch: MessageBatch<dispatch::Dispatch>, env: Env, _ctx: Context) -> Result<()> {
-    dispatch::consume(batch, &env).await;
+async fn queue(batch: MessageBatch<message::Dispatch>, env: Env, _ctx: Context) -> Result<()> {
+    queue::consume(batch, &env).await;
     Ok(())
 }
 
 #[event(scheduled)]
 async fn scheduled(_event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
-    if let Err(e) = reconcile::cron(&env).await {
+    if let Err(e) = cron::cron(&env).await {
         worker::console_error!(
             "{}",
             json!({"event": "reconcile_failed", "code": e.code.as_str(), "cause": e.cause_or_detail()})

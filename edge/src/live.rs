@@ -686,7 +686,7 @@ impl DurableObject for Live {
             }
             "/text" => {
                 // Test-only (`fault.rs`, `hand_off`): refuse the piece, or answer late.
-                let fault = match crate::fault::allowed(&self.env) {
+                let fault = match crate::fault_header::allowed(&self.env) {
                     true => crate::http::query(&req, &["attempt", "n", "offset", "fault"])
                         .ok()
                         .and_then(|q| crate::http::param(&q, "fault").map(str::to_owned)),

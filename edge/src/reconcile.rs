@@ -20,57 +20,7 @@ use crate::error::ApiResult;
 use crate::host::Host;
 use crate::providers;
 use crate::store::{ReconcileRule, Store};
-use crate::worker_host::WorkerHost;
 use serde_json::json;
-use worker::Env;
-
-/// The cron: the one database's pass. Sharded, each shard runs its own pass from its
-/// alarm (`shard.rs`), and the cron only sweeps the previous layout's database, if the
-/// deployment keeps one.
-pub(crate) async fn cron(env: &Env) -> ApiResult<()> {
-    let store = Store::from_env(env)?.with_live(crate::live::notifier(env));
-    let host = WorkerHost { env, ctx: None };
-    if !store.is_sharded() {
-        return run(&host, &store).await;
-    }
-    run_previous(env, &store).await
-}
-
-/// The pass over the previous layout's D1, when a sharded deployment keeps one.
-async fn run_previous(env: &Env, store: &Store) -> ApiResult<()> {
-    if store.has_previous() {
-        let host = WorkerHost { env, ctx: None };
-        let store = Store::d1(env.d1("DB")?).with_live(crate::live::notifier(env));
-        run(&host, &store).await?;
-    }
-    Ok(())
-}
-
-/// The test-only `POST /v1/_reconcile`: one pass now, with the request's faults. Sharded:
-/// every shard's own pass, concurrently (each with the same faults), and the previous
-/// layout's database's; or, with `alarm_in_ms`, every shard's alarm moved that close, so
-/// that a test can watch the alarms do the work.
-pub(crate) async fn run_now(
-    env: &Env,
-    store: &Store,
-    fault: Option<&str>,
-    alarm_in_ms: Option<i64>,
-) -> ApiResult<()> {
-    let Some(shards) = crate::store::Shards::from_env(env)? else {
-        return run(&WorkerHost { env, ctx: None }, store).await;
-    };
-    run_previous(env, store).await?;
-    let calls = shards.all().map(|shard| {
-        let body =
-            json!({"shard": shard.object_name(), "fault": fault, "alarm_in_ms": alarm_in_ms});
-        let shards = &shards;
-        async move { shards.send(shard, "/reconcile", &body).await }
-    });
-    for outcome in futures_util::future::join_all(calls).await {
-        outcome?;
-    }
-    Ok(())
-}
 
 /// An attempt `starting` for this long has probably lost its dispatch message.
 const DEFAULT_STARTING_AFTER_MS: f64 = 30_000.0;

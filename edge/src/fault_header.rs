@@ -1,0 +1,21 @@
+//! The test-only fault switch on the Worker (`fault.rs` says what a fault is): whether
+//! this deployment lets requests arm faults, and the header that arms them.
+
+use worker::{Env, Request};
+
+/// The header that arms faults.
+pub(crate) const HEADER: &str = "X-Onceclick-Fault";
+
+/// Whether this deployment lets requests arm faults.
+pub(crate) fn allowed(env: &Env) -> bool {
+    env.var("ALLOW_FAULT_INJECTION")
+        .is_ok_and(|v| v.to_string() == "true")
+}
+
+/// The raw header value, when faults are allowed and the request names any.
+pub(crate) fn header(req: &Request, env: &Env) -> Option<String> {
+    if !allowed(env) {
+        return None;
+    }
+    req.headers().get(HEADER).ok().flatten()
+}
