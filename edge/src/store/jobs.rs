@@ -166,7 +166,7 @@ impl Store {
                     "details": serde_json::from_str::<Value>(&r.details)
                         .map_err(AppError::internal)?,
                 });
-                serde_json::from_value(value).map_err(AppError::internal)
+                super::rows::row_as::<Event>(&value).map_err(AppError::internal)
             })
             .collect::<ApiResult<Vec<Event>>>()
             .map(Some)

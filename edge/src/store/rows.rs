@@ -3,6 +3,7 @@
 //! for them ([`Cost`]), and a storage failure read as the client should see it.
 
 use crate::error::{ApiResult, AppError};
+use serde::de::value::MapDeserializer;
 use serde_json::Value;
 
 /// Rows written and read, as D1 and Durable Object SQLite bill them: every row and
@@ -55,7 +56,7 @@ impl Rows {
     pub(crate) fn results<T: serde::de::DeserializeOwned>(&self) -> ApiResult<Vec<T>> {
         self.0
             .iter()
-            .map(|row| serde_json::from_value::<T>(row.clone()).map_err(AppError::internal))
+            .map(|row| row_as::<T>(row).map_err(AppError::internal))
             .collect()
     }
 
@@ -67,6 +68,19 @@ impl Rows {
 
     pub(crate) fn len(&self) -> ApiResult<usize> {
         Ok(self.0.len())
+    }
+}
+
+/// One row (or an object made of one) as `T`, read as the object it is: through serde's
+/// map reader, not `serde_json::from_value`, whose reader would also bring in, for every
+/// row type, the derive's "struct as a list" path that a row never takes (the Worker's
+/// size, issue 43). Keys are lent and values cloned, one by one.
+pub(super) fn row_as<T: serde::de::DeserializeOwned>(row: &Value) -> Result<T, serde_json::Error> {
+    match row {
+        Value::Object(map) => T::deserialize(MapDeserializer::<_, serde_json::Error>::new(
+            map.iter().map(|(k, v)| (k.as_str(), v.clone())),
+        )),
+        _ => Err(serde::de::Error::custom("a row that is not an object")),
     }
 }
 
@@ -88,5 +102,53 @@ pub(crate) fn storage_error(text: String) -> AppError {
         AppError::internal(text)
     } else {
         AppError::unavailable(text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+    use serde_json::json;
+
+    #[derive(Debug, PartialEq, Deserialize)]
+    struct Inner {
+        id: String,
+        n: u32,
+    }
+
+    #[derive(Debug, PartialEq, Deserialize)]
+    struct Row {
+        #[serde(flatten)]
+        inner: Inner,
+        at: i64,
+        note: Option<String>,
+    }
+
+    /// The map reader reads a row as `from_value` did: flattened fields, integers of
+    /// either sign, a missing optional column as `None`, columns it does not name
+    /// skipped; a missing column or a value of the wrong type is an error.
+    #[test]
+    fn rows_read_as_from_value_reads_them() {
+        let rows = Rows(vec![
+            json!({"id": "a", "n": 2, "at": -5, "extra": [1]}),
+            json!({"id": "b", "n": 0, "at": 7, "note": "x"}),
+        ]);
+        let read = rows.results::<Row>().ok();
+        let expected: Vec<Row> = rows
+            .0
+            .iter()
+            .map(|row| serde_json::from_value(row.clone()).unwrap())
+            .collect();
+        assert_eq!(expected[0].note, None);
+        assert_eq!(expected[1].inner.id, "b");
+        assert_eq!(read, Some(expected));
+        for bad in [
+            json!({"id": "a", "at": 1}),
+            json!({"id": "a", "n": "2", "at": 1}),
+            json!([1]),
+        ] {
+            assert!(Rows(vec![bad.clone()]).results::<Row>().is_err(), "{bad}");
+        }
     }
 }
