@@ -85,6 +85,9 @@ pub(crate) struct Fault {
     pub(crate) when: When,
 }
 
+/// The header that arms faults (read by the Worker, `fault_header.rs`).
+pub(crate) const HEADER: &str = "X-Onceclick-Fault";
+
 /// Every name a fault may give: the store's operations, and the steps that are not.
 #[cfg(test)]
 fn names() -> Vec<&'static str> {
@@ -111,9 +114,7 @@ pub(crate) fn parse(spec: &str) -> Result<Vec<Fault>, String> {
             Point::named(op).map(|at| Fault { at, when })
         });
         faults.push(parsed.ok_or_else(|| {
-            format!(
-                "X-Onceclick-Fault: {part:?} is not <store call>:<before|after> nor drop-enqueue"
-            )
+            format!("{HEADER}: {part:?} is not <store call>:<before|after> nor drop-enqueue")
         })?);
     }
     Ok(faults)

@@ -1,10 +1,8 @@
 //! The test-only fault switch on the Worker (`fault.rs` says what a fault is): whether
 //! this deployment lets requests arm faults, and the header that arms them.
 
+use crate::fault::HEADER;
 use worker::{Env, Request};
-
-/// The header that arms faults.
-pub(crate) const HEADER: &str = "X-Onceclick-Fault";
 
 /// Whether this deployment lets requests arm faults.
 pub(crate) fn allowed(env: &Env) -> bool {
