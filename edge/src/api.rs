@@ -8,7 +8,7 @@ use crate::clock;
 use crate::error::{ApiResult, AppError};
 use crate::fault;
 use crate::http::{json, Ctx};
-use crate::store::Store;
+use crate::problem::IntoResponse as _;
 use crate::{attempts, certify, jobs, limits, lists, moving, stats};
 use onceclick_protocol::ErrorCode;
 use worker::{Env, Headers, Method, Request, Response};
@@ -21,7 +21,7 @@ pub(crate) async fn handle(mut req: Request, env: &Env, worker: &worker::Context
         Ok(faults) => faults.unwrap_or_default(),
         Err(why) => return AppError::new(ErrorCode::InvalidJson, why).into_response(),
     };
-    let store = match Store::from_env(env) {
+    let store = match crate::places::from_env(env) {
         Ok(store) => store
             .with_faults(faults, &req.path())
             .with_live(crate::live::notifier(env)),

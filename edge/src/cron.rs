@@ -13,7 +13,7 @@ use worker::Env;
 /// alarm (`shard.rs`), and the cron only sweeps the previous layout's database, if the
 /// deployment keeps one.
 pub(crate) async fn cron(env: &Env) -> ApiResult<()> {
-    let store = Store::from_env(env)?.with_live(crate::live::notifier(env));
+    let store = crate::places::from_env(env)?.with_live(crate::live::notifier(env));
     let host = WorkerHost { env, ctx: None };
     if !store.is_sharded() {
         return run(&host, &store).await;
@@ -25,7 +25,8 @@ pub(crate) async fn cron(env: &Env) -> ApiResult<()> {
 async fn run_previous(env: &Env, store: &Store) -> ApiResult<()> {
     if store.has_previous() {
         let host = WorkerHost { env, ctx: None };
-        let store = Store::d1(env.d1("DB")?).with_live(crate::live::notifier(env));
+        let store = crate::places::d1(env.d1("DB").map_err(crate::problem::runtime)?)
+            .with_live(crate::live::notifier(env));
         run(&host, &store).await?;
     }
     Ok(())
@@ -41,7 +42,7 @@ pub(crate) async fn run_now(
     fault: Option<&str>,
     alarm_in_ms: Option<i64>,
 ) -> ApiResult<()> {
-    let Some(shards) = crate::store::Shards::from_env(env)? else {
+    let Some(shards) = crate::places::Shards::from_env(env)? else {
         return run(&WorkerHost { env, ctx: None }, store).await;
     };
     run_previous(env, store).await?;

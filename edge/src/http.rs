@@ -103,8 +103,11 @@ pub(crate) fn job_headers(stored: &StoredJob) -> Headers {
 
 /// A JSON response with `status`.
 pub(crate) fn json(status: u16, body: String, headers: Headers) -> ApiResult<Response> {
-    headers.set("Content-Type", "application/json")?;
-    Ok(Response::from_bytes(body.into_bytes())?
+    headers
+        .set("Content-Type", "application/json")
+        .map_err(crate::problem::runtime)?;
+    Ok(Response::from_bytes(body.into_bytes())
+        .map_err(crate::problem::runtime)?
         .with_status(status)
         .with_headers(headers))
 }

@@ -6,48 +6,35 @@
 //! failure into problem+json. See
 //! ARCHITECTURE.md for the codemap.
 
-mod alarm;
 mod analytics;
 mod api;
 mod attempts;
 mod auth;
-mod certification;
 mod certify;
-mod clock;
 mod cron;
-mod dispatch;
-mod error;
-mod fault;
 mod fault_header;
-mod handoff;
-mod host;
 mod http;
 mod jobs;
 mod jwks;
-mod keeping;
-mod kinds;
 mod limits;
 mod lists;
 mod live;
-mod log;
-mod message;
 mod moving;
-mod mutant;
 mod openai;
-mod outcome;
-mod pacing;
-pub mod platform;
-mod providers;
-mod queue;
-mod reconcile;
-mod retention;
+mod places;
+mod problem;
+pub mod queue;
 mod shard;
-pub mod sim;
-mod stats;
-mod store;
+pub mod stats;
 mod stream;
 mod worker_host;
 mod worker_platform;
+
+// The core's modules, under the names the Worker's files use.
+use onceclick_core::{
+    alarm, certification, clock, dispatch, error, fault, handoff, host, keeping, kinds, log,
+    message, outcome, pacing, platform, providers, reconcile, retention, store,
+};
 
 use serde_json::json;
 use worker::{

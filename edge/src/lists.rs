@@ -79,7 +79,9 @@ fn page_response(page: Page) -> ApiResult<Response> {
         page.items.join(",")
     );
     let headers = Headers::new();
-    headers.set("Cache-Control", "no-store")?;
+    headers
+        .set("Cache-Control", "no-store")
+        .map_err(crate::problem::runtime)?;
     json(200, body, headers)
 }
 

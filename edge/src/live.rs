@@ -33,7 +33,6 @@
 use crate::error::{ApiResult, AppError};
 use crate::keeping::{self, Writes};
 use crate::pacing::Taken;
-use crate::store::Store;
 use futures_util::future::LocalBoxFuture;
 use onceclick_protocol::chat::MAX_CHARS;
 use onceclick_protocol::live::{EndChunk, Hub, Keeper, Piece, Place, Position, FRAME_CHARS};
@@ -589,7 +588,7 @@ impl Live {
                 .set_alarm(self.check_every_ms() as i64)
                 .await;
         };
-        let read = match Store::from_env(&self.env) {
+        let read = match crate::places::from_env(&self.env) {
             Ok(store) => store.job(None, &job).await,
             Err(e) => Err(e),
         };

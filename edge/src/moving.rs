@@ -25,6 +25,8 @@ pub(crate) async fn get(ctx: &Ctx<'_>) -> ApiResult<Response> {
         "verdict": status.verdict(),
     });
     let headers = Headers::new();
-    headers.set("Cache-Control", "no-store")?;
+    headers
+        .set("Cache-Control", "no-store")
+        .map_err(crate::problem::runtime)?;
     json(200, body.to_string(), headers)
 }

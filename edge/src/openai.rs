@@ -10,35 +10,14 @@ use crate::outcome::CallOutcome;
 use crate::pacing::{Next, Pacing, Taken, HAND_OFF_MS};
 use futures_util::future::{select, Either};
 use futures_util::StreamExt;
-use onceclick_protocol::chat::{ChatStream, Ending, Tokens};
+use onceclick_core::answer::{classify, classify_stream, request_body, timed_out};
+use onceclick_protocol::chat::ChatStream;
 use onceclick_protocol::contract::Kind;
 use onceclick_protocol::contract::ProviderConfig;
-use onceclick_protocol::{ijson, AttemptError};
+use onceclick_protocol::AttemptError;
 use serde_json::{json, Value};
 use std::time::Duration;
 use worker::{AbortController, Delay, Fetch, Headers, Method, Request, RequestInit, Response};
-
-/// The chat-completions request body for `input` under `kind`.
-pub(crate) fn request_body(provider: &ProviderConfig, kind: &Kind, input: &Value) -> Value {
-    let (system, user) = kind.render_prompt(input);
-    let mut body = json!({
-        "model": provider.model,
-        "temperature": 0,
-        "messages": [
-            {"role": "system", "content": system},
-            {"role": "user", "content": user},
-        ],
-        "response_format": {
-            "type": "json_schema",
-            "json_schema": {"name": kind.name(), "strict": true, "schema": kind.decl().output_schema},
-        },
-    });
-    if provider.stream {
-        body["stream"] = json!(true);
-        body["stream_options"] = json!({"include_usage": true});
-    }
-    body
-}
 
 /// Aborts its fetch when dropped: a call dropped before its answer (the dispatcher
 /// stopped it, or its isolate went away) closes the provider's connection rather than
@@ -196,17 +175,6 @@ pub(crate) async fn call(
 
 fn delay(ms: u64) -> Delay {
     Delay::from(Duration::from_millis(ms))
-}
-
-fn timed_out(provider: &ProviderConfig) -> AttemptError {
-    AttemptError::new(
-        "provider_timeout",
-        format!(
-            "{} did not answer within {} ms; it may still be working",
-            provider.name, provider.timeout_ms
-        ),
-        false,
-    )
 }
 
 /// An answer read to its end.
@@ -461,6 +429,7 @@ enum Broke {
     /// After: it may have done the work.
     Ambiguous(AttemptError),
 }
+
 use Broke::{Ambiguous, Definite};
 
 fn build_request(
@@ -499,137 +468,11 @@ fn build_request(
     Request::new_with_init(&url, &init).map_err(setup)
 }
 
-fn classify(
-    provider: &ProviderConfig,
-    kind: &Kind,
-    input: &Value,
-    status: u16,
-    retry_after: Option<String>,
-    text: &str,
-) -> CallOutcome {
-    let name = &provider.name;
-    match status {
-        429 => CallOutcome::Failed(AttemptError::new(
-            "provider_rate_limited",
-            format!(
-                "{name} answered 429{}",
-                retry_after
-                    .map(|r| format!(" (Retry-After: {r})"))
-                    .unwrap_or_default()
-            ),
-            true,
-        )),
-        // A gateway gave up waiting; the provider behind it may have finished the work.
-        504 => CallOutcome::Unknown(AttemptError::new(
-            "provider_gateway_timeout",
-            format!(
-                "{name} answered 504: a gateway timed out; the provider may have done the work"
-            ),
-            false,
-        )),
-        500..=599 => CallOutcome::Failed(AttemptError::new(
-            "provider_unavailable",
-            format!("{name} answered {status}"),
-            true,
-        )),
-        200..=299 => offer(provider, kind, input, output_of(text)),
-        _ => CallOutcome::Failed(AttemptError::new(
-            "provider_rejected",
-            format!(
-                "{name} answered {status}: {}",
-                text.chars().take(200).collect::<String>()
-            ),
-            false,
-        )),
-    }
-}
-
-/// An answer's output, if it parsed, checked against the kind's contract.
-fn offer(
-    provider: &ProviderConfig,
-    kind: &Kind,
-    input: &Value,
-    parsed: Result<(Value, Option<Tokens>), String>,
-) -> CallOutcome {
-    match parsed.and_then(|(output, tokens)| {
-        kind.check_output(input, &output)
-            .map(|()| (output, tokens))
-            .map_err(|v| v.0)
-    }) {
-        Ok((output, tokens)) => CallOutcome::Output(output, tokens),
-        Err(why) => CallOutcome::Failed(AttemptError::new(
-            "contract_violation",
-            format!("{}: {why}", provider.name),
-            false,
-        )),
-    }
-}
-
-/// How a streamed answer that was read to its end came out. Only a finish reason of
-/// `stop` makes its text an output; the text is then parsed and checked as a whole
-/// answer's content is.
-pub(crate) fn classify_stream(
-    provider: &ProviderConfig,
-    kind: &Kind,
-    input: &Value,
-    chat: &ChatStream,
-) -> CallOutcome {
-    let (name, got) = (&provider.name, chat.chars());
-    let failed = |code: &str, message: String, retryable: bool| {
-        CallOutcome::Failed(AttemptError::new(code, message, retryable))
-    };
-    match chat.end() {
-        Ending::Complete => {
-            let parsed = ijson::parse(chat.text().as_bytes())
-                .map(|output| (output, chat.tokens()))
-                .map_err(|e| format!("the streamed content is not JSON: {e}"));
-            offer(provider, kind, input, parsed)
-        }
-        Ending::Incomplete(reason) => failed(
-            "provider_output_incomplete",
-            format!("{name} ended its answer unfinished (finish_reason {reason}) after {got} characters; an unfinished answer is never an output"),
-            false,
-        ),
-        Ending::Refused(why) => failed(
-            "provider_refused",
-            format!("{name} refused: {why}"),
-            false,
-        ),
-        // Retryable only if no text came: text means the provider did (and billed)
-        // work, which a failover would pay for twice. A new attempt is then the owner's
-        // choice.
-        Ending::Error(message) => failed(
-            "provider_stream_error",
-            format!("{name} reported an error in its streamed answer after {got} characters: {message}"),
-            got == 0 || crate::mutant::on(crate::mutant::Mutant::StreamErrorAfterTextRetries),
-        ),
-        Ending::Malformed(why) => failed("contract_violation", format!("{name}: {why}"), false),
-        Ending::CutOff => CallOutcome::Unknown(AttemptError::new(
-            "provider_answer_cut_off",
-            format!("the streamed answer from {name} broke off after {got} characters, before its finish reason; it may have done the work"),
-            false,
-        )),
-    }
-}
-
-/// The JSON object a chat completion carries in `choices[0].message.content`, and its
-/// `usage` when it has one (two counts that are not whole numbers read as none).
-fn output_of(text: &str) -> Result<(Value, Option<Tokens>), String> {
-    let envelope =
-        ijson::parse(text.as_bytes()).map_err(|e| format!("the answer is not JSON: {e}"))?;
-    let content = envelope
-        .pointer("/choices/0/message/content")
-        .and_then(Value::as_str)
-        .ok_or("the answer has no choices[0].message.content string")?;
-    let output =
-        ijson::parse(content.as_bytes()).map_err(|e| format!("the content is not JSON: {e}"))?;
-    let tokens = envelope.get("usage").and_then(Tokens::of_usage);
-    Ok((output, tokens))
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{decoded, output_of, Tokens};
+    use super::decoded;
+    use onceclick_core::answer::output_of;
+    use onceclick_protocol::chat::Tokens;
 
     #[test]
     fn bytes_cut_anywhere_decode_to_the_same_text() {

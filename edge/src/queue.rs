@@ -5,7 +5,6 @@
 
 use crate::dispatch::{deliver, Dispatch};
 use crate::fault;
-use crate::store::Store;
 use crate::worker_host::WorkerHost;
 use futures_util::future::join_all;
 use serde_json::json;
@@ -37,7 +36,7 @@ pub(crate) async fn consume(batch: MessageBatch<Dispatch>, env: &Env) {
             .filter(|_| crate::fault_header::allowed(env))
             .and_then(|spec| fault::parse(spec).ok())
             .unwrap_or_default();
-        let store = match Store::from_env(env) {
+        let store = match crate::places::from_env(env) {
             Ok(store) => store
                 .with_faults(faults, &dispatch.attempt_id)
                 .with_live(crate::live::notifier(env)),

@@ -13,50 +13,15 @@ use crate::alarm;
 use crate::error::AppError;
 use crate::fault;
 use crate::handoff::Outbox;
+use crate::places::Local;
+use crate::places::WireBatch;
 use crate::reconcile;
-use crate::store::{Local, Store, WireBatch};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::cell::Cell;
 use wasm_bindgen::{JsCast, JsValue};
 use worker::js_sys::{Array, Reflect};
 use worker::{durable_object, DurableObject, Env, Request, Response, Result, State};
-
-/// The migration files, in order: the same ones `wrangler d1 migrations apply` runs.
-pub(crate) const MIGRATIONS: &[(&str, &str)] = &[
-    (
-        "0001_jobs_attempts_events.sql",
-        include_str!("../migrations/0001_jobs_attempts_events.sql"),
-    ),
-    (
-        "0002_certifications.sql",
-        include_str!("../migrations/0002_certifications.sql"),
-    ),
-    (
-        "0003_fault_paths.sql",
-        include_str!("../migrations/0003_fault_paths.sql"),
-    ),
-    (
-        "0004_one_rollup.sql",
-        include_str!("../migrations/0004_one_rollup.sql"),
-    ),
-    (
-        "0005_lists.sql",
-        include_str!("../migrations/0005_lists.sql"),
-    ),
-    (
-        "0006_stats.sql",
-        include_str!("../migrations/0006_stats.sql"),
-    ),
-    (
-        "0007_one_position.sql",
-        include_str!("../migrations/0007_one_position.sql"),
-    ),
-    (
-        "0008_attempt_tokens.sql",
-        include_str!("../migrations/0008_attempt_tokens.sql"),
-    ),
-];
 
 const MIGRATIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS onceclick_migrations (
     name TEXT PRIMARY KEY,
@@ -80,8 +45,6 @@ const SET_PASS_DUE: &str = "INSERT INTO onceclick_pass (one, due_ms) VALUES (1, 
 const APPLIED: &str = "SELECT name FROM onceclick_migrations";
 const RECORD: &str = "INSERT INTO onceclick_migrations (name, applied_at)
     VALUES (?1, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))";
-/// Whether the shard still holds any job (and so needs its alarm).
-pub(crate) const HAS_JOBS: &str = "SELECT EXISTS (SELECT 1 FROM jobs) AS any";
 
 // Only `fetch` and `alarm` are bound: the WebSocket and socket handlers a bare
 // `#[durable_object]` adds would cost the Worker their glue for nothing.
@@ -175,7 +138,7 @@ impl DurableObject for Shard {
         };
         // Decided and set in one synchronous turn, after the last await (`alarm.rs`).
         let holds_jobs = || {
-            first_value(&local, HAS_JOBS, "any")
+            first_value(&local, onceclick_core::alarm::HAS_JOBS, "any")
                 .and_then(|v| v.as_f64())
                 .unwrap_or(1.0)
                 != 0.0
@@ -259,7 +222,7 @@ impl Shard {
                     .collect()
             })
             .unwrap_or_default();
-        for (name, script) in MIGRATIONS {
+        for (name, script) in onceclick_core::store::migrations::MIGRATIONS {
             if !applied.iter().any(|a| a == name) {
                 local.migrate(script, RECORD, name)?;
             }
@@ -412,7 +375,7 @@ impl Shard {
             .map_err(AppError::internal)?;
         let scope = "/v1/_reconcile";
         // The pass tells the hubs of the jobs its sweeps move, as the cron's does.
-        let store = Store::local(local)
+        let store = crate::places::local(local)
             .with_faults(faults.unwrap_or_default(), scope)
             .with_live(crate::live::notifier(&self.env));
         let host = crate::worker_host::WorkerHost {
@@ -452,24 +415,4 @@ fn column(row: &JsValue, name: &str) -> Option<JsValue> {
 fn first_value(local: &Local, sql: &str, name: &str) -> Option<JsValue> {
     let sets = local.run(vec![(sql.to_owned(), Vec::new())]).ok()?;
     column(&sets.get(0).dyn_into::<Array>().ok()?.get(0), name)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::MIGRATIONS;
-
-    #[test]
-    fn every_migration_file_is_applied_by_the_shards() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
-        let mut files: Vec<String> = std::fs::read_dir(&dir)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.ends_with(".sql"))
-            .collect();
-        files.sort();
-        let listed: Vec<String> = MIGRATIONS.iter().map(|(n, _)| (*n).to_owned()).collect();
-        assert_eq!(files, listed);
-    }
 }

@@ -149,7 +149,9 @@ pub(crate) async fn get(req: &Request, ctx: &Ctx<'_>) -> ApiResult<Response> {
     let since = from.get(..16).unwrap_or(&from);
     let rows = ctx.store.stats(since).await?;
     let headers = Headers::new();
-    headers.set("Cache-Control", "no-store")?;
+    headers
+        .set("Cache-Control", "no-store")
+        .map_err(crate::problem::runtime)?;
     json(200, render(&rows, &from, &to, seconds).to_string(), headers)
 }
 

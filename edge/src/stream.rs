@@ -224,7 +224,8 @@ async fn serve(
         }
     }
     if open.is_empty() && first.is_empty() {
-        return Ok(Response::empty()?
+        return Ok(Response::empty()
+            .map_err(crate::problem::runtime)?
             .with_status(204)
             .with_headers(sse_headers()));
     }
@@ -316,13 +317,17 @@ async fn serve(
     let first = (!first.is_empty()).then(|| Ok::<_, worker::Error>(first.into_bytes()));
     let body =
         futures_util::stream::iter(first).chain(futures_util::stream::unfold(relay, Relay::next));
-    Ok(Response::from_stream(body)?.with_headers(sse_headers()))
+    Ok(Response::from_stream(body)
+        .map_err(crate::problem::runtime)?
+        .with_headers(sse_headers()))
 }
 
 /// A stream that sends `events` and ends.
 fn whole(events: String) -> ApiResult<Response> {
     let body = futures_util::stream::iter([Ok::<_, worker::Error>(events.into_bytes())]);
-    Ok(Response::from_stream(body)?.with_headers(sse_headers()))
+    Ok(Response::from_stream(body)
+        .map_err(crate::problem::runtime)?
+        .with_headers(sse_headers()))
 }
 
 /// The event that names a job whose hub did not answer: the client polls it.

@@ -6,7 +6,7 @@
 //! key would bind a second job in a shard.
 //!
 //! Both the Worker (`GET /v1/move`) and `cargo xtask move-status` read the same counts
-//! (`edge/src/store/move_status.sql`) and give the same verdict here.
+//! (`core/src/store/move_status.sql`) and give the same verdict here.
 
 use serde::{Deserialize, Serialize};
 

@@ -15,7 +15,7 @@
 
 use crate::exec::{self, Yield};
 use futures_util::future::LocalBoxFuture;
-use onceclick_edge::sim::{Batch, Marks, Mutant, Outbox, Places};
+use onceclick_core::sim::{Batch, Marks, Mutant, Outbox, Places};
 use rusqlite::functions::FunctionFlags;
 use rusqlite::types::Value as Sql;
 use rusqlite::Connection;
@@ -162,7 +162,7 @@ fn open(place: &str) -> rusqlite::Result<Connection> {
         let time: Option<String> = ctx.get(1)?;
         Ok(time.and_then(|t| strftime(&format, &t)))
     })?;
-    for (_, script) in onceclick_edge::sim::migrations() {
+    for (_, script) in onceclick_core::sim::migrations() {
         conn.execute_batch(script)?;
     }
     conn.execute_batch(TOUCH)?;
@@ -235,7 +235,7 @@ impl Db {
             return outbox.clone();
         }
         let starting: Vec<String> = self
-            .query(place, onceclick_edge::sim::STARTING, &[])
+            .query(place, onceclick_core::sim::STARTING, &[])
             .into_iter()
             .filter_map(|r| r.get("id").and_then(Value::as_str).map(str::to_owned))
             .collect();
@@ -406,7 +406,7 @@ impl Places for SimPlaces {
 
 /// The statement of a dispatcher's watch over its call (`ATTEMPT_WATCH`).
 fn watch_sql() -> &'static str {
-    onceclick_edge::sim::statements()
+    onceclick_core::sim::statements()
         .iter()
         .find(|(name, _)| *name == "ATTEMPT_WATCH")
         .map_or("", |(_, sql)| sql)
@@ -479,7 +479,7 @@ mod tests {
             ),
             (SqlMutant::ClaimLeavesPosition, &["CLAIM"][..]),
         ] {
-            let hit: Vec<&str> = onceclick_edge::sim::statements()
+            let hit: Vec<&str> = onceclick_core::sim::statements()
                 .iter()
                 .filter(|(_, sql)| mutant.rewrite(sql).is_some())
                 .map(|(name, _)| *name)

@@ -6,7 +6,7 @@ use crate::handing;
 use crate::live::Live;
 use crate::script::{Script, StreamEnd};
 use futures_util::future::LocalBoxFuture;
-use onceclick_edge::sim::{CallOutcome, Dispatch, Host, ProviderCall};
+use onceclick_core::sim::{CallOutcome, Dispatch, Host, ProviderCall};
 use onceclick_protocol::chat::ChatStream;
 use onceclick_protocol::AttemptError;
 use serde_json::{json, Value};
@@ -146,7 +146,7 @@ impl Host for SimHost {
                     world: world.clone(),
                     isolate: 0,
                 };
-                onceclick_edge::sim::send(&host, message).await;
+                onceclick_core::sim::send(&host, message).await;
             });
     }
 
@@ -243,7 +243,7 @@ impl Host for SimHost {
                     let chat = chat.into_inner();
                     stopped.answered = true;
                     world.delivered(&attempt_id, crate::platform::now_ms() as u64);
-                    let outcome = onceclick_edge::sim::classify_stream(
+                    let outcome = onceclick_core::sim::classify_stream(
                         call.provider,
                         call.kind,
                         call.input,

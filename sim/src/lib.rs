@@ -23,7 +23,7 @@ mod world_platform;
 
 pub use db::{AnyMutant, SqlMutant};
 pub use live::LiveFigures;
-pub use onceclick_edge::sim::Mutant;
+pub use onceclick_core::sim::Mutant;
 pub use world::{Figures, Shape, Violation};
 
 use db::FaultRates;
@@ -103,7 +103,7 @@ pub fn run_world(spec: &WorldSpec, trace: bool) -> WorldRun {
     if world.violations().is_empty() {
         world.settle();
     }
-    onceclick_edge::sim::plant(None);
+    onceclick_core::sim::plant(None);
     WorldRun {
         shape,
         figures: world.figures(),

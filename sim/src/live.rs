@@ -34,9 +34,9 @@
 
 use crate::rng::Rng;
 use futures_util::future::{self, LocalBoxFuture};
-use onceclick_edge::sim::keeping::{self, Answer, Writes};
-use onceclick_edge::sim::pacing::Taken;
-use onceclick_edge::sim::Notify;
+use onceclick_core::sim::keeping::{self, Answer, Writes};
+use onceclick_core::sim::pacing::Taken;
+use onceclick_core::sim::Notify;
 use onceclick_protocol::chat::MAX_CHARS;
 use onceclick_protocol::live::{EndChunk, Follower, Hub, Keeper, Piece, Place};
 use onceclick_protocol::{AttemptState, Job};

@@ -1,8 +1,8 @@
-//! The simulator's platform for the Worker's core (`onceclick_edge::platform`): a
+//! The simulator's platform for the Worker's core (`onceclick_core::platform`): a
 //! virtual clock the world moves, a seeded generator behind ids and random picks, and
 //! a log the world drains after every step. Per thread: each world runs on one.
 
-use onceclick_edge::platform::Platform;
+use onceclick_core::platform::Platform;
 use serde_json::Value;
 use std::cell::{Cell, RefCell};
 
@@ -18,7 +18,7 @@ struct SimPlatform;
 
 /// Installs the simulator's platform (once per process; every thread has its own state).
 pub(crate) fn install() {
-    onceclick_edge::platform::install(&SimPlatform);
+    onceclick_core::platform::install(&SimPlatform);
 }
 
 /// The virtual clock, in milliseconds since the epoch.

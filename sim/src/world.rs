@@ -8,7 +8,7 @@ use crate::host::SimHost;
 use crate::live::{Live, LiveFigures};
 use crate::rng::Rng;
 use crate::script::{CallRecord, Script, StreamEnd};
-use onceclick_edge::sim::{self, alarm, Answer, Dispatch, Layout};
+use onceclick_core::sim::{self, alarm, Answer, Dispatch, Layout};
 use onceclick_protocol::shard::{Shard, ShardCount};
 use onceclick_protocol::{AttemptState, CreateJob, ErrorCode, NewAttempt};
 use serde_json::{json, Value};
@@ -556,9 +556,9 @@ impl World {
         end: StreamEnd,
         expected: &Value,
         chars: u64,
-        outcome: &onceclick_edge::sim::CallOutcome,
+        outcome: &onceclick_core::sim::CallOutcome,
     ) {
-        use onceclick_edge::sim::CallOutcome;
+        use onceclick_core::sim::CallOutcome;
         let usage = Some(onceclick_protocol::chat::Tokens {
             prompt: 9,
             completion: 4,

@@ -6,7 +6,7 @@ use crate::host::Platform;
 use crate::live::Live;
 use crate::script::{Script, StreamEnd};
 use crate::world::World;
-use onceclick_edge::sim::{CallOutcome, Dispatch};
+use onceclick_core::sim::{CallOutcome, Dispatch};
 use serde_json::Value;
 use std::rc::Rc;
 

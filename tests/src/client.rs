@@ -362,7 +362,7 @@ pub async fn resend_while_unavailable(
     (reply, resent)
 }
 
-/// The header that arms test-only faults in the test Worker (see `edge/src/fault.rs`).
+/// The header that arms test-only faults in the test Worker (see `core/src/fault.rs`).
 pub const FAULT_HEADER: &str = "X-Onceclick-Fault";
 
 /// A job text that carries `marker`, so that mock scripts and call counts apply to the

@@ -275,8 +275,8 @@ fn the_rollup_reads_one_job_by_its_index() {
 }
 
 /// The store's statements, exactly as the Worker sends them.
-#[allow(dead_code, unused_macros)]
-#[path = "../../edge/src/store/sql.rs"]
+#[allow(dead_code, unused_macros, unreachable_pub)]
+#[path = "../../core/src/store/sql.rs"]
 mod sql;
 
 /// The tables whose rows grow with traffic: no statement may read one of them whole.

@@ -9,7 +9,7 @@
 //!   final, or `unknown` (its dispatcher died after it may have called the provider).
 //!
 //! Sharded, a create's dispatch is handed on by its shard's alarm, scheduled in the
-//! create's transaction (`edge/src/handoff.rs`), so the reconciler's lost-dispatch sweep
+//! create's transaction (`core/src/handoff.rs`), so the reconciler's lost-dispatch sweep
 //! is held back (an hour): an attempt a kill left `starting` is dispatched by the
 //! alarm of the shard's next instance, or it is still `starting` at the end and the
 //! suite fails.

@@ -439,7 +439,7 @@ fn d1_count(persist: &Path, sql: &str, param: &str) -> Result<i64> {
 }
 
 /// What the D1 kept by a move still holds: `wrangler d1 execute DB` with the statement
-/// `GET /v1/move` runs (`edge/src/store/move_status.sql`), on the deployed database, or
+/// `GET /v1/move` runs (`core/src/store/move_status.sql`), on the deployed database, or
 /// on the local one kept in `local` (the folder `--persist-to` names).
 pub(crate) fn status(tools: &Tools, local: Option<&Path>) -> Result<MoveStatus> {
     let mut cmd = tools.command("wrangler");
@@ -474,4 +474,4 @@ pub(crate) fn status(tools: &Tools, local: Option<&Path>) -> Result<MoveStatus> 
 }
 
 /// The statement both `GET /v1/move` and [`status`] run.
-const MOVE_STATUS_SQL: &str = include_str!("../../edge/src/store/move_status.sql");
+const MOVE_STATUS_SQL: &str = include_str!("../../core/src/store/move_status.sql");

@@ -34,6 +34,8 @@ pub(crate) const EDGE: WorkerCrate = WorkerCrate {
     inputs: &[
         "edge/src",
         "edge/kinds",
+        "core/src",
+        "core/Cargo.toml",
         "edge/Cargo.toml",
         "protocol/src",
         "protocol/Cargo.toml",

@@ -1,0 +1,173 @@
+//! What a provider's answer means (the OpenAI-compatible chat-completions form): the
+//! request's body, and the classification of an answer, whole or streamed, into an
+//! output that keeps the kind's contract, a failure (retryable or not), or `unknown`.
+//! The Worker's adapter (`openai.rs`) carries the HTTP; the simulator's providers answer
+//! through the same classification.
+
+use crate::outcome::CallOutcome;
+use onceclick_protocol::chat::{ChatStream, Ending, Tokens};
+use onceclick_protocol::contract::Kind;
+use onceclick_protocol::contract::ProviderConfig;
+use onceclick_protocol::{ijson, AttemptError};
+use serde_json::{json, Value};
+
+/// The chat-completions request body for `input` under `kind`.
+pub fn request_body(provider: &ProviderConfig, kind: &Kind, input: &Value) -> Value {
+    let (system, user) = kind.render_prompt(input);
+    let mut body = json!({
+        "model": provider.model,
+        "temperature": 0,
+        "messages": [
+            {"role": "system", "content": system},
+            {"role": "user", "content": user},
+        ],
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": kind.name(), "strict": true, "schema": kind.decl().output_schema},
+        },
+    });
+    if provider.stream {
+        body["stream"] = json!(true);
+        body["stream_options"] = json!({"include_usage": true});
+    }
+    body
+}
+
+pub fn timed_out(provider: &ProviderConfig) -> AttemptError {
+    AttemptError::new(
+        "provider_timeout",
+        format!(
+            "{} did not answer within {} ms; it may still be working",
+            provider.name, provider.timeout_ms
+        ),
+        false,
+    )
+}
+
+pub fn classify(
+    provider: &ProviderConfig,
+    kind: &Kind,
+    input: &Value,
+    status: u16,
+    retry_after: Option<String>,
+    text: &str,
+) -> CallOutcome {
+    let name = &provider.name;
+    match status {
+        429 => CallOutcome::Failed(AttemptError::new(
+            "provider_rate_limited",
+            format!(
+                "{name} answered 429{}",
+                retry_after
+                    .map(|r| format!(" (Retry-After: {r})"))
+                    .unwrap_or_default()
+            ),
+            true,
+        )),
+        // A gateway gave up waiting; the provider behind it may have finished the work.
+        504 => CallOutcome::Unknown(AttemptError::new(
+            "provider_gateway_timeout",
+            format!(
+                "{name} answered 504: a gateway timed out; the provider may have done the work"
+            ),
+            false,
+        )),
+        500..=599 => CallOutcome::Failed(AttemptError::new(
+            "provider_unavailable",
+            format!("{name} answered {status}"),
+            true,
+        )),
+        200..=299 => offer(provider, kind, input, output_of(text)),
+        _ => CallOutcome::Failed(AttemptError::new(
+            "provider_rejected",
+            format!(
+                "{name} answered {status}: {}",
+                text.chars().take(200).collect::<String>()
+            ),
+            false,
+        )),
+    }
+}
+
+/// An answer's output, if it parsed, checked against the kind's contract.
+pub fn offer(
+    provider: &ProviderConfig,
+    kind: &Kind,
+    input: &Value,
+    parsed: Result<(Value, Option<Tokens>), String>,
+) -> CallOutcome {
+    match parsed.and_then(|(output, tokens)| {
+        kind.check_output(input, &output)
+            .map(|()| (output, tokens))
+            .map_err(|v| v.0)
+    }) {
+        Ok((output, tokens)) => CallOutcome::Output(output, tokens),
+        Err(why) => CallOutcome::Failed(AttemptError::new(
+            "contract_violation",
+            format!("{}: {why}", provider.name),
+            false,
+        )),
+    }
+}
+
+/// How a streamed answer that was read to its end came out. Only a finish reason of
+/// `stop` makes its text an output; the text is then parsed and checked as a whole
+/// answer's content is.
+pub fn classify_stream(
+    provider: &ProviderConfig,
+    kind: &Kind,
+    input: &Value,
+    chat: &ChatStream,
+) -> CallOutcome {
+    let (name, got) = (&provider.name, chat.chars());
+    let failed = |code: &str, message: String, retryable: bool| {
+        CallOutcome::Failed(AttemptError::new(code, message, retryable))
+    };
+    match chat.end() {
+        Ending::Complete => {
+            let parsed = ijson::parse(chat.text().as_bytes())
+                .map(|output| (output, chat.tokens()))
+                .map_err(|e| format!("the streamed content is not JSON: {e}"));
+            offer(provider, kind, input, parsed)
+        }
+        Ending::Incomplete(reason) => failed(
+            "provider_output_incomplete",
+            format!("{name} ended its answer unfinished (finish_reason {reason}) after {got} characters; an unfinished answer is never an output"),
+            false,
+        ),
+        Ending::Refused(why) => failed(
+            "provider_refused",
+            format!("{name} refused: {why}"),
+            false,
+        ),
+        // Retryable only if no text came: text means the provider did (and billed)
+        // work, which a failover would pay for twice. A new attempt is then the owner's
+        // choice.
+        Ending::Error(message) => failed(
+            "provider_stream_error",
+            format!("{name} reported an error in its streamed answer after {got} characters: {message}"),
+            got == 0 || crate::mutant::on(crate::mutant::Mutant::StreamErrorAfterTextRetries),
+        ),
+        Ending::Malformed(why) => failed("contract_violation", format!("{name}: {why}"), false),
+        Ending::CutOff => CallOutcome::Unknown(AttemptError::new(
+            "provider_answer_cut_off",
+            format!("the streamed answer from {name} broke off after {got} characters, before its finish reason; it may have done the work"),
+            false,
+        )),
+    }
+}
+
+/// The JSON object a chat completion carries in `choices[0].message.content`, and its
+/// `usage` when it has one (two counts that are not whole numbers read as none).
+pub fn output_of(text: &str) -> Result<(Value, Option<Tokens>), String> {
+    let envelope =
+        ijson::parse(text.as_bytes()).map_err(|e| format!("the answer is not JSON: {e}"))?;
+    let content = envelope
+        .pointer("/choices/0/message/content")
+        .and_then(Value::as_str)
+        .ok_or("the answer has no choices[0].message.content string")?;
+    let output =
+        ijson::parse(content.as_bytes()).map_err(|e| format!("the content is not JSON: {e}"))?;
+    let tokens = envelope.get("usage").and_then(Tokens::of_usage);
+    Ok((output, tokens))
+}
