@@ -4,7 +4,7 @@
 //! Building an `AppError` has no side effects. The cause of a failure on our side rides
 //! along in `cause` (never sent: it may name internals) and is logged once, at the
 //! boundary that gives up on it: `api::handle` (with method and path),
-//! `dispatch::consume` (with the attempt id), and the cron handler.
+//! the Worker's `queue::consume` (with the attempt id), and its cron handler.
 
 use onceclick_protocol::ErrorCode;
 

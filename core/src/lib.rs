@@ -3,7 +3,7 @@
 //! are its two shells: each implements its ports ([`host::Host`], [`host::Notify`],
 //! [`store::Places`], [`platform::Platform`]) and calls the same decisions
 //! ([`jobs`], [`attempts`], [`dispatch`], [`reconcile`], [`certification`]) and the
-//! store's SQL ([`store`]). See ARCHITECTURE.md, "One core, two shells".
+//! store's SQL ([`store`]). See docs/two-shells.md.
 
 pub mod alarm;
 pub mod answer;

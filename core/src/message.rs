@@ -1,6 +1,6 @@
 //! The dispatch queue's messages: run this attempt, or record a result it already has.
 //! The store's shards make them for the attempts they hand on, the handlers and the
-//! reconciler send them, and the queue consumer (`dispatch.rs`) reads them.
+//! reconciler send them, and the queue consumer (the Worker's `queue.rs`, through `dispatch::deliver`) reads them.
 
 use serde::{Deserialize, Serialize};
 

@@ -1,10 +1,11 @@
 //! The onceclick API on Cloudflare Workers: one intent, one job, however often it is sent.
 //!
-//! `api` routes and authenticates, `jobs`, `attempts` and `lists` hold the handlers, `dispatch`
-//! consumes the queue and calls providers through `openai`, `reconcile` is the cron,
-//! `store` owns all SQL (on D1, or on the `shard` Durable Objects), `error` turns every
-//! failure into problem+json. See
-//! ARCHITECTURE.md for the codemap.
+//! The Worker is the shell of `onceclick-core`, which holds the decisions and the store's
+//! SQL: `api` routes and authenticates, `jobs`, `attempts` and `lists` read requests for
+//! the core's `decide_*`, `queue` consumes the dispatch queue (`dispatch::deliver`),
+//! `cron` runs the reconciler, `places` carries the store's batches to D1 or the `shard`
+//! Durable Objects, `openai` makes the provider's HTTP call, and `problem` turns every
+//! failure into problem+json. See ARCHITECTURE.md for the codemap.
 
 mod analytics;
 mod api;

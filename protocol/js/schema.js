@@ -1,7 +1,7 @@
 // JSON Schema 2020-12 in the Worker: @cfworker/json-schema behind the two calls that
 // protocol/src/contract/js_schema.rs imports through wasm-bindgen. worker-build bundles
 // this file and the package into edge/build/index.js; `cargo xtask` puts the pinned
-// package (package-lock.json) where that bundler finds it (NODE_PATH). See ARCHITECTURE.md.
+// package (package-lock.json) where that bundler finds it (NODE_PATH). See docs/json-schema.md.
 //
 // Values cross as JSON text. Errors cross as thrown strings. Messages follow boon's (the
 // validator natively): the innermost failures, each as `at '<JSON Pointer>': <what>`.

@@ -16,7 +16,7 @@
 #![deny(missing_docs, missing_debug_implementations)]
 
 /// The global allocator: talc's single-threaded wasm allocator is smaller than std's
-/// dlmalloc (see ARCHITECTURE.md, "The SDK's size").
+/// dlmalloc (see docs/sdk-size.md).
 #[cfg(all(target_family = "wasm", not(target_feature = "atomics")))]
 #[global_allocator]
 static ALLOCATOR: talc::wasm::WasmDynamicTalc = talc::wasm::new_wasm_dynamic_allocator();

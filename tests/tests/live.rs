@@ -979,7 +979,7 @@ fn chars_of(deltas: &Deltas) -> usize {
 // provider sent before it broke, and the document that says `unknown`. The operator's
 // resolve with that text passes only if it keeps the kind's contract. (The hub holds
 // text under a kilobyte in memory alone: this Worker's 4 s silence limit ends the stall
-// well before an idle hub is evicted; ARCHITECTURE.md, "Left open".)
+// well before an idle hub is evicted; docs/streaming.md, "Left open".)
 #[tokio::test]
 async fn an_unknown_streamed_attempt_keeps_its_partial_text() {
     let (api, mock) = (Api::from_env(), Mock::from_env());

@@ -80,7 +80,7 @@ fn price_table(md: &mut String, r: &Value) {
         md,
         "## Price per million jobs
 
-A job that succeeds on its first attempt, line by line, at Workers Paid prices beyond the included amounts (read 2026-12-01: ${} per million requests, ${} per million CPU ms, ${} per million queue operations, ${} per million Durable Object requests, ${} per million GB-s of object duration; rows as above). Counts are this run's: rows and round trips measured per step; CPU measured over the end-to-end run on D1 (wrangler's own CPU included: an upper bound). A consumer invocation is counted as one request per job, though a batch of messages shares one. The mock answers at once, so no watch read is counted: a call that takes N seconds adds one per `CANCEL_POLL_MS` (1 s deployed; two rows by primary key each, and on a shard one more object request each: ARCHITECTURE.md, \"The job's home\").
+A job that succeeds on its first attempt, line by line, at Workers Paid prices beyond the included amounts (read 2026-12-01: ${} per million requests, ${} per million CPU ms, ${} per million queue operations, ${} per million Durable Object requests, ${} per million GB-s of object duration; rows as above). Counts are this run's: rows and round trips measured per step; CPU measured over the end-to-end run on D1 (wrangler's own CPU included: an upper bound). A consumer invocation is counted as one request per job, though a batch of messages shares one. The mock answers at once, so no watch read is counted: a call that takes N seconds adds one per `CANCEL_POLL_MS` (1 s deployed; two rows by primary key each, and on a shard one more object request each: docs/job-home.md).
 
 | line | D1: per job | D1: $ per million jobs | a shard: per job | a shard: $ per million jobs |
 |---|---|---|---|---|",
@@ -173,7 +173,7 @@ A job that succeeds on its first attempt, line by line, at Workers Paid prices b
     let _ = writeln!(
         md,
         "
-Object duration: the shards hold no provider call (shape (b), ARCHITECTURE.md, \"The job's home\"), so a shard is active only for its requests, milliseconds each (not metered here). Shape (a), an object per job holding its call, would pay the call's wall-clock time at 128 MB: {:.2} GB-s for a 10 s call (${:.2} per million jobs) and {:.2} GB-s for a 60 s call (${:.2}).
+Object duration: the shards hold no provider call (shape (b), docs/job-home.md), so a shard is active only for its requests, milliseconds each (not metered here). Shape (a), an object per job holding its call, would pay the call's wall-clock time at 128 MB: {:.2} GB-s for a 10 s call (${:.2} per million jobs) and {:.2} GB-s for a 60 s call (${:.2}).
 
 The provider's tokens per job, from its answer's `usage` (the consumer's `call_tokens` line): {prompt:.0} prompt and {completion:.0} completion tokens here, where the mock estimates a token per four characters. With a real provider these are its own counts, billed at its own rates to whoever holds the key: for most jobs the larger cost, and the user's, not ours.
 ",

@@ -37,6 +37,7 @@ mod bench_report;
 mod certify;
 mod crashes;
 mod dev;
+mod doc_links;
 mod e2e;
 mod example;
 mod load;

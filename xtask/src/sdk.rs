@@ -42,7 +42,7 @@ use std::path::{Path, PathBuf};
 /// place never naming a document it lacks (110 B).
 /// Issue 25's target is 43 KiB with all of it, which neither trimming nor moving the
 /// SDK's awaits into a JS shell reaches (a synchronous core alone measured 39,927 B:
-/// ARCHITECTURE.md, "What 43 KiB would take"). 43 KiB is retired: the budget is the
+/// docs/sdk-size.md, "What 43 KiB would take"). 43 KiB is retired: the budget is the
 /// turn's 61.5 KiB (62,976 B) for issues 42 to 50 together; 60,939 B with a stream's
 /// `unserved` job polled (issue 42, 87 B). Lower it as the package shrinks, so that it
 /// cannot grow back.

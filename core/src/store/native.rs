@@ -1,6 +1,7 @@
 //! The store's native shell: the places a store call can go to, carried by the
 //! simulator (SQLite through rusqlite, in memory) instead of D1 and Durable Objects.
-//! Routing is the Worker's own code (`route.rs`); only the carrying differs. Not compiled into the Worker.
+//! Routing is the core's own code (`route.rs`); only the carrying differs. The Worker
+//! compiles it too, and never calls it.
 
 use super::route::{self, Target};
 use super::rows::{storage_error, Cost, HandOff, Rows, Stmt};
