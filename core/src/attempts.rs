@@ -27,58 +27,59 @@ pub struct AttemptMade {
 
 /// The decision of `POST /v1/jobs/{id}/attempts`, after the request is read.
 #[allow(clippy::too_many_arguments)]
-pub async fn decide_attempt(
-    host: &dyn Host,
-    store: &Store,
-    owner: &str,
-    job_id: &str,
-    key: Option<&str>,
-    body: &NewAttempt,
-    if_match: Option<Vec<&str>>,
-    fault: Option<&str>,
-) -> ApiResult<AttemptMade> {
-    let stored = store
-        .job(Some(owner), job_id)
-        .await?
-        .ok_or_else(|| job_not_found(job_id))?;
-    let request_text = serde_json::to_string(body).map_err(AppError::internal)?;
-    let configured = providers::configured(host)?;
-    let (kind, provider) = match choose(&stored, body, &configured) {
-        Ok(chosen) => chosen,
-        // A resend is answered from what its first send made, even if a deploy has
-        // since removed the provider or the kind it names.
-        Err(invalid) => {
-            let Some(key) = &key else {
-                return Err(invalid);
-            };
-            return match store.attempt_by_request(owner, job_id, key).await? {
-                Some((stored, attempt_id, fingerprint))
-                    if fingerprint.as_deref() == Some(request_text.as_str()) =>
-                {
-                    Ok(AttemptMade {
-                        status: 200,
-                        stored,
-                        attempt_id,
-                    })
-                }
-                Some(_) => Err(key_reused(job_id)),
-                None => Err(invalid),
-            };
-        }
-    };
+pub fn decide_attempt<'a>(
+    host: &'a dyn Host,
+    store: &'a Store,
+    owner: &'a str,
+    job_id: &'a str,
+    key: Option<&'a str>,
+    body: &'a NewAttempt,
+    if_match: Option<Vec<&'a str>>,
+    fault: Option<&'a str>,
+) -> futures_util::future::LocalBoxFuture<'a, ApiResult<AttemptMade>> {
+    Box::pin(async move {
+        let stored = store
+            .job(Some(owner), job_id)
+            .await?
+            .ok_or_else(|| job_not_found(job_id))?;
+        let request_text = serde_json::to_string(body).map_err(AppError::internal)?;
+        let configured = providers::configured(host)?;
+        let (kind, provider) = match choose(&stored, body, &configured) {
+            Ok(chosen) => chosen,
+            // A resend is answered from what its first send made, even if a deploy has
+            // since removed the provider or the kind it names.
+            Err(invalid) => {
+                let Some(key) = &key else {
+                    return Err(invalid);
+                };
+                return match store.attempt_by_request(owner, job_id, key).await? {
+                    Some((stored, attempt_id, fingerprint))
+                        if fingerprint.as_deref() == Some(request_text.as_str()) =>
+                    {
+                        Ok(AttemptMade {
+                            status: 200,
+                            stored,
+                            attempt_id,
+                        })
+                    }
+                    Some(_) => Err(key_reused(job_id)),
+                    None => Err(invalid),
+                };
+            }
+        };
 
-    let attempt_id = store.new_attempt_id(job_id);
-    let digest = providers::digest(&configured, &provider);
-    let next = NextAttempt {
-        new_id: &attempt_id,
-        job_id,
-        provider: &provider,
-        contract_version: kind.contract_version(),
-        provider_digest: &digest,
-        request: key.map(|k| (k, request_text.as_str())),
-    };
-    let outcome = store.insert_attempt(&next, owner, if_match).await?;
-    match outcome {
+        let attempt_id = store.new_attempt_id(job_id);
+        let digest = providers::digest(&configured, &provider);
+        let next = NextAttempt {
+            new_id: &attempt_id,
+            job_id,
+            provider: &provider,
+            contract_version: kind.contract_version(),
+            provider_digest: &digest,
+            request: key.map(|k| (k, request_text.as_str())),
+        };
+        let outcome = store.insert_attempt(&next, owner, if_match).await?;
+        match outcome {
         NewAttemptOutcome::Created(stored) => {
             dispatch::enqueue_after_response(host, &attempt_id, fault);
             Ok(AttemptMade {
@@ -127,6 +128,7 @@ pub async fn decide_attempt(
         )
         .with_job(job_id)),
     }
+    })
 }
 
 fn key_reused(job_id: &str) -> AppError {
@@ -208,57 +210,58 @@ impl TryFrom<String> for Outcome {
 }
 
 /// The decision of a resolve, after the request is read: the job as it is after.
-pub async fn decide_resolve(
-    store: &Store,
-    attempt_id: &str,
+pub fn decide_resolve<'a>(
+    store: &'a Store,
+    attempt_id: &'a str,
     body: Resolve,
-) -> ApiResult<StoredJob> {
-    let not_found = || AppError::not_found(&format!("attempt {attempt_id}"));
-    let (job_id, state) = store.attempt_job(attempt_id).await?.ok_or_else(not_found)?;
-    let not_unknown = || {
-        AppError::new(
-            ErrorCode::AttemptNotUnknown,
-            "only an attempt in the unknown state can be resolved",
-        )
-        .with_job(&job_id)
-    };
-    // Refused before anything is written. The writes below name `unknown` again, so
-    // a resolution that loses a race with another is refused there too.
-    if state != AttemptState::Unknown {
-        if crate::mutant::on(crate::mutant::Mutant::RefusedResolveWritesEvent) {
-            let details = serde_json::json!({"state": state});
-            let event = EventType::LateResultDiscarded;
-            store
-                .log_event(&job_id, event, Some(attempt_id), &details)
-                .await?;
+) -> futures_util::future::LocalBoxFuture<'a, ApiResult<StoredJob>> {
+    Box::pin(async move {
+        let not_found = || AppError::not_found(&format!("attempt {attempt_id}"));
+        let (job_id, state) = store.attempt_job(attempt_id).await?.ok_or_else(not_found)?;
+        let not_unknown = || {
+            AppError::new(
+                ErrorCode::AttemptNotUnknown,
+                "only an attempt in the unknown state can be resolved",
+            )
+            .with_job(&job_id)
+        };
+        // Refused before anything is written. The writes below name `unknown` again, so
+        // a resolution that loses a race with another is refused there too.
+        if state != AttemptState::Unknown {
+            if crate::mutant::on(crate::mutant::Mutant::RefusedResolveWritesEvent) {
+                let details = serde_json::json!({"state": state});
+                let event = EventType::LateResultDiscarded;
+                store
+                    .log_event(&job_id, event, Some(attempt_id), &details)
+                    .await?;
+            }
+            return Err(not_unknown());
         }
-        return Err(not_unknown());
-    }
-    match (body.outcome, body.result) {
-        (Outcome::Succeeded, None) => {
-            return Err(AppError::new(
-                ErrorCode::InvalidJson,
-                "outcome succeeded needs the result",
-            ))
-        }
-        (Outcome::Succeeded, Some(result)) => {
-            let result = Value::Object(result);
-            let stored = store.job(None, &job_id).await?.ok_or_else(not_found)?;
-            let kind = kinds::declared(&stored.job.kind)?;
-            kind.check_output(&stored.job.input, &result)
-                .map_err(|v| AppError::new(ErrorCode::ContractViolation, v.0))?;
-            let completion = store
-                .complete(&job_id, attempt_id, Offer::Resolution, &result, None)
-                .await?;
-            let provider = stored
-                .job
-                .attempts
-                .iter()
-                .find(|a| a.id == attempt_id)
-                .map(|a| a.provider.clone())
-                .unwrap_or_default();
-            dispatch::log_completion(&job_id, attempt_id, &provider, &completion);
-            match completion {
+        match (body.outcome, body.result) {
+            (Outcome::Succeeded, None) => {
+                return Err(AppError::new(
+                    ErrorCode::InvalidJson,
+                    "outcome succeeded needs the result",
+                ))
+            }
+            (Outcome::Succeeded, Some(result)) => {
+                let result = Value::Object(result);
+                let stored = store.job(None, &job_id).await?.ok_or_else(not_found)?;
+                let kind = kinds::declared(&stored.job.kind)?;
+                kind.check_output(&stored.job.input, &result)
+                    .map_err(|v| AppError::new(ErrorCode::ContractViolation, v.0))?;
+                let completion = store
+                    .complete(&job_id, attempt_id, Offer::Resolution, &result, None)
+                    .await?;
+                let provider = stored
+                    .job
+                    .attempts
+                    .iter()
+                    .find(|a| a.id == attempt_id)
+                    .map(|a| a.provider.clone())
+                    .unwrap_or_default();
+                dispatch::log_completion(&job_id, attempt_id, &provider, &completion);
+                match completion {
                 Completion::Discarded {
                     state: AttemptState::Unknown,
                 } => {
@@ -274,26 +277,27 @@ pub async fn decide_resolve(
                 Completion::Gone => return Err(not_found()),
                 Completion::Won | Completion::Lost { .. } => {}
             }
-        }
-        (outcome, _) => {
-            let (to, error) = match outcome {
-                Outcome::Cancelled => (AttemptState::Cancelled, None),
-                _ => (
-                    AttemptState::Failed,
-                    Some(AttemptError::new(
-                        "resolved_failed",
-                        "an admin resolved the unknown attempt as failed",
-                        true,
-                    )),
-                ),
-            };
-            if !store
-                .move_attempt(attempt_id, &[AttemptState::Unknown], to, error.as_ref())
-                .await?
-            {
-                return Err(not_unknown());
+            }
+            (outcome, _) => {
+                let (to, error) = match outcome {
+                    Outcome::Cancelled => (AttemptState::Cancelled, None),
+                    _ => (
+                        AttemptState::Failed,
+                        Some(AttemptError::new(
+                            "resolved_failed",
+                            "an admin resolved the unknown attempt as failed",
+                            true,
+                        )),
+                    ),
+                };
+                if !store
+                    .move_attempt(attempt_id, &[AttemptState::Unknown], to, error.as_ref())
+                    .await?
+                {
+                    return Err(not_unknown());
+                }
             }
         }
-    }
-    store.job(None, &job_id).await?.ok_or_else(not_found)
+        store.job(None, &job_id).await?.ok_or_else(not_found)
+    })
 }

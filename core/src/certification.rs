@@ -18,61 +18,63 @@ use std::collections::HashSet;
 /// temperature 0, checks each full round trip against the kind's contract, and stores
 /// one report per kind. A kind whose golden prompts may not fit the provider's
 /// `max_prompt_tokens` fails without a call.
-pub async fn run(
-    store: &Store,
-    host: &dyn Host,
-    provider: &ProviderConfig,
-) -> ApiResult<Vec<Certification>> {
-    let api_key = providers::api_key(provider, host);
-    let kinds = kinds::all().map_err(AppError::internal)?;
-    let mut reports = Vec::new();
-    for kind in kinds.iter().filter(|k| k.names_provider(&provider.name)) {
-        if let Some(report) = too_long(provider, kind) {
-            store.save_certification(&report).await?;
-            reports.push(report);
-            continue;
-        }
-        let calls = kind
-            .decl()
-            .golden_inputs
-            .iter()
-            .enumerate()
-            .map(|(i, input)| {
-                let call_id = clock::new_id("cert");
-                let api_key = api_key.as_deref();
-                async move {
-                    let call = ProviderCall {
-                        provider,
-                        api_key,
-                        kind,
-                        input,
-                        attempt_id: &call_id,
-                        job: None,
-                        news: None,
-                        hand_off_fault: None,
-                    };
-                    match host.call(call).await {
-                        CallOutcome::Output(..) => None,
-                        CallOutcome::Failed(e) | CallOutcome::Unknown(e) => {
-                            Some(json!({"input": i, "code": e.code, "message": e.message}))
+pub fn run<'a>(
+    store: &'a Store,
+    host: &'a dyn Host,
+    provider: &'a ProviderConfig,
+) -> futures_util::future::LocalBoxFuture<'a, ApiResult<Vec<Certification>>> {
+    Box::pin(async move {
+        let api_key = providers::api_key(provider, host);
+        let kinds = kinds::all().map_err(AppError::internal)?;
+        let mut reports = Vec::new();
+        for kind in kinds.iter().filter(|k| k.names_provider(&provider.name)) {
+            if let Some(report) = too_long(provider, kind) {
+                store.save_certification(&report).await?;
+                reports.push(report);
+                continue;
+            }
+            let calls = kind
+                .decl()
+                .golden_inputs
+                .iter()
+                .enumerate()
+                .map(|(i, input)| {
+                    let call_id = clock::new_id("cert");
+                    let api_key = api_key.as_deref();
+                    async move {
+                        let call = ProviderCall {
+                            provider,
+                            api_key,
+                            kind,
+                            input,
+                            attempt_id: &call_id,
+                            job: None,
+                            news: None,
+                            hand_off_fault: None,
+                        };
+                        match host.call(call).await {
+                            CallOutcome::Output(..) => None,
+                            CallOutcome::Failed(e) | CallOutcome::Unknown(e) => {
+                                Some(json!({"input": i, "code": e.code, "message": e.message}))
+                            }
                         }
                     }
-                }
-            });
-        let failures: Vec<Value> = join_all(calls).await.into_iter().flatten().collect();
-        let report = Certification {
-            provider: provider.name.clone(),
-            kind: kind.name().to_owned(),
-            contract_version: kind.contract_version().to_owned(),
-            provider_digest: provider.digest(),
-            passed: failures.is_empty() && !kind.decl().golden_inputs.is_empty(),
-            failures,
-            certified_at: clock::now_rfc3339(),
-        };
-        store.save_certification(&report).await?;
-        reports.push(report);
-    }
-    Ok(reports)
+                });
+            let failures: Vec<Value> = join_all(calls).await.into_iter().flatten().collect();
+            let report = Certification {
+                provider: provider.name.clone(),
+                kind: kind.name().to_owned(),
+                contract_version: kind.contract_version().to_owned(),
+                provider_digest: provider.digest(),
+                passed: failures.is_empty() && !kind.decl().golden_inputs.is_empty(),
+                failures,
+                certified_at: clock::now_rfc3339(),
+            };
+            store.save_certification(&report).await?;
+            reports.push(report);
+        }
+        Ok(reports)
+    })
 }
 
 /// Whether `report` certifies `provider` as it is configured now for `kind` as it is

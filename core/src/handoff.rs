@@ -144,10 +144,10 @@ impl Outbox {
 
 /// What a committed batch asks its shard to hand on (`handoff.rs`): the attempts its
 /// marked statements returned, each with the faults for its dispatcher.
-pub type Handed = Vec<crate::message::Dispatch>;
+pub type ToHandOn = Vec<crate::message::Dispatch>;
 
 /// The attempts a statement marked for hand-off returned (its rows' `id`s).
-pub fn handed_of(hand_off: &crate::store::HandOff, ids: impl Iterator<Item = String>) -> Handed {
+pub fn to_hand_on(hand_off: &crate::store::HandOff, ids: impl Iterator<Item = String>) -> ToHandOn {
     ids.map(|id| crate::message::Dispatch::run(&id, hand_off.fault.as_deref()))
         .collect()
 }

@@ -12,15 +12,17 @@ use onceclick_protocol::contract::{Kind, ProviderConfig};
 use serde_json::{json, Value};
 
 /// Sends `message`; false (and a line in the log) if the queue refused it.
-pub async fn send(host: &dyn Host, message: Dispatch) -> bool {
-    let attempt_id = message.attempt_id.clone();
-    let sent = host.enqueue(message).await;
-    if let Err(cause) = &sent {
-        crate::log::error(
-            json!({"event": "enqueue_failed", "attempt_id": attempt_id, "cause": cause}),
-        );
-    }
-    sent.is_ok()
+pub fn send(host: &dyn Host, message: Dispatch) -> LocalBoxFuture<'_, bool> {
+    Box::pin(async move {
+        let attempt_id = message.attempt_id.clone();
+        let sent = host.enqueue(message).await;
+        if let Err(cause) = &sent {
+            crate::log::error(
+                json!({"event": "enqueue_failed", "attempt_id": attempt_id, "cause": cause}),
+            );
+        }
+        sent.is_ok()
+    })
 }
 
 /// One provider call, as the dispatcher makes it.

@@ -23,60 +23,62 @@ pub struct Created {
 /// request under the same key `409 idempotency_key_reused`. A new job's dispatch is
 /// enqueued once the answer is on its way, or, sharded, handed on by the shard's alarm
 /// that the create's own transaction scheduled (`handoff.rs`).
-pub async fn decide_create(
-    host: &dyn Host,
-    store: &Store,
-    owner: &str,
-    key: &IdempotencyKey,
-    request: &CreateJob,
-    fault: Option<&str>,
-) -> ApiResult<Created> {
-    let (kind, provider) = match validate(host, request) {
-        Ok(valid) => valid,
-        Err(invalid) => {
-            return match store.job_by_key(owner, key.as_str()).await? {
-                Some(stored) => replay(stored, request),
-                None => Err(invalid),
+pub fn decide_create<'a>(
+    host: &'a dyn Host,
+    store: &'a Store,
+    owner: &'a str,
+    key: &'a IdempotencyKey,
+    request: &'a CreateJob,
+    fault: Option<&'a str>,
+) -> futures_util::future::LocalBoxFuture<'a, ApiResult<Created>> {
+    Box::pin(async move {
+        let (kind, provider) = match validate(host, request) {
+            Ok(valid) => valid,
+            Err(invalid) => {
+                return match store.job_by_key(owner, key.as_str()).await? {
+                    Some(stored) => replay(stored, request),
+                    None => Err(invalid),
+                }
             }
-        }
-    };
-
-    let fingerprint = fingerprint(kind.name(), &request.input, provider);
-    let (job_id, attempt_id) = store.new_job_ids(owner, key.as_str());
-    let input = request.input.to_string();
-    let dropped = fault::drops_enqueue(fault);
-    let hand_off = (store.hands_off_creates() && !dropped).then(|| HandOff {
-        fault: fault.map(str::to_owned),
-    });
-    let stored = store
-        .create_or_get_job(&NewJob {
-            job_id: &job_id,
-            attempt_id: &attempt_id,
-            owner,
-            key: key.as_str(),
-            fingerprint: fingerprint.as_str(),
-            kind: kind.name(),
-            input: &input,
-            provider,
-            hand_off,
-        })
-        .await?;
-
-    if stored.job.id != job_id {
-        let answer = replay(stored, request);
-        let event = if answer.is_ok() {
-            "job_replayed"
-        } else {
-            "job_conflict"
         };
-        host.count_create(owner, event, kind.name(), provider);
-        return answer;
-    }
-    host.count_create(owner, "job_created", kind.name(), provider);
-    if !dropped && !store.hands_off_creates() {
-        dispatch::enqueue_after_response(host, &attempt_id, fault);
-    }
-    Ok(Created { stored, new: true })
+
+        let fingerprint = fingerprint(kind.name(), &request.input, provider);
+        let (job_id, attempt_id) = store.new_job_ids(owner, key.as_str());
+        let input = request.input.to_string();
+        let dropped = fault::drops_enqueue(fault);
+        let hand_off = (store.hands_off_creates() && !dropped).then(|| HandOff {
+            fault: fault.map(str::to_owned),
+        });
+        let stored = store
+            .create_or_get_job(&NewJob {
+                job_id: &job_id,
+                attempt_id: &attempt_id,
+                owner,
+                key: key.as_str(),
+                fingerprint: fingerprint.as_str(),
+                kind: kind.name(),
+                input: &input,
+                provider,
+                hand_off,
+            })
+            .await?;
+
+        if stored.job.id != job_id {
+            let answer = replay(stored, request);
+            let event = if answer.is_ok() {
+                "job_replayed"
+            } else {
+                "job_conflict"
+            };
+            host.count_create(owner, event, kind.name(), provider);
+            return answer;
+        }
+        host.count_create(owner, "job_created", kind.name(), provider);
+        if !dropped && !store.hands_off_creates() {
+            dispatch::enqueue_after_response(host, &attempt_id, fault);
+        }
+        Ok(Created { stored, new: true })
+    })
 }
 
 /// The kind and the provider a new job would run on, or why the request is refused.
@@ -117,21 +119,23 @@ fn replay(stored: StoredJob, request: &CreateJob) -> ApiResult<Created> {
 }
 
 /// The decision of a cancel by `owner` (any owner for `None`, an admin).
-pub async fn decide_cancel(
-    store: &Store,
-    owner: Option<&str>,
-    job_id: &str,
-) -> ApiResult<StoredJob> {
-    let stored = store
-        .cancel(owner, job_id)
-        .await?
-        .ok_or_else(|| AppError::not_found(&format!("job {job_id}")))?;
-    if stored.job.status == JobStatus::Succeeded {
-        return Err(AppError::new(
-            ErrorCode::JobFinished,
-            "the job has succeeded; its result stands",
-        )
-        .with_job(job_id));
-    }
-    Ok(stored)
+pub fn decide_cancel<'a>(
+    store: &'a Store,
+    owner: Option<&'a str>,
+    job_id: &'a str,
+) -> futures_util::future::LocalBoxFuture<'a, ApiResult<StoredJob>> {
+    Box::pin(async move {
+        let stored = store
+            .cancel(owner, job_id)
+            .await?
+            .ok_or_else(|| AppError::not_found(&format!("job {job_id}")))?;
+        if stored.job.status == JobStatus::Succeeded {
+            return Err(AppError::new(
+                ErrorCode::JobFinished,
+                "the job has succeeded; its result stands",
+            )
+            .with_job(job_id));
+        }
+        Ok(stored)
+    })
 }

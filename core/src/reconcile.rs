@@ -37,56 +37,61 @@ fn var_f64(host: &dyn Host, name: &str) -> Option<f64> {
 }
 
 /// One reconciler pass over `store` (one database, or one shard's own).
-pub async fn run(host: &dyn Host, store: &Store) -> ApiResult<()> {
-    let now = clock::now_ms();
+pub fn run<'a>(
+    host: &'a dyn Host,
+    store: &'a Store,
+) -> futures_util::future::LocalBoxFuture<'a, ApiResult<()>> {
+    Box::pin(async move {
+        let now = clock::now_ms();
 
-    let starting_after =
-        var_f64(host, "RECONCILE_STARTING_AFTER_MS").unwrap_or(DEFAULT_STARTING_AFTER_MS);
-    let stuck = store
-        .stuck_starting(&clock::rfc3339(now - starting_after), 100)
-        .await?;
-    for attempt_id in &stuck {
-        dispatch::enqueue(host, attempt_id, None).await;
-    }
-
-    let lost_grace = var_f64(host, "RECONCILE_LOST_GRACE_MS").unwrap_or(LOST_GRACE_MS);
-    let rules: Vec<ReconcileRule> = providers::configured(host)?
-        .iter()
-        .map(|p| ReconcileRule {
-            abandon_before: p.abandon_after_ms.map(|ms| clock::rfc3339(now - ms as f64)),
-            lost_before: clock::rfc3339(now - p.timeout_ms as f64 - lost_grace),
-            provider: p.name.clone(),
-        })
-        .collect();
-    let told = store.notified();
-    let (abandoned, lost) = store.reconcile(&rules).await?;
-    let told = store.notified() - told;
-
-    let hours = crate::retention::hours(var_f64(host, "JOB_RETENTION_HOURS"));
-    let cutoff = clock::rfc3339(now - hours * 3_600_000.0);
-    let chunk = var_f64(host, "PURGE_CHUNK")
-        .unwrap_or(DEFAULT_PURGE_CHUNK)
-        .clamp(1.0, 1_000.0) as u32;
-    // The purge's own rows, apart from the sweeps' (`cargo xtask bench` reads them).
-    let before = store.cost();
-    let mut purged = 0;
-    for _ in 0..MAX_PURGE_CHUNKS {
-        let deleted = store.purge(&cutoff, chunk).await?;
-        purged += deleted;
-        if deleted < chunk as usize {
-            break;
+        let starting_after =
+            var_f64(host, "RECONCILE_STARTING_AFTER_MS").unwrap_or(DEFAULT_STARTING_AFTER_MS);
+        let stuck = store
+            .stuck_starting(&clock::rfc3339(now - starting_after), 100)
+            .await?;
+        for attempt_id in &stuck {
+            dispatch::enqueue(host, attempt_id, None).await;
         }
-    }
 
-    store.purge_stats(&cutoff).await?;
-    let after = store.cost();
+        let lost_grace = var_f64(host, "RECONCILE_LOST_GRACE_MS").unwrap_or(LOST_GRACE_MS);
+        let rules: Vec<ReconcileRule> = providers::configured(host)?
+            .iter()
+            .map(|p| ReconcileRule {
+                abandon_before: p.abandon_after_ms.map(|ms| clock::rfc3339(now - ms as f64)),
+                lost_before: clock::rfc3339(now - p.timeout_ms as f64 - lost_grace),
+                provider: p.name.clone(),
+            })
+            .collect();
+        let told = store.notified();
+        let (abandoned, lost) = store.reconcile(&rules).await?;
+        let told = store.notified() - told;
 
-    crate::log::info(
-        json!({"event": "reconciled", "store": store.name(), "redispatched": stuck.len(), "abandoned": abandoned,
+        let hours = crate::retention::hours(var_f64(host, "JOB_RETENTION_HOURS"));
+        let cutoff = clock::rfc3339(now - hours * 3_600_000.0);
+        let chunk = var_f64(host, "PURGE_CHUNK")
+            .unwrap_or(DEFAULT_PURGE_CHUNK)
+            .clamp(1.0, 1_000.0) as u32;
+        // The purge's own rows, apart from the sweeps' (`cargo xtask bench` reads them).
+        let before = store.cost();
+        let mut purged = 0;
+        for _ in 0..MAX_PURGE_CHUNKS {
+            let deleted = store.purge(&cutoff, chunk).await?;
+            purged += deleted;
+            if deleted < chunk as usize {
+                break;
+            }
+        }
+
+        store.purge_stats(&cutoff).await?;
+        let after = store.cost();
+
+        crate::log::info(
+            json!({"event": "reconciled", "store": store.name(), "redispatched": stuck.len(), "abandoned": abandoned,
                "lost": lost, "told": told, "purged": purged,
                "rows_written": after.written, "rows_read": after.read,
                "purge": {"rows_written": after.written - before.written,
                          "rows_read": after.read - before.read}}),
-    );
-    Ok(())
+        );
+        Ok(())
+    })
 }

@@ -259,7 +259,7 @@ mod native {
         /// commit.
         pub fn keep(&self, mark: &HandOff, ids: Vec<String>) {
             self.0
-                .keep(crate::handoff::handed_of(mark, ids.into_iter()));
+                .keep(crate::handoff::to_hand_on(mark, ids.into_iter()));
         }
 
         /// When the shard's alarm must run again for the outbox, in ms from now.

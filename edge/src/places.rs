@@ -18,7 +18,7 @@
 
 use futures_util::future::LocalBoxFuture;
 use onceclick_core::error::{ApiResult, AppError};
-use onceclick_core::handoff::{handed_of, Handed};
+use onceclick_core::handoff::{to_hand_on, ToHandOn};
 use onceclick_core::store::{
     storage_error, Cost, HandOff, Layout, Places, Rows, Stmt, Store, Target,
 };
@@ -356,14 +356,14 @@ struct WireStmt {
 }
 
 /// A committed batch of the front Worker's, in its shard.
-pub(crate) struct Ran {
+pub(crate) struct Committed {
     sets: Array,
     cost: Cost,
     /// The attempts its marked statements returned.
-    pub(crate) handed: Handed,
+    pub(crate) handed: ToHandOn,
 }
 
-impl Ran {
+impl Committed {
     /// The JSON text of the shard's answer, `{"results": [[row, …], …],
     /// "rows_written": N, "rows_read": N}`.
     pub(crate) fn answer(&self) -> Result<String, String> {
@@ -389,7 +389,7 @@ impl Local {
     /// Runs a batch that came from the front Worker, in one transaction: its rows and
     /// counts, and the attempts its marked statements returned, for the shard to keep
     /// before anything else can fail.
-    pub(crate) fn run_wire(&self, mut batch: WireBatch) -> Result<Ran, String> {
+    pub(crate) fn run_wire(&self, mut batch: WireBatch) -> Result<Committed, String> {
         let marks: Vec<Option<HandOff>> = batch
             .statements
             .iter_mut()
@@ -407,16 +407,16 @@ impl Local {
                 .map(|s| (s.sql, s.params.iter().map(param_js).collect()))
                 .collect(),
         )?;
-        let mut handed = Handed::new();
+        let mut handed = ToHandOn::new();
         for (i, mark) in marks.iter().enumerate() {
             if let (Some(mark), Ok(rows)) = (mark, sets.get(i as u32).dyn_into::<Array>()) {
                 let ids = rows
                     .iter()
                     .filter_map(|row| Reflect::get(&row, &"id".into()).ok()?.as_string());
-                handed.extend(handed_of(mark, ids));
+                handed.extend(to_hand_on(mark, ids));
             }
         }
-        Ok(Ran { sets, cost, handed })
+        Ok(Committed { sets, cost, handed })
     }
 
     /// The ids a statement with no parameters returns in its `id` column.

@@ -2,8 +2,8 @@
 //! a job's first (the fallback button, a hedge, a failover).
 
 use super::{
-    changes, first_row, js, js_flag, js_num, js_opt, json_text, sql, DocRow, Op, Route, Stmt,
-    Store, StoredJob,
+    bind_flag, bind_num, bind_opt_text, bind_text, changes, first_row, json_text, sql, DocRow, Op,
+    Route, Stmt, Store, StoredJob,
 };
 use crate::error::{ApiResult, AppError};
 use onceclick_protocol::{AttemptError, AttemptState, JobStatus};
@@ -194,12 +194,14 @@ impl Guard<'_> {
     /// The guard's parameters, bound from `?8` on (D1 refuses more than the SQL names).
     fn params(&self) -> Vec<Value> {
         match self {
-            Guard::Owner { owner, if_match } => vec![js(owner), js_opt(if_match.as_deref())],
-            Guard::Hedge { running_id } => vec![js(running_id)],
+            Guard::Owner { owner, if_match } => {
+                vec![bind_text(owner), bind_opt_text(if_match.as_deref())]
+            }
+            Guard::Hedge { running_id } => vec![bind_text(running_id)],
             Guard::Failover {
                 failed_id,
                 max_attempts,
-            } => vec![js(failed_id), js_num(*max_attempts)],
+            } => vec![bind_text(failed_id), bind_num(*max_attempts)],
         }
     }
 }
@@ -221,7 +223,10 @@ impl Store {
             attempt_id: String,
             request_fingerprint: Option<String>,
         }
-        let stmt = self.stmt(sql::ATTEMPT_BY_REQUEST, &[js(job_id), js(owner), js(key)])?;
+        let stmt = self.stmt(
+            sql::ATTEMPT_BY_REQUEST,
+            &[bind_text(job_id), bind_text(owner), bind_text(key)],
+        )?;
         first_row::<Row>(
             &self
                 .one(Op::AttemptByRequest, Route::Id(job_id), stmt)
@@ -238,7 +243,7 @@ impl Store {
             job_id: String,
             state: AttemptState,
         }
-        let stmt = self.stmt(sql::ATTEMPT_JOB, &[js(attempt_id)])?;
+        let stmt = self.stmt(sql::ATTEMPT_JOB, &[bind_text(attempt_id)])?;
         Ok(first_row::<Row>(
             &self
                 .one(Op::AttemptJob, Route::Id(attempt_id), stmt)
@@ -250,7 +255,7 @@ impl Store {
     /// The attempt's state, its job's status and winner: what tells the dispatcher
     /// holding its call to stop. `None` if the attempt is gone. One round trip.
     pub async fn watch(&self, attempt_id: &str) -> ApiResult<Option<Watched>> {
-        let stmt = self.stmt(sql::ATTEMPT_WATCH, &[js(attempt_id)])?;
+        let stmt = self.stmt(sql::ATTEMPT_WATCH, &[bind_text(attempt_id)])?;
         first_row::<Watched>(&self.one(Op::Watch, Route::Id(attempt_id), stmt).await?)
     }
 
@@ -261,9 +266,12 @@ impl Store {
     /// provider is never called twice for one attempt. An attempt whose job has
     /// succeeded is never claimed; the same batch moves it to `superseded`.
     pub async fn claim(&self, attempt_id: &str, token: &str) -> ApiResult<Claim> {
-        let claim = self.stmt(sql::CLAIM, &[js(attempt_id), js(token)])?;
-        let supersede = self.stmt(sql::CLAIM_SUPERSEDE, &[js(attempt_id), js(token)])?;
-        let read = self.stmt(sql::CLAIMED, &[js(attempt_id)])?;
+        let claim = self.stmt(sql::CLAIM, &[bind_text(attempt_id), bind_text(token)])?;
+        let supersede = self.stmt(
+            sql::CLAIM_SUPERSEDE,
+            &[bind_text(attempt_id), bind_text(token)],
+        )?;
+        let read = self.stmt(sql::CLAIMED, &[bind_text(attempt_id)])?;
         let [_, _, read] = self
             .batch(Op::Claim, Route::Id(attempt_id), [claim, supersede, read])
             .await?;
@@ -320,7 +328,7 @@ impl Store {
             max_attempts,
         };
         let insert = self.next_attempt(next, &guard)?;
-        let exists = self.stmt(sql::ATTEMPT_JOB, &[js(next.new_id)])?;
+        let exists = self.stmt(sql::ATTEMPT_JOB, &[bind_text(next.new_id)])?;
         let [moved, _, exists] = self
             .batch(
                 Op::InsertFailover,
@@ -347,10 +355,10 @@ impl Store {
         self.stmt(
             sql::MOVE_ATTEMPT,
             &[
-                js(attempt_id),
-                js(&from),
-                js(to.as_str()),
-                js_opt(error.as_deref()),
+                bind_text(attempt_id),
+                bind_text(&from),
+                bind_text(to.as_str()),
+                bind_opt_text(error.as_deref()),
             ],
         )
     }
@@ -379,22 +387,31 @@ impl Store {
         let strict = offer == Offer::Resolution;
         let cas = self.stmt(
             sql::COMPLETE_CAS,
-            &[js(job_id), js(attempt_id), js(&output), js(from)],
+            &[
+                bind_text(job_id),
+                bind_text(attempt_id),
+                bind_text(&output),
+                bind_text(from),
+            ],
         )?;
-        let supersede_starting = self.stmt(sql::COMPLETE_SUPERSEDE_STARTING, &[js(job_id)])?;
+        let supersede_starting =
+            self.stmt(sql::COMPLETE_SUPERSEDE_STARTING, &[bind_text(job_id)])?;
         let settle = self.stmt(
             sql::COMPLETE_SETTLE,
             &[
-                js(job_id),
-                js(attempt_id),
-                js(&output),
-                js(from),
-                js_flag(strict),
-                js_opt(tokens),
+                bind_text(job_id),
+                bind_text(attempt_id),
+                bind_text(&output),
+                bind_text(from),
+                bind_flag(strict),
+                bind_opt_text(tokens),
             ],
         )?;
-        let discard = self.stmt(sql::COMPLETE_DISCARD, &[js(attempt_id), js_flag(strict)])?;
-        let read = self.stmt(sql::COMPLETED, &[js(attempt_id), js(job_id)])?;
+        let discard = self.stmt(
+            sql::COMPLETE_DISCARD,
+            &[bind_text(attempt_id), bind_flag(strict)],
+        )?;
+        let read = self.stmt(sql::COMPLETED, &[bind_text(attempt_id), bind_text(job_id)])?;
         #[derive(Deserialize)]
         struct Row {
             state: AttemptState,
@@ -446,13 +463,13 @@ impl Store {
     fn next_attempt(&self, a: &NextAttempt<'_>, guard: &Guard<'_>) -> ApiResult<Stmt> {
         let (key, fingerprint) = a.request.unzip();
         let mut params = vec![
-            js(a.new_id),
-            js(a.job_id),
-            js(a.provider),
-            js(a.contract_version),
-            js(a.provider_digest),
-            js_opt(key),
-            js_opt(fingerprint),
+            bind_text(a.new_id),
+            bind_text(a.job_id),
+            bind_text(a.provider),
+            bind_text(a.contract_version),
+            bind_text(a.provider_digest),
+            bind_opt_text(key),
+            bind_opt_text(fingerprint),
         ];
         params.extend(guard.params());
         self.stmt(guard.sql(), &params)
@@ -479,13 +496,13 @@ impl Store {
         let read = self.stmt(
             sql::NEXT_ATTEMPT_OUTCOME,
             &[
-                js(r.new_id),
-                js(r.job_id),
-                js(owner),
-                js(r.provider),
-                js(r.contract_version),
-                js_opt(r.request.map(|(key, _)| key)),
-                js(r.provider_digest),
+                bind_text(r.new_id),
+                bind_text(r.job_id),
+                bind_text(owner),
+                bind_text(r.provider),
+                bind_text(r.contract_version),
+                bind_opt_text(r.request.map(|(key, _)| key)),
+                bind_text(r.provider_digest),
             ],
         )?;
         let [_, read] = self

@@ -1,6 +1,6 @@
 //! Certification reports: which provider passed which kind's contract, and as what.
 
-use super::{js, js_flag, json_text, sql, Op, Route, Store};
+use super::{bind_flag, bind_text, json_text, sql, Op, Route, Store};
 use crate::error::{ApiResult, AppError};
 use serde::Deserialize;
 use serde_json::Value;
@@ -32,13 +32,13 @@ impl Store {
             Ok(vec![self.stmt(
                 sql::SAVE_CERTIFICATION,
                 &[
-                    js(&report.provider),
-                    js(&report.kind),
-                    js(&report.contract_version),
-                    js_flag(report.passed),
-                    js(&failures),
-                    js(&report.certified_at),
-                    js(&report.provider_digest),
+                    bind_text(&report.provider),
+                    bind_text(&report.kind),
+                    bind_text(&report.contract_version),
+                    bind_flag(report.passed),
+                    bind_text(&failures),
+                    bind_text(&report.certified_at),
+                    bind_text(&report.provider_digest),
                 ],
             )?])
         };

@@ -1,6 +1,9 @@
 //! Jobs: create-or-return, reads, the event log and cancel.
 
-use super::{first_row, js, js_opt, json_text, sql, DocRow, HandOff, Op, Route, Store, StoredJob};
+use super::{
+    bind_opt_text, bind_text, first_row, json_text, sql, DocRow, HandOff, Op, Route, Store,
+    StoredJob,
+};
 use crate::error::{ApiResult, AppError};
 use onceclick_protocol::ErrorCode;
 use onceclick_protocol::{Event, EventType};
@@ -69,28 +72,28 @@ impl Store {
         let insert_job = self.stmt(
             sql::INSERT_JOB,
             &[
-                js(new.job_id),
-                js(new.owner),
-                js(new.key),
-                js(new.fingerprint),
-                js(new.kind),
-                js(new.input),
-                js(new.provider),
+                bind_text(new.job_id),
+                bind_text(new.owner),
+                bind_text(new.key),
+                bind_text(new.fingerprint),
+                bind_text(new.kind),
+                bind_text(new.input),
+                bind_text(new.provider),
             ],
         )?;
         let mut insert_attempt = self.stmt(
             sql::INSERT_FIRST_ATTEMPT,
-            &[js(new.attempt_id), js(new.job_id)],
+            &[bind_text(new.attempt_id), bind_text(new.job_id)],
         )?;
         insert_attempt.hand_off = new.hand_off.clone();
-        let read = self.stmt(sql::JOB_BY_KEY, &[js(new.owner), js(new.key)])?;
+        let read = self.stmt(sql::JOB_BY_KEY, &[bind_text(new.owner), bind_text(new.key)])?;
         let count = self.stmt(
             sql::COUNT_REPEAT,
             &[
-                js(new.owner),
-                js(new.key),
-                js(new.fingerprint),
-                js(new.job_id),
+                bind_text(new.owner),
+                bind_text(new.key),
+                bind_text(new.fingerprint),
+                bind_text(new.job_id),
             ],
         )?;
         let [_, _, read, _] = self
@@ -111,7 +114,7 @@ impl Store {
         if let Some(found) = self.job_by_key_before(owner, key).await? {
             return Ok(Some(found));
         }
-        let params = [js(owner), js(key)];
+        let params = [bind_text(owner), bind_text(key)];
         self.read_job(
             Op::JobByKey,
             Route::Key { owner, key },
@@ -129,26 +132,40 @@ impl Store {
         {
             return Ok(None);
         }
-        let params = [js(owner), js(key)];
-        self.read_job(Op::JobByKeyBefore, Route::Before, sql::JOB_BY_KEY, &params)
-            .await
+        let params = [bind_text(owner), bind_text(key)];
+        self.read_job(
+            Op::JobByKeyBefore,
+            Route::Previous,
+            sql::JOB_BY_KEY,
+            &params,
+        )
+        .await
     }
 
     /// The job `id` if `owner` owns it (any owner for `None`). One round trip.
-    pub async fn job(&self, owner: Option<&str>, id: &str) -> ApiResult<Option<StoredJob>> {
-        self.read_job(
-            Op::Job,
-            Route::Id(id),
-            sql::JOB_BY_ID,
-            &[js(id), js_opt(owner)],
-        )
-        .await
+    ///
+    /// Boxed, so that its future's code is made once, in this crate, though the
+    /// Worker's handlers await it too.
+    pub fn job<'a>(
+        &'a self,
+        owner: Option<&'a str>,
+        id: &'a str,
+    ) -> futures_util::future::LocalBoxFuture<'a, ApiResult<Option<StoredJob>>> {
+        Box::pin(async move {
+            self.read_job(
+                Op::Job,
+                Route::Id(id),
+                sql::JOB_BY_ID,
+                &[bind_text(id), bind_opt_text(owner)],
+            )
+            .await
+        })
     }
 
     /// The event log of job `id` if `owner` owns it, oldest first. `None` when the job
     /// does not exist for this owner (every job has at least its `job_created` event).
     pub async fn events(&self, owner: &str, id: &str) -> ApiResult<Option<Vec<Event>>> {
-        let stmt = self.stmt(sql::EVENTS, &[js(id), js(owner)])?;
+        let stmt = self.stmt(sql::EVENTS, &[bind_text(id), bind_text(owner)])?;
         let rows = self
             .one(Op::Events, Route::Id(id), stmt)
             .await?
@@ -194,10 +211,10 @@ impl Store {
         let stmt = self.stmt(
             sql::LOG_EVENT,
             &[
-                js(job_id),
-                js(event.as_str()),
-                js_opt(attempt_id),
-                js(&json_text(details)?),
+                bind_text(job_id),
+                bind_text(event.as_str()),
+                bind_opt_text(attempt_id),
+                bind_text(&json_text(details)?),
             ],
         )?;
         self.one(Op::LogEvent, Route::Id(job_id), stmt).await?;
@@ -209,10 +226,10 @@ impl Store {
     /// every attempt still `starting`, `running` or `unknown` becomes `cancelled`.
     /// Returns the job as it is after.
     pub async fn cancel(&self, owner: Option<&str>, job_id: &str) -> ApiResult<Option<StoredJob>> {
-        let cancel = self.stmt(sql::CANCEL_JOB, &[js(job_id), js_opt(owner)])?;
-        let log = self.stmt(sql::LOG_CANCELLED, &[js(job_id)])?;
-        let attempts = self.stmt(sql::CANCEL_ATTEMPTS, &[js(job_id)])?;
-        let read = self.stmt(sql::JOB_BY_ID, &[js(job_id), js_opt(owner)])?;
+        let cancel = self.stmt(sql::CANCEL_JOB, &[bind_text(job_id), bind_opt_text(owner)])?;
+        let log = self.stmt(sql::LOG_CANCELLED, &[bind_text(job_id)])?;
+        let attempts = self.stmt(sql::CANCEL_ATTEMPTS, &[bind_text(job_id)])?;
+        let read = self.stmt(sql::JOB_BY_ID, &[bind_text(job_id), bind_opt_text(owner)])?;
         let [_, _, _, read] = self
             .batch(Op::Cancel, Route::Id(job_id), [cancel, log, attempts, read])
             .await?;

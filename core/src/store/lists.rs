@@ -5,7 +5,7 @@
 //! kept by a move still holds.
 
 use super::route::Target;
-use super::{exactly, js, js_num, js_opt, json_text, sql, Op, Rows, Store};
+use super::{bind_num, bind_opt_text, bind_text, exactly, json_text, sql, Op, Rows, Store};
 use crate::error::ApiResult;
 use crate::fault::{Point, When};
 use serde::Deserialize;
@@ -102,7 +102,12 @@ impl Store {
                     status: *status,
                 },
                 Box::new(move |after, n| {
-                    vec![js(owner), js_opt(after), js_opt(*status), js_num(n)]
+                    vec![
+                        bind_text(owner),
+                        bind_opt_text(after),
+                        bind_opt_text(*status),
+                        bind_num(n),
+                    ]
                 }),
             ),
             JobFilter::Status(status) => (
@@ -114,7 +119,9 @@ impl Store {
                     by_id: sql::LIST_JOBS_BY_ID,
                     status: Some(status),
                 },
-                Box::new(move |after, n| vec![js(status), js_opt(after), js_num(n)]),
+                Box::new(move |after, n| {
+                    vec![bind_text(status), bind_opt_text(after), bind_num(n)]
+                }),
             ),
             JobFilter::All => (
                 ListSql {
@@ -125,7 +132,7 @@ impl Store {
                     by_id: sql::LIST_JOBS_BY_ID,
                     status: None,
                 },
-                Box::new(|after, n| vec![js_opt(after), js_num(n)]),
+                Box::new(|after, n| vec![bind_opt_text(after), bind_num(n)]),
             ),
         };
         self.page(&sql, &*params, after, limit).await
@@ -148,11 +155,11 @@ impl Store {
         };
         let params = |after: Option<&str>, n: u32| {
             vec![
-                js(filter.state),
-                js_opt(after),
-                js_opt(filter.provider),
-                js_opt(filter.started_by),
-                js_num(n),
+                bind_text(filter.state),
+                bind_opt_text(after),
+                bind_opt_text(filter.provider),
+                bind_opt_text(filter.started_by),
+                bind_num(n),
             ]
         };
         self.page(&sql, &params, after, limit).await
@@ -279,7 +286,7 @@ impl Store {
                 .filter(|(_, p)| *p == owners[i])
                 .map(|(id, _)| id.as_str())
                 .collect();
-            let params = [js(&json_text(&ids)?), js_opt(sql.status)];
+            let params = [bind_text(&json_text(&ids)?), bind_opt_text(sql.status)];
             Ok(vec![self.stmt(sql.by_id, &params)?])
         };
         let answers = self.call_all(&holders, &documents).await?;
@@ -417,7 +424,7 @@ impl Store {
     pub async fn stats(&self, since_minute: &str) -> ApiResult<Vec<StatRow>> {
         let places = self
             .exec_everywhere(Op::Stats, || {
-                Ok(vec![self.stmt(sql::STATS, &[js(since_minute)])?])
+                Ok(vec![self.stmt(sql::STATS, &[bind_text(since_minute)])?])
             })
             .await?;
         let mut sums: Vec<StatRow> = Vec::new();
@@ -446,7 +453,9 @@ impl Store {
             return Ok(None);
         }
         let stmt = self.stmt(sql::MOVE_STATUS, &[])?;
-        let rows = self.one(Op::MoveStatus, super::Route::Before, stmt).await?;
+        let rows = self
+            .one(Op::MoveStatus, super::Route::Previous, stmt)
+            .await?;
         super::first_row(&rows)
     }
 }

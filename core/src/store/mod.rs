@@ -118,20 +118,24 @@ impl DocRow {
     }
 }
 
-fn js(s: &str) -> Value {
+/// A statement's parameter (`?N`): text.
+fn bind_text(s: &str) -> Value {
     Value::String(s.to_owned())
 }
 
-fn js_opt(s: Option<&str>) -> Value {
-    s.map_or(Value::Null, js)
+/// A statement's parameter: text, or `NULL`.
+fn bind_opt_text(s: Option<&str>) -> Value {
+    s.map_or(Value::Null, bind_text)
 }
 
-fn js_num(n: u32) -> Value {
+/// A statement's parameter: a whole number.
+fn bind_num(n: u32) -> Value {
     Value::from(n)
 }
 
-fn js_flag(b: bool) -> Value {
-    js_num(u32::from(b))
+/// A statement's parameter: a flag, as SQLite keeps one (0 or 1).
+fn bind_flag(b: bool) -> Value {
+    bind_num(u32::from(b))
 }
 
 /// How many rows a conditional write changed. Every such statement ends in
@@ -391,7 +395,7 @@ impl Store {
             };
             let mut statements = statements;
             if let Some((_, id)) = live {
-                statements.push(self.stmt(sql::LIVE_DOC, &[js(id)])?);
+                statements.push(self.stmt(sql::LIVE_DOC, &[bind_text(id)])?);
             }
             let out = if op == Op::Watch {
                 let out = self.run(&target, statements).await;
@@ -412,7 +416,7 @@ impl Store {
                 let doc = out.pop().ok_or_else(|| {
                     AppError::internal(format!("{}: the batch returned no document", op.name()))
                 })?;
-                self.tell(live.as_ref(), &doc).await;
+                self.notify_hub(live.as_ref(), &doc).await;
             }
             if moves == Moves::Many {
                 self.tell_moved(&out).await;
@@ -424,7 +428,7 @@ impl Store {
     /// Hands a moved job's document to its live streams. A notification that cannot be
     /// sent is only late: the streams re-read the store while they are open, so the
     /// move itself stands and the caller is not told.
-    async fn tell(&self, live: &dyn crate::host::Notify, doc: &Rows) {
+    async fn notify_hub(&self, live: &dyn crate::host::Notify, doc: &Rows) {
         #[derive(Deserialize)]
         struct Row {
             id: String,

@@ -1,6 +1,6 @@
 //! The reconciler's sweeps: lost dispatches, dead dispatchers, abandonment and purge.
 
-use super::{changes, js, js_num, json_text, sql, Op, Route, Rows, Store};
+use super::{bind_num, bind_text, changes, json_text, sql, Op, Route, Rows, Store};
 use crate::error::ApiResult;
 use onceclick_protocol::AttemptError;
 use serde::Deserialize;
@@ -29,9 +29,9 @@ impl Store {
     /// Attempts still `starting` that were inserted before `cutoff`: their dispatch
     /// message may have been lost.
     pub async fn stuck_starting(&self, cutoff: &str, limit: u32) -> ApiResult<Vec<String>> {
-        let stmt = self.stmt(sql::STUCK_STARTING, &[js(cutoff), js_num(limit)])?;
+        let stmt = self.stmt(sql::STUCK_STARTING, &[bind_text(cutoff), bind_num(limit)])?;
         Ok(self
-            .one(Op::StuckStarting, Route::Whole, stmt)
+            .one(Op::StuckStarting, Route::Sweep, stmt)
             .await?
             .results::<Id>()?
             .into_iter()
@@ -57,7 +57,10 @@ impl Store {
         let mut abandon = Vec::new();
         for rule in rules {
             if let Some(cutoff) = &rule.abandon_before {
-                abandon.push(self.stmt(sql::ABANDON_UNKNOWN, &[js(&rule.provider), js(cutoff)])?);
+                abandon.push(self.stmt(
+                    sql::ABANDON_UNKNOWN,
+                    &[bind_text(&rule.provider), bind_text(cutoff)],
+                )?);
             }
         }
         let abandon_count = abandon.len();
@@ -65,13 +68,17 @@ impl Store {
         for rule in rules {
             statements.push(self.stmt(
                 sql::LOSE_RUNNING,
-                &[js(&rule.provider), js(&rule.lost_before), js(&lost)],
+                &[
+                    bind_text(&rule.provider),
+                    bind_text(&rule.lost_before),
+                    bind_text(&lost),
+                ],
             )?);
         }
         if statements.is_empty() {
             return Ok((0, 0));
         }
-        let results = self.exec(Op::Reconcile, Route::Whole, statements).await?;
+        let results = self.exec(Op::Reconcile, Route::Sweep, statements).await?;
         let (abandoned, lost) = results.split_at(abandon_count.min(results.len()));
         let count = |results: &[Rows]| -> ApiResult<usize> { results.iter().map(changes).sum() };
         Ok((count(abandoned)?, count(lost)?))
@@ -104,16 +111,16 @@ impl Store {
         }
         let reads: ApiResult<Vec<_>> = jobs
             .iter()
-            .map(|id| self.stmt(sql::LIVE_DOC, &[js(id)]))
+            .map(|id| self.stmt(sql::LIVE_DOC, &[bind_text(id)]))
             .collect();
         let docs = match reads {
-            Ok(reads) => self.exec(Op::Job, Route::Whole, reads).await,
+            Ok(reads) => self.exec(Op::Job, Route::Sweep, reads).await,
             Err(e) => Err(e),
         };
         match docs {
             Ok(docs) => {
                 for doc in &docs {
-                    self.tell(live.as_ref(), doc).await;
+                    self.notify_hub(live.as_ref(), doc).await;
                 }
             }
             Err(e) => crate::log::error(serde_json::json!({"event": "live_notify_failed",
@@ -130,12 +137,12 @@ impl Store {
     pub async fn purge(&self, cutoff: &str, chunk: u32) -> ApiResult<usize> {
         // The same ordered, bounded selection in all three statements: jobs are deleted
         // last, so the first two see the same rows.
-        let params = [js(cutoff), js_num(chunk)];
+        let params = [bind_text(cutoff), bind_num(chunk)];
         let events = self.stmt(sql::PURGE_EVENTS, &params)?;
         let attempts = self.stmt(sql::PURGE_ATTEMPTS, &params)?;
         let jobs = self.stmt(sql::PURGE_JOBS, &params)?;
         let [_, _, jobs] = self
-            .batch(Op::Purge, Route::Whole, [events, attempts, jobs])
+            .batch(Op::Purge, Route::Sweep, [events, attempts, jobs])
             .await?;
         changes(&jobs)
     }
@@ -143,8 +150,8 @@ impl Store {
     /// Drops the figures of the minutes before `cutoff` (RFC 3339). One statement.
     pub async fn purge_stats(&self, cutoff: &str) -> ApiResult<()> {
         let minute = cutoff.get(..16).unwrap_or(cutoff);
-        let stmt = self.stmt(sql::PURGE_STATS, &[js(minute)])?;
-        self.one(Op::PurgeStats, Route::Whole, stmt).await?;
+        let stmt = self.stmt(sql::PURGE_STATS, &[bind_text(minute)])?;
+        self.one(Op::PurgeStats, Route::Sweep, stmt).await?;
         Ok(())
     }
 }

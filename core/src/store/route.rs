@@ -22,10 +22,10 @@ pub enum Route<'a> {
     Any,
     /// The store as one database: the reconciler's sweeps, which run on D1 or inside a
     /// shard, never across shards.
-    Whole,
+    Sweep,
     /// The previous layout's database, if the deployment keeps one: where a create
     /// first looks for its key.
-    Before,
+    Previous,
 }
 
 /// How a store's places are laid out.
@@ -78,7 +78,7 @@ impl Layout {
     /// The place `route` names.
     pub fn target(&self, route: Route<'_>) -> ApiResult<Target> {
         let (count, previous) = match self {
-            Layout::One | Layout::Inside(_) if matches!(route, Route::Before) => {
+            Layout::One | Layout::Inside(_) if matches!(route, Route::Previous) => {
                 return Ok(Target::Nowhere)
             }
             Layout::One => return Ok(Target::Database),
@@ -99,9 +99,9 @@ impl Layout {
                 count,
                 index: crate::clock::random_below(count.get()),
             }),
-            Route::Before if previous => Target::Database,
-            Route::Before => Target::Nowhere,
-            Route::Whole => {
+            Route::Previous if previous => Target::Database,
+            Route::Previous => Target::Nowhere,
+            Route::Sweep => {
                 return Err(AppError::internal(
                     "a sharded store is swept inside each shard, never as a whole",
                 ))
