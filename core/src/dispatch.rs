@@ -263,21 +263,6 @@ async fn prepare_or_fail<'a>(
     }
 }
 
-/// How often a dispatcher holding a call reads whether it should stop, when
-/// `CANCEL_POLL_MS` is not set.
-const DEFAULT_CANCEL_POLL_MS: u64 = 1000;
-/// The least `CANCEL_POLL_MS` taken: below it, a call would read its store back to back
-/// (on the sharded store, one Durable Object request each).
-const MIN_CANCEL_POLL_MS: u64 = 100;
-
-/// The watch's interval from `CANCEL_POLL_MS`: the default when unset or not a number,
-/// never below [`MIN_CANCEL_POLL_MS`].
-fn poll_every(var: Option<String>) -> u64 {
-    var.and_then(|v| v.parse::<u64>().ok())
-        .unwrap_or(DEFAULT_CANCEL_POLL_MS)
-        .max(MIN_CANCEL_POLL_MS)
-}
-
 /// Calls the attempt's provider and records the outcome; a retryable failure then
 /// fails over, if the kind allows. A call whose attempt is cancelled meanwhile, or whose
 /// job another attempt wins, is stopped ([`unless_stopped`]). `news` hears the call as
@@ -365,7 +350,7 @@ async fn unless_stopped(
     call: futures_util::future::LocalBoxFuture<'_, CallOutcome>,
     watching: Watching<'_>,
 ) -> ApiResult<Option<CallOutcome>> {
-    let every = poll_every(host.var("CANCEL_POLL_MS"));
+    let every = host.config().cancel_poll_ms;
     let attempt = p.attempt;
     let Watching { news, started } = watching;
     let watch = async {
@@ -783,25 +768,5 @@ pub fn log_completion(job_id: &str, attempt_id: &str, provider: &str, completion
         Completion::Gone => crate::log::info(json!({"event": "late_result_discarded",
                "job_id": job_id, "attempt_id": attempt_id, "attempt_state": "purged",
                "provider": provider})),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::poll_every;
-
-    #[test]
-    fn the_watch_reads_at_most_every_100_ms() {
-        for (var, every) in [
-            (None, 1000),
-            (Some("250"), 250),
-            (Some("100"), 100),
-            (Some("10"), 100),
-            (Some("0"), 100),
-            (Some("-5"), 1000),
-            (Some("soon"), 1000),
-        ] {
-            assert_eq!(poll_every(var.map(str::to_owned)), every, "{var:?}");
-        }
     }
 }

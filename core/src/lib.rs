@@ -10,6 +10,7 @@ pub mod answer;
 pub mod attempts;
 pub mod certification;
 pub mod clock;
+pub mod config;
 pub mod dispatch;
 pub mod error;
 pub mod fault;

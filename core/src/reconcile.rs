@@ -18,23 +18,11 @@ use crate::clock;
 use crate::dispatch;
 use crate::error::ApiResult;
 use crate::host::Host;
-use crate::providers;
 use crate::store::{ReconcileRule, Store};
 use serde_json::json;
 
-/// An attempt `starting` for this long has probably lost its dispatch message.
-const DEFAULT_STARTING_AFTER_MS: f64 = 30_000.0;
-/// A `running` attempt this long past its provider's timeout has lost its dispatcher.
-const LOST_GRACE_MS: f64 = 60_000.0;
-/// Jobs deleted per purge batch, so that a backlog never makes one statement too big
-/// for D1 (`PURGE_CHUNK` overrides it).
-const DEFAULT_PURGE_CHUNK: f64 = 200.0;
 /// Purge batches per run at most; the next run goes on where this one stopped.
 const MAX_PURGE_CHUNKS: usize = 25;
-
-fn var_f64(host: &dyn Host, name: &str) -> Option<f64> {
-    host.var(name).and_then(|v| v.parse().ok())
-}
 
 /// One reconciler pass over `store` (one database, or one shard's own).
 pub fn run<'a>(
@@ -43,9 +31,9 @@ pub fn run<'a>(
 ) -> futures_util::future::LocalBoxFuture<'a, ApiResult<()>> {
     Box::pin(async move {
         let now = clock::now_ms();
+        let config = host.config();
 
-        let starting_after =
-            var_f64(host, "RECONCILE_STARTING_AFTER_MS").unwrap_or(DEFAULT_STARTING_AFTER_MS);
+        let starting_after = config.starting_after_ms;
         let stuck = store
             .stuck_starting(&clock::rfc3339(now - starting_after), 100)
             .await?;
@@ -53,8 +41,9 @@ pub fn run<'a>(
             dispatch::enqueue(host, attempt_id, None).await;
         }
 
-        let lost_grace = var_f64(host, "RECONCILE_LOST_GRACE_MS").unwrap_or(LOST_GRACE_MS);
-        let rules: Vec<ReconcileRule> = providers::configured(host)?
+        let lost_grace = config.lost_grace_ms;
+        let rules: Vec<ReconcileRule> = config
+            .providers()?
             .iter()
             .map(|p| ReconcileRule {
                 abandon_before: p.abandon_after_ms.map(|ms| clock::rfc3339(now - ms as f64)),
@@ -66,11 +55,9 @@ pub fn run<'a>(
         let (abandoned, lost) = store.reconcile(&rules).await?;
         let told = store.notified() - told;
 
-        let hours = crate::retention::hours(var_f64(host, "JOB_RETENTION_HOURS"));
+        let hours = config.retention_hours;
         let cutoff = clock::rfc3339(now - hours * 3_600_000.0);
-        let chunk = var_f64(host, "PURGE_CHUNK")
-            .unwrap_or(DEFAULT_PURGE_CHUNK)
-            .clamp(1.0, 1_000.0) as u32;
+        let chunk = config.purge_chunk;
         // The purge's own rows, apart from the sweeps' (`cargo xtask bench` reads them).
         let before = store.cost();
         let mut purged = 0;

@@ -5,7 +5,14 @@ use crate::host::{send, Host, ProviderCall};
 use crate::message::{Dispatch, QUEUE};
 use crate::outcome::CallOutcome;
 use futures_util::future::LocalBoxFuture;
+use onceclick_core::config::Config;
 use serde_json::json;
+use std::rc::Rc;
+
+thread_local! {
+    /// The core's configuration, as this isolate read it first.
+    static CONFIG: std::cell::OnceCell<Rc<Config>> = const { std::cell::OnceCell::new() };
+}
 
 /// The Worker's shell: workers-rs bindings of one request (or one queue batch, cron
 /// run or alarm, which have no response to wait for).
@@ -17,6 +24,15 @@ pub(crate) struct WorkerHost<'a> {
 impl Host for WorkerHost<'_> {
     fn var(&self, name: &str) -> Option<String> {
         self.env.var(name).ok().map(|v| v.to_string())
+    }
+
+    /// Read once per isolate: a deployment's vars change only with a new isolate.
+    fn config(&self) -> Rc<Config> {
+        CONFIG.with(|config| {
+            config
+                .get_or_init(|| Rc::new(Config::read(&|name| self.var(name))))
+                .clone()
+        })
     }
 
     fn secret(&self, name: &str) -> Option<String> {
