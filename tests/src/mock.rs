@@ -473,8 +473,13 @@ fn send(pause: u64, bytes: impl Into<Vec<u8>>) -> Piece {
 /// first; `stream_fault` breaks it after `fault_after` chunks of content. `watched`
 /// records a client that goes before the end.
 fn streamed(watched: Watched, step: &Step, text: &str, prompt: &str, usage: bool) -> Response {
-    use futures::StreamExt;
     let content = content_of(step, text);
+    let plan = stream_plan(step, &content, prompt, usage);
+    play(plan, watched)
+}
+
+/// What a streamed answer of `content` sends, in order.
+fn stream_plan(step: &Step, content: &str, prompt: &str, usage: bool) -> Vec<Piece> {
     let chars: Vec<char> = content.chars().collect();
     let pieces: Vec<String> = chars
         .chunks(step.chunk_chars.unwrap_or(8).max(1))
@@ -505,23 +510,10 @@ fn streamed(watched: Watched, step: &Step, text: &str, prompt: &str, usage: bool
     let mut sent_chars = 0;
     for (n, piece) in pieces.iter().enumerate() {
         if n == fault_after {
-            match fault {
-                Some("stall") => plan.push(Piece::Comments(MAX_HOLD)),
-                Some("cut") => plan.push(Piece::Break),
-                Some("error") => plan.push(send(
-                    0,
-                    sse(&json!({"error": {"message": "the mock failed mid-stream", "code": 502}})),
-                )),
-                Some("refusal") => plan.push(send(
-                    0,
-                    chunk(
-                        json!({"refusal": "The mock will not summarize this."}),
-                        None,
-                    ),
-                )),
-                Some("no_done") => {}
-                Some(reason) => finish = reason,
-                None => {}
+            match fault_piece(fault) {
+                Fault::Piece(piece) => plan.push(piece),
+                Fault::Finish(reason) => finish = reason,
+                Fault::Nothing => {}
             }
             if fault.is_some_and(|f| f != "no_done") {
                 ended = matches!(fault, Some("stall" | "cut" | "error"));
@@ -539,7 +531,7 @@ fn streamed(watched: Watched, step: &Step, text: &str, prompt: &str, usage: bool
     if !ended {
         plan.push(send(0, chunk(json!({}), Some(finish))));
         if usage {
-            let usage = self::usage(prompt, &content);
+            let usage = self::usage(prompt, content);
             plan.push(send(
                 0,
                 sse(
@@ -553,63 +545,111 @@ fn streamed(watched: Watched, step: &Step, text: &str, prompt: &str, usage: bool
             _ => plan.push(send(0, "data: [DONE]\n\n")),
         }
     }
+    plan
+}
+
+/// What a `stream_fault` does where it falls.
+enum Fault<'a> {
+    /// Sends this instead of the next chunk of content.
+    Piece(Piece),
+    /// Ends with this finish reason (`length`, `content_filter`).
+    Finish(&'a str),
+    /// Nothing there (`no_done` acts at the end; no fault at all).
+    Nothing,
+}
+
+fn fault_piece(fault: Option<&str>) -> Fault<'_> {
+    match fault {
+        Some("stall") => Fault::Piece(Piece::Comments(MAX_HOLD)),
+        Some("cut") => Fault::Piece(Piece::Break),
+        Some("error") => Fault::Piece(send(
+            0,
+            sse(&json!({"error": {"message": "the mock failed mid-stream", "code": 502}})),
+        )),
+        Some("refusal") => Fault::Piece(send(
+            0,
+            chunk(
+                json!({"refusal": "The mock will not summarize this."}),
+                None,
+            ),
+        )),
+        Some("no_done") | None => Fault::Nothing,
+        Some(reason) => Fault::Finish(reason),
+    }
+}
+
+/// The rest of a plan as it plays, and who watches it (`None` once it broke).
+type Playing = (
+    std::iter::Peekable<std::iter::Enumerate<std::vec::IntoIter<Piece>>>,
+    Option<Watched>,
+);
+
+/// Plays `plan` as the body of a `200` `text/event-stream`.
+fn play(plan: Vec<Piece>, watched: Watched) -> Response {
+    use futures::StreamExt;
     let last = plan.len();
-    let state = (plan.into_iter().enumerate().peekable(), Some(watched));
-    let body = futures::stream::unfold(state, move |(mut plan, watched)| async move {
-        let mut watched = watched?;
-        let (n, piece) = plan.peek()?;
-        match piece {
-            Piece::Comments(until) => {
-                if watched.came.elapsed() < *until {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    return Some((Ok(b": waiting\n\n".to_vec()), (plan, Some(watched))));
-                }
-                // A stall ends with the bound, unfinished; a hold goes on.
-                let n = *n;
-                plan.next();
-                if n + 1 == last {
-                    watched.answered = true;
-                    return None;
-                }
-                Some((Ok(Vec::new()), (plan, Some(watched))))
-            }
-            Piece::Send(pause, ..) => {
-                if *pause > 0 {
-                    tokio::time::sleep(Duration::from_millis(*pause).min(MAX_HOLD)).await;
-                }
-                let Some((n, Piece::Send(_, bytes, content))) = plan.next() else {
-                    return None;
-                };
-                watched.answered = n + 1 == last;
-                if let Some(chars) = content {
-                    let at = std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map_or(0, |d| d.as_millis() as u64);
-                    if let Some(call) = watched.mock.lock().calls.get_mut(watched.index) {
-                        call.sent.push((chars, at));
-                    }
-                }
-                Some((Ok::<_, std::io::Error>(bytes), (plan, Some(watched))))
-            }
-            Piece::Break => {
-                // A moment first, so that the client has surely read the head and the
-                // chunks before the connection breaks (as `cut_off` does).
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                // The mock's own doing, not the client's.
-                watched.answered = true;
-                Some((
-                    Err(std::io::Error::other("the provider went away mid-stream")),
-                    (plan, None),
-                ))
-            }
-        }
-    })
-    .boxed();
+    let state: Playing = (plan.into_iter().enumerate().peekable(), Some(watched));
+    let body = futures::stream::unfold(state, move |state| next_bytes(state, last)).boxed();
     Response::builder()
         .status(StatusCode::OK)
         .header("content-type", "text/event-stream")
         .body(axum::body::Body::from_stream(body))
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+/// The next bytes of a playing plan of `last` pieces, and what is left of it; `None`
+/// at its end.
+async fn next_bytes(
+    (mut plan, watched): Playing,
+    last: usize,
+) -> Option<(std::io::Result<Vec<u8>>, Playing)> {
+    let mut watched = watched?;
+    let (n, piece) = plan.peek()?;
+    match piece {
+        Piece::Comments(until) => {
+            if watched.came.elapsed() < *until {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                return Some((Ok(b": waiting\n\n".to_vec()), (plan, Some(watched))));
+            }
+            // A stall ends with the bound, unfinished; a hold goes on.
+            let n = *n;
+            plan.next();
+            if n + 1 == last {
+                watched.answered = true;
+                return None;
+            }
+            Some((Ok(Vec::new()), (plan, Some(watched))))
+        }
+        Piece::Send(pause, ..) => {
+            if *pause > 0 {
+                tokio::time::sleep(Duration::from_millis(*pause).min(MAX_HOLD)).await;
+            }
+            let Some((n, Piece::Send(_, bytes, content))) = plan.next() else {
+                return None;
+            };
+            watched.answered = n + 1 == last;
+            if let Some(chars) = content {
+                let at = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as u64);
+                if let Some(call) = watched.mock.lock().calls.get_mut(watched.index) {
+                    call.sent.push((chars, at));
+                }
+            }
+            Some((Ok::<_, std::io::Error>(bytes), (plan, Some(watched))))
+        }
+        Piece::Break => {
+            // A moment first, so that the client has surely read the head and the
+            // chunks before the connection breaks (as `cut_off` does).
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            // The mock's own doing, not the client's.
+            watched.answered = true;
+            Some((
+                Err(std::io::Error::other("the provider went away mid-stream")),
+                (plan, None),
+            ))
+        }
+    }
 }
 
 /// A chat completion's `usage`, as the mock estimates it: a token per four characters

@@ -91,12 +91,6 @@ pub async fn probe(base: &str, secret: &str, log: &Path) -> Result<Probe> {
     let token = crate::auth::mint(secret, &owner, false, 600)?;
     let http = reqwest::Client::new();
     let body = r#"{"kind":"summarize","input":{"text":"One job whose round trips are counted."}}"#;
-    let trips = |r: &reqwest::Response| {
-        r.headers()
-            .get("server-timing")
-            .and_then(|v| v.to_str().ok())
-            .and_then(server_timing_round_trips)
-    };
     let create = || {
         http.post(format!("{base}/v1/jobs"))
             .bearer_auth(&token)
@@ -105,13 +99,8 @@ pub async fn probe(base: &str, secret: &str, log: &Path) -> Result<Probe> {
             .send()
     };
     let created = create().await?;
-    let (status, create_trips) = (created.status().as_u16(), trips(&created));
-    let timing = created
-        .headers()
-        .get("server-timing")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_owned();
+    let (status, create_trips) = (created.status().as_u16(), trips_of(&created));
+    let timing = timing_of(&created);
     let create_written = server_timing_sum(&timing, "rows written=")
         .with_context(|| format!("create's Server-Timing has no rows written: {timing}"))?;
     let create_read = server_timing_sum(&timing, "rows read=")
@@ -125,34 +114,10 @@ pub async fn probe(base: &str, secret: &str, log: &Path) -> Result<Probe> {
     if replayed.status().as_u16() != 200 {
         bail!("replay answered {}", replayed.status());
     }
-    let replay_trips = trips(&replayed);
+    let replay_trips = trips_of(&replayed);
 
     let by = Instant::now() + Duration::from_secs(30);
-    let (etag, attempt) = loop {
-        let got = http
-            .get(format!("{base}/v1/jobs/{id}"))
-            .bearer_auth(&token)
-            .send()
-            .await?;
-        let etag = got
-            .headers()
-            .get("etag")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_owned();
-        let job: Value = got.json().await?;
-        if job["status"] == "succeeded" {
-            let attempt = job["attempts"][0]["id"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned();
-            break (etag, attempt);
-        }
-        if Instant::now() > by {
-            bail!("the probe's job did not succeed in 30 s: {job}");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let (etag, attempt) = succeeded(&http, base, &token, &id, by).await?;
     let read = http
         .get(format!("{base}/v1/jobs/{id}"))
         .bearer_auth(&token)
@@ -162,18 +127,11 @@ pub async fn probe(base: &str, secret: &str, log: &Path) -> Result<Probe> {
     if read.status().as_u16() != 304 {
         bail!("a read with the job's ETag answered {}", read.status());
     }
-    let read_trips = trips(&read);
+    let read_trips = trips_of(&read);
 
     let line = line_of(log, "dispatched", &attempt, by).await?;
     // Logged before the dispatched line, when the answer had a `usage`.
-    let tokens = events_of(log, "call_tokens", &attempt)
-        .first()
-        .and_then(|l| {
-            Some(Tokens {
-                prompt: l["prompt_tokens"].as_u64()?,
-                completion: l["completion_tokens"].as_u64()?,
-            })
-        });
+    let tokens = tokens_of(log, &attempt);
     let get = |what: &str, k: &str| {
         line[what][k]
             .as_u64()
@@ -200,6 +158,71 @@ pub async fn probe(base: &str, secret: &str, log: &Path) -> Result<Probe> {
         },
         tokens,
     })
+}
+
+/// An answer's `Server-Timing` value (empty when it has none).
+fn timing_of(r: &reqwest::Response) -> String {
+    r.headers()
+        .get("server-timing")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// The round trips an answer's `Server-Timing` counts, if it has one.
+fn trips_of(r: &reqwest::Response) -> Option<u32> {
+    r.headers()
+        .get("server-timing")
+        .and_then(|v| v.to_str().ok())
+        .and_then(server_timing_round_trips)
+}
+
+/// Reads job `id` until it has succeeded (until `by` at most): its ETag then, and its
+/// first attempt's id.
+async fn succeeded(
+    http: &reqwest::Client,
+    base: &str,
+    token: &str,
+    id: &str,
+    by: Instant,
+) -> Result<(String, String)> {
+    loop {
+        let got = http
+            .get(format!("{base}/v1/jobs/{id}"))
+            .bearer_auth(token)
+            .send()
+            .await?;
+        let etag = got
+            .headers()
+            .get("etag")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        let job: Value = got.json().await?;
+        if job["status"] == "succeeded" {
+            let attempt = job["attempts"][0]["id"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            return Ok((etag, attempt));
+        }
+        if Instant::now() > by {
+            bail!("the probe's job did not succeed in 30 s: {job}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The provider's tokens for `attempt`, from the consumer's `call_tokens` line.
+fn tokens_of(log: &Path, attempt: &str) -> Option<Tokens> {
+    events_of(log, "call_tokens", attempt)
+        .first()
+        .and_then(|l| {
+            Some(Tokens {
+                prompt: l["prompt_tokens"].as_u64()?,
+                completion: l["completion_tokens"].as_u64()?,
+            })
+        })
 }
 
 /// The `event` lines of `log` that name `attempt`, in the order logged.
@@ -433,28 +456,7 @@ pub async fn paths(
     let mut out = Vec::new();
     for path in ["hedged race", "failover", "unknown, resolved"] {
         let marker = crate::client::unique("path");
-        let (kind, primary, fallback, deliveries) = match path {
-            "hedged race" => (
-                "summarize_hedged",
-                serde_json::json!([{"delay_ms": 2000}]),
-                serde_json::json!([{}]),
-                1,
-            ),
-            // The kind with `auto_failover` (and a hedge after 300 ms, which a primary
-            // that fails at once never reaches).
-            "failover" => (
-                "summarize_hedged",
-                serde_json::json!([{"status": 503}]),
-                serde_json::json!([{}]),
-                2,
-            ),
-            _ => (
-                "summarize",
-                serde_json::json!([{"delay_ms": 30000}]),
-                serde_json::json!([{}]),
-                1,
-            ),
-        };
+        let (kind, primary, fallback, deliveries) = path_script(path);
         mock.script("primary", &marker, primary).await;
         mock.script("fallback", &marker, fallback).await;
         let body = serde_json::json!({"kind": kind,
@@ -481,22 +483,8 @@ pub async fn paths(
         };
         let job = api.wait_job(&token, &id, settled).await;
         if path == "unknown, resolved" {
-            let attempt = job["attempts"][0]["id"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned();
-            let resolved = api
-                .http
-                .post(format!("{base}/v1/attempts/{attempt}/resolve"))
-                .bearer_auth(&admin)
-                .json(&serde_json::json!({"outcome": "succeeded",
-                                          "result": {"summary": "resolved", "sentiment": "neutral"}}))
-                .send()
-                .await?;
-            if resolved.status().as_u16() != 200 {
-                bail!("{path}: the resolve answered {}", resolved.status());
-            }
-            let [trips, written, read] = timing_sum(&resolved);
+            let [trips, written, read] =
+                resolve_as_succeeded(&api, base, &admin, path, &job).await?;
             cost.round_trips += trips;
             cost.rows_written += written;
             cost.rows_read += read;
@@ -510,6 +498,60 @@ pub async fn paths(
         out.push(cost);
     }
     Ok(out)
+}
+
+/// How a path's job is made to take it: its kind, the primary's and the fallback's
+/// scripts, and the deliveries (`dispatched` lines) it takes.
+fn path_script(path: &str) -> (&'static str, Value, Value, usize) {
+    match path {
+        "hedged race" => (
+            "summarize_hedged",
+            serde_json::json!([{"delay_ms": 2000}]),
+            serde_json::json!([{}]),
+            1,
+        ),
+        // The kind with `auto_failover` (and a hedge after 300 ms, which a primary
+        // that fails at once never reaches).
+        "failover" => (
+            "summarize_hedged",
+            serde_json::json!([{"status": 503}]),
+            serde_json::json!([{}]),
+            2,
+        ),
+        _ => (
+            "summarize",
+            serde_json::json!([{"delay_ms": 30000}]),
+            serde_json::json!([{}]),
+            1,
+        ),
+    }
+}
+
+/// An admin's resolve of `job`'s first attempt (on `path`) as succeeded: its store
+/// figures.
+async fn resolve_as_succeeded(
+    api: &crate::client::Api,
+    base: &str,
+    admin: &str,
+    path: &str,
+    job: &Value,
+) -> Result<[u64; 3]> {
+    let attempt = job["attempts"][0]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let resolved = api
+        .http
+        .post(format!("{base}/v1/attempts/{attempt}/resolve"))
+        .bearer_auth(admin)
+        .json(&serde_json::json!({"outcome": "succeeded",
+                                  "result": {"summary": "resolved", "sentiment": "neutral"}}))
+        .send()
+        .await?;
+    if resolved.status().as_u16() != 200 {
+        bail!("{path}: the resolve answered {}", resolved.status());
+    }
+    Ok(timing_sum(&resolved))
 }
 
 /// What the retention purge writes and reads per job it takes.

@@ -158,6 +158,89 @@ async fn write_response(
     let _ = stream.shutdown().await;
 }
 
+/// One request, as its scenario sees it: `/{mode}/{id}/{rest}`.
+struct Scenario {
+    req: Parsed,
+    /// The behaviour, such as `drop-once`.
+    mode: String,
+    /// The scenario's name, which keys its log and its one-time faults.
+    id: String,
+    /// The path forwarded to the Worker.
+    rest: String,
+    /// When the request came (the log's clock).
+    came: u64,
+}
+
+impl Scenario {
+    /// `None` for a target without a mode and an id.
+    fn of(req: Parsed) -> Option<Self> {
+        let parts: Vec<&str> = req.target.splitn(4, '/').collect();
+        // ["", mode, id, rest]
+        let (Some(mode), Some(id)) = (parts.get(1).copied(), parts.get(2).copied()) else {
+            return None;
+        };
+        let (mode, id) = (mode.to_owned(), id.to_owned());
+        let rest = format!("/{}", parts.get(3).copied().unwrap_or_default());
+        Some(Scenario {
+            req,
+            mode,
+            id,
+            rest,
+            came: now_ms(),
+        })
+    }
+
+    fn header(&self, name: &str) -> Option<String> {
+        self.req
+            .headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.clone())
+    }
+
+    fn preflight(&self) -> bool {
+        self.req.method == "OPTIONS"
+    }
+
+    fn post(&self) -> bool {
+        self.req.method == "POST"
+    }
+
+    /// `GET /v1/providers`.
+    fn lookup(&self) -> bool {
+        self.req.method == "GET" && self.rest.ends_with("/v1/providers")
+    }
+
+    /// A live stream: `GET /v1/stream?…` or `GET …/stream`.
+    fn live_stream(&self) -> bool {
+        self.req.method == "GET"
+            && (self.rest.starts_with("/v1/stream?")
+                || self
+                    .rest
+                    .split('?')
+                    .next()
+                    .is_some_and(|p| p.ends_with("/stream")))
+    }
+
+    /// Adds what this request saw to the scenario's log.
+    fn record(&self, log: &Log, status: Option<u16>, dropped: bool) {
+        if let Ok(mut l) = log.lock() {
+            l.entry(self.id.clone()).or_default().push(Seen {
+                method: self.req.method.clone(),
+                path: self.rest.clone(),
+                idempotency_key: self.header("idempotency-key"),
+                last_event_id: self.header("last-event-id"),
+                status,
+                dropped,
+                client_closed: false,
+                at_ms: self.came,
+            });
+        }
+    }
+}
+
+/// One connection: its request, through its scenario's behaviour, to the Worker and
+/// back.
 async fn handle(
     mut stream: TcpStream,
     upstream: String,
@@ -169,99 +252,110 @@ async fn handle(
         return;
     };
     let cors = vec![("access-control-allow-origin".to_owned(), "*".to_owned())];
-    let parts: Vec<&str> = req.target.splitn(4, '/').collect();
-    // ["", mode, id, rest]
-    if parts.get(1) == Some(&"_log") {
-        let id = parts.get(2).copied().unwrap_or_default();
-        let seen = log
-            .lock()
-            .map(|l| l.get(id).cloned().unwrap_or_default())
-            .unwrap_or_default();
-        let body = serde_json::to_vec(&seen).unwrap_or_default();
-        write_response(&mut stream, 200, &cors, &body).await;
+    if let Some(id) = log_asked(&req.target) {
+        serve_log(&mut stream, &log, id, &cors).await;
         return;
     }
-    let (Some(mode), Some(id)) = (parts.get(1).copied(), parts.get(2).copied()) else {
+    let Some(call) = Scenario::of(req) else {
         write_response(&mut stream, 404, &cors, b"").await;
         return;
     };
-    let rest = format!("/{}", parts.get(3).copied().unwrap_or_default());
-    let preflight = req.method == "OPTIONS";
-    let header = |name: &str| {
-        req.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.clone())
-    };
-    let key = header("idempotency-key");
-    let last_event_id = header("last-event-id");
-    let post = req.method == "POST";
-    let came = now_ms();
+    let (mode, id) = (call.mode.as_str(), call.id.as_str());
     let drop_answer = match mode {
-        "drop-once" => !preflight && take_once(&used, id),
-        "drop-attempts-once" => post && rest.ends_with("/attempts") && take_once(&used, id),
+        "drop-once" => !call.preflight() && take_once(&used, id),
+        "drop-attempts-once" => {
+            call.post() && call.rest.ends_with("/attempts") && take_once(&used, id)
+        }
         _ => false,
     };
-    let fault = mode == "d1-fault-once" && post && take_once(&used, id);
-    let record = |status: Option<u16>, dropped: bool| {
-        if let Ok(mut l) = log.lock() {
-            l.entry(id.to_owned()).or_default().push(Seen {
-                method: req.method.clone(),
-                path: rest.clone(),
-                idempotency_key: key.clone(),
-                last_event_id: last_event_id.clone(),
-                status,
-                dropped,
-                client_closed: false,
-                at_ms: came,
-            });
-        }
-    };
-    let lookup = req.method == "GET" && rest.ends_with("/v1/providers");
-    let lookup_fails = lookup
+    let fault = mode == "d1-fault-once" && call.post() && take_once(&used, id);
+    let lookup_fails = call.lookup()
         && (mode == "providers-fail" || (mode == "providers-fail-once" && take_once(&used, id)));
     if lookup_fails {
-        record(Some(500), false);
-        let mut headers = cors.clone();
-        headers.push(("content-type".into(), "application/problem+json".into()));
-        let problem = br#"{"type":"about:blank","title":"Internal","status":500,"code":"internal","detail":"the proxy failed this lookup","retryable":false}"#;
-        write_response(&mut stream, 500, &headers, problem).await;
+        call.record(&log, Some(500), false);
+        fail_lookup(&mut stream, &cors).await;
         return;
     }
-    let live_stream = req.method == "GET"
-        && (rest.starts_with("/v1/stream?")
-            || rest
-                .split('?')
-                .next()
-                .is_some_and(|p| p.ends_with("/stream")));
-    if (mode == "hang" && !preflight) || (mode == "hang-streams" && live_stream) {
-        record(None, true);
-        let mut sink = [0u8; 1];
-        // Until the browser gives up (aborts) or the bound passes.
-        let closed = matches!(
-            tokio::time::timeout(MAX_HOLD, stream.read(&mut sink)).await,
-            Ok(Ok(0) | Err(_))
-        );
-        if closed {
-            if let Ok(mut l) = log.lock() {
-                let held = l.get_mut(id).and_then(|seen| {
-                    seen.iter_mut()
-                        .rev()
-                        .find(|s| s.path == rest && s.method == req.method && !s.client_closed)
-                });
-                if let Some(held) = held {
-                    held.client_closed = true;
-                }
+    if (mode == "hang" && !call.preflight()) || (mode == "hang-streams" && call.live_stream()) {
+        call.record(&log, None, true);
+        hold(stream, &log, &call).await;
+        return;
+    }
+    // An answer to rewrite is asked for uncompressed.
+    let rewrite = mode == "primary-is-fallback" && call.lookup();
+    let Ok(answer) = forward(&http, &upstream, &call, &used, fault, rewrite)
+        .send()
+        .await
+    else {
+        call.record(&log, None, false);
+        write_response(&mut stream, 502, &cors, b"").await;
+        return;
+    };
+    pass_on(stream, &log, &call, &used, answer, drop_answer, rewrite).await;
+}
+
+/// The scenario whose log `target` asks for (`/_log/{id}`), if it does.
+fn log_asked(target: &str) -> Option<&str> {
+    let parts: Vec<&str> = target.splitn(4, '/').collect();
+    (parts.get(1) == Some(&"_log")).then(|| parts.get(2).copied().unwrap_or_default())
+}
+
+/// `GET /_log/{id}`: what the scenario saw.
+async fn serve_log(stream: &mut TcpStream, log: &Log, id: &str, cors: &[(String, String)]) {
+    let seen = log
+        .lock()
+        .map(|l| l.get(id).cloned().unwrap_or_default())
+        .unwrap_or_default();
+    let body = serde_json::to_vec(&seen).unwrap_or_default();
+    write_response(stream, 200, cors, &body).await;
+}
+
+/// The proxy's own 500 to a lookup of the providers.
+async fn fail_lookup(stream: &mut TcpStream, cors: &[(String, String)]) {
+    let mut headers = cors.to_vec();
+    headers.push(("content-type".into(), "application/problem+json".into()));
+    let problem = br#"{"type":"about:blank","title":"Internal","status":500,"code":"internal","detail":"the proxy failed this lookup","retryable":false}"#;
+    write_response(stream, 500, &headers, problem).await;
+}
+
+/// Holds a request unanswered until the browser gives up (aborts) or the bound passes;
+/// a close by the browser marks the request's log entry `client_closed`.
+async fn hold(mut stream: TcpStream, log: &Log, call: &Scenario) {
+    let mut sink = [0u8; 1];
+    let closed = matches!(
+        tokio::time::timeout(MAX_HOLD, stream.read(&mut sink)).await,
+        Ok(Ok(0) | Err(_))
+    );
+    if closed {
+        if let Ok(mut l) = log.lock() {
+            let held = l.get_mut(&call.id).and_then(|seen| {
+                seen.iter_mut().rev().find(|s| {
+                    s.path == call.rest && s.method == call.req.method && !s.client_closed
+                })
+            });
+            if let Some(held) = held {
+                held.client_closed = true;
             }
         }
-        return;
     }
+}
+
+/// The request as the Worker gets it: its headers but those that frame it (and, for an
+/// answer to rewrite, `Accept-Encoding`), with the scenario's fault header if it takes
+/// one.
+fn forward(
+    http: &reqwest::Client,
+    upstream: &str,
+    call: &Scenario,
+    used: &Used,
+    fault: bool,
+    rewrite: bool,
+) -> reqwest::RequestBuilder {
+    let req = &call.req;
     let method = reqwest::Method::from_bytes(req.method.as_bytes()).unwrap_or(reqwest::Method::GET);
     let mut forward = http
-        .request(method, format!("{upstream}{rest}"))
+        .request(method, format!("{upstream}{}", call.rest))
         .body(req.body.clone());
-    // An answer to rewrite is asked for uncompressed.
-    let rewrite = mode == "primary-is-fallback" && lookup;
     for (k, v) in &req.headers {
         let skip = ["host", "content-length", "connection"];
         let compressed = rewrite && k.eq_ignore_ascii_case("accept-encoding");
@@ -272,15 +366,24 @@ async fn handle(
     if fault {
         forward = forward.header("X-Onceclick-Fault", "create_or_get_job:after");
     }
-    let several = live_stream && rest.matches("job=").count() >= 2;
-    if mode == "unserve-stream-once" && several && take_once(&used, id) {
+    let several = call.live_stream() && call.rest.matches("job=").count() >= 2;
+    if call.mode == "unserve-stream-once" && several && take_once(used, &call.id) {
         forward = forward.header("X-Onceclick-Fault", "subscribe:before");
     }
-    let Ok(answer) = forward.send().await else {
-        record(None, false);
-        write_response(&mut stream, 502, &cors, b"").await;
-        return;
-    };
+    forward
+}
+
+/// The Worker's answer, to the browser: a live stream relayed as it comes (or cut), any
+/// other answer read whole (and rewritten), or dropped without a byte.
+async fn pass_on(
+    mut stream: TcpStream,
+    log: &Log,
+    call: &Scenario,
+    used: &Used,
+    answer: reqwest::Response,
+    drop_answer: bool,
+    rewrite: bool,
+) {
     let status = answer.status().as_u16();
     let headers: Vec<(String, String)> = answer
         .headers()
@@ -291,11 +394,11 @@ async fn handle(
         .iter()
         .any(|(k, v)| k.eq_ignore_ascii_case("content-type") && v.starts_with("text/event-stream"));
     if streamed {
-        record(Some(status), drop_answer);
+        call.record(log, Some(status), drop_answer);
         if drop_answer {
             return;
         }
-        let cut = mode == "cut-stream-once" && take_once(&used, id);
+        let cut = call.mode == "cut-stream-once" && take_once(used, &call.id);
         relay_stream(stream, status, &headers, answer, cut).await;
         return;
     }
@@ -304,12 +407,12 @@ async fn handle(
         body = fallback_as_primary(&body);
     }
     if drop_answer {
-        record(Some(status), true);
+        call.record(log, Some(status), true);
         // The Worker did the work; the browser never hears of it.
         drop(stream);
         return;
     }
-    record(Some(status), false);
+    call.record(log, Some(status), false);
     write_response(&mut stream, status, &headers, &body).await;
 }
 

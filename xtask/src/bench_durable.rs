@@ -19,6 +19,7 @@ use crate::tools::{self, Tools};
 use crate::wrangler::{self, Wrangler, BASELINE, EDGE};
 use anyhow::{bail, Result};
 use serde_json::{json, Value};
+use std::path::Path;
 
 const CONNECTIONS: usize = 16;
 const WARMUP_MS: u64 = 1000;
@@ -69,8 +70,37 @@ pub(crate) fn run(tools: &Tools) -> Result<Value> {
     let root = tools.root.clone();
     wrangler::build(tools, &EDGE)?;
     wrangler::build(tools, &BASELINE)?;
-    let config = crate::bench_jobs::without_consumer(&root)?;
-    let dispatching = wrangler::unlimited_config(&root)?;
+    let servers = start(tools, &root)?;
+    let rounds = (0..ROUNDS)
+        .map(|round| measure_round(&servers, round))
+        .collect::<Result<Vec<Value>>>()?;
+    let bytes_per_job = storage_per_job(&servers)?;
+    drop(servers);
+
+    let ratios = ratios_to_d1(&rounds);
+    let against_bare = against_bare(&rounds);
+    let results = json!({
+        "date": crate::bench::today(),
+        "against_bare": against_bare,
+        "create_over_bare_target": CREATE_OVER_BARE,
+        "connections": CONNECTIONS,
+        "measured_ms": MEASURED_MS,
+        "rounds": rounds,
+        "ratios": ratios,
+        "storage": bytes_per_job,
+    });
+    print_summary(&results, &ratios, &against_bare);
+    let path = root.join("bench/durable.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&results)? + "\n")?;
+    eprintln!("xtask: wrote {}", path.display());
+    Ok(results)
+}
+
+/// Every server of the run, each with the job that replay and read use: onceclick on
+/// each store with no consumer, on eight shards with its consumer, and the baseline.
+fn start(tools: &Tools, root: &Path) -> Result<Vec<Server>> {
+    let config = crate::bench_jobs::without_consumer(root)?;
+    let dispatching = wrangler::unlimited_config(root)?;
     let mut servers = Vec::new();
     let onceclick = STORES
         .iter()
@@ -95,7 +125,7 @@ pub(crate) fn run(tools: &Tools) -> Result<Value> {
             provider_timeout_ms: TEST_TIMEOUT_MS,
             primary_streams: false,
         };
-        let worker = TestWorker::launch(tools, &root, &how)?;
+        let worker = TestWorker::launch(tools, root, &how)?;
         let token = onceclick_tests::auth::mint(&worker.secret, "bench", false, 3600)?;
         let (job, etag) = crate::bench::one_job(&worker.server.url, &token)?;
         servers.push(Server {
@@ -107,7 +137,7 @@ pub(crate) fn run(tools: &Tools) -> Result<Value> {
             workloads,
         });
     }
-    let baseline = crate::bench::start_baseline(tools, &root)?;
+    let baseline = crate::bench::start_baseline(tools, root)?;
     servers.push(Server {
         name: "baseline",
         running: Running::Bare(baseline),
@@ -116,55 +146,65 @@ pub(crate) fn run(tools: &Tools) -> Result<Value> {
         etag: String::new(),
         workloads: &["insert_object"],
     });
+    Ok(servers)
+}
 
-    let mut rounds = Vec::new();
-    for round in 0..ROUNDS {
-        let mut order: Vec<(&Server, &str)> = servers
-            .iter()
-            .flat_map(|s| s.workloads.iter().map(move |w| (s, *w)))
-            .collect();
-        if round % 2 == 1 {
-            order.reverse();
-        }
-        let mut outcomes = serde_json::Map::new();
-        for (server, workload) in order {
-            let spec = spec(server, workload, round);
-            let cpu_before = server.wrangler().cpu_time();
-            let mut outcome: Outcome = load::spawn(&spec)?;
-            if outcome.requests == 0 || !outcome.unexpected.is_empty() {
-                bail!(
-                    "{} {workload}: {} requests, unexpected {:?}: {}",
-                    server.name,
-                    outcome.requests,
-                    outcome.unexpected,
-                    outcome.first_unexpected.as_deref().unwrap_or("")
-                );
-            }
-            if let Running::Onceclick(worker) = &server.running {
-                if server.name == "eight_shards_dispatching" {
-                    // The dispatches it started are part of its cost, and must not run
-                    // into the next workload.
-                    crate::bench::drain(worker)?;
-                }
-            }
-            outcome.cpu_ms_per_request = (server.wrangler().cpu_time() - cpu_before).as_secs_f64()
-                * 1e3
-                / outcome.issued.max(1) as f64;
-            eprintln!(
-                "xtask: bench --store durable, round {round}, {} {workload}: {:.0} req/s, p50 {:.2} ms, p99 {:.2} ms, {:.2} ms CPU/request",
-                server.name, outcome.rate, outcome.p50_ms, outcome.p99_ms, outcome.cpu_ms_per_request
-            );
-            outcomes.insert(
-                format!("{}.{workload}", server.name),
-                serde_json::to_value(&outcome)?,
-            );
-        }
-        rounds.push(Value::Object(outcomes));
+/// Every workload of every server once, in reverse order in odd rounds: their outcomes
+/// by `server.workload`.
+fn measure_round(servers: &[Server], round: usize) -> Result<Value> {
+    let mut order: Vec<(&Server, &str)> = servers
+        .iter()
+        .flat_map(|s| s.workloads.iter().map(move |w| (s, *w)))
+        .collect();
+    if round % 2 == 1 {
+        order.reverse();
     }
-    // Storage per job: the store's SQLite files (with their WAL) over the jobs in them,
-    // after every create of the run.
+    let mut outcomes = serde_json::Map::new();
+    for (server, workload) in order {
+        let outcome = measure(server, workload, round)?;
+        outcomes.insert(
+            format!("{}.{workload}", server.name),
+            serde_json::to_value(&outcome)?,
+        );
+    }
+    Ok(Value::Object(outcomes))
+}
+
+/// One workload on one server, with the CPU time of the server's processes per request.
+fn measure(server: &Server, workload: &str, round: usize) -> Result<Outcome> {
+    let spec = spec(server, workload, round);
+    let cpu_before = server.wrangler().cpu_time();
+    let mut outcome: Outcome = load::spawn(&spec)?;
+    if outcome.requests == 0 || !outcome.unexpected.is_empty() {
+        bail!(
+            "{} {workload}: {} requests, unexpected {:?}: {}",
+            server.name,
+            outcome.requests,
+            outcome.unexpected,
+            outcome.first_unexpected.as_deref().unwrap_or("")
+        );
+    }
+    if let Running::Onceclick(worker) = &server.running {
+        if server.name == "eight_shards_dispatching" {
+            // The dispatches it started are part of its cost, and must not run
+            // into the next workload.
+            crate::bench::drain(worker)?;
+        }
+    }
+    outcome.cpu_ms_per_request = (server.wrangler().cpu_time() - cpu_before).as_secs_f64() * 1e3
+        / outcome.issued.max(1) as f64;
+    eprintln!(
+        "xtask: bench --store durable, round {round}, {} {workload}: {:.0} req/s, p50 {:.2} ms, p99 {:.2} ms, {:.2} ms CPU/request",
+        server.name, outcome.rate, outcome.p50_ms, outcome.p99_ms, outcome.cpu_ms_per_request
+    );
+    Ok(outcome)
+}
+
+/// Storage per job: the store's SQLite files (with their WAL) over the jobs in them,
+/// after every create of the run, per onceclick server.
+fn storage_per_job(servers: &[Server]) -> Result<serde_json::Map<String, Value>> {
     let mut bytes_per_job = serde_json::Map::new();
-    for server in &servers {
+    for server in servers {
         let Running::Onceclick(worker) = &server.running else {
             continue;
         };
@@ -183,8 +223,11 @@ pub(crate) fn run(tools: &Tools) -> Result<Value> {
             json!({"jobs": jobs, "bytes": bytes, "bytes_per_job": bytes as f64 / jobs.max(1) as f64}),
         );
     }
-    drop(servers);
+    Ok(bytes_per_job)
+}
 
+/// Each sharded store over D1, per workload and round: by rate and by CPU per request.
+fn ratios_to_d1(rounds: &[Value]) -> serde_json::Map<String, Value> {
     let mut ratios = serde_json::Map::new();
     for workload in WORKLOADS {
         for (name, _, _) in &STORES[1..] {
@@ -204,8 +247,12 @@ pub(crate) fn run(tools: &Tools) -> Result<Value> {
             ratios.insert(format!("{name} / d1, {workload}"), json!(per_round));
         }
     }
-    // The sharded create against the bare insert through the same hop: by rate, and by
-    // requests per CPU second (the insert's CPU per request over the create's).
+    ratios
+}
+
+/// The sharded create against the bare insert through the same hop: by rate, and by
+/// requests per CPU second (the insert's CPU per request over the create's).
+fn against_bare(rounds: &[Value]) -> serde_json::Map<String, Value> {
     let mut against_bare = serde_json::Map::new();
     for create in ["eight_shards.create", "eight_shards_dispatching.create"] {
         let per_round: Vec<Value> = rounds
@@ -226,22 +273,21 @@ pub(crate) fn run(tools: &Tools) -> Result<Value> {
             json!(per_round),
         );
     }
-    let results = json!({
-        "date": crate::bench::today(),
-        "against_bare": against_bare,
-        "create_over_bare_target": CREATE_OVER_BARE,
-        "connections": CONNECTIONS,
-        "measured_ms": MEASURED_MS,
-        "rounds": rounds,
-        "ratios": ratios,
-        "storage": bytes_per_job,
-    });
+    against_bare
+}
+
+/// The ratios per round, and the storage per job, on stdout.
+fn print_summary(
+    results: &Value,
+    ratios: &serde_json::Map<String, Value>,
+    against_bare: &serde_json::Map<String, Value>,
+) {
     println!(
         "\nbench --store durable: one shard against one D1, and eight shards (ratios per round)"
     );
-    print_rounds(&ratios, "", ("CPU/request", "cpu_per_request"));
+    print_rounds(ratios, "", ("CPU/request", "cpu_per_request"));
     print_rounds(
-        &against_bare,
+        against_bare,
         &format!(" (target >= {CREATE_OVER_BARE})"),
         ("per CPU second", "per_cpu"),
     );
@@ -253,10 +299,6 @@ pub(crate) fn run(tools: &Tools) -> Result<Value> {
             storage["bytes_per_job"].as_f64().unwrap_or(0.0)
         );
     }
-    let path = root.join("bench/durable.json");
-    std::fs::write(&path, serde_json::to_string_pretty(&results)? + "\n")?;
-    eprintln!("xtask: wrote {}", path.display());
-    Ok(results)
 }
 
 /// One line per figure: its rate ratio and its CPU ratio (`cpu`: label and key), per
@@ -338,7 +380,7 @@ fn spec(server: &Server, workload: &str, round: usize) -> Spec {
 }
 
 /// Bytes of the SQLite files (and their WAL) under `dir`, metadata aside.
-fn sqlite_bytes(dir: &std::path::Path) -> u64 {
+fn sqlite_bytes(dir: &Path) -> u64 {
     let mut total = 0;
     for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
         let path = entry.path();

@@ -76,6 +76,13 @@ fn price_table(md: &mut String, r: &Value) {
         return;
     }
     let cpu = f(&r["end_to_end"]["cpu_ms_per_job"]);
+    price_heading(md);
+    price_lines(md, &billed_lines(cost, cpu));
+    duration_and_tokens(md, cost);
+}
+
+/// The price table's heading: the prices it uses, and how its counts were taken.
+fn price_heading(md: &mut String) {
     let _ = writeln!(
         md,
         "## Price per million jobs
@@ -90,6 +97,11 @@ A job that succeeds on its first attempt, line by line, at Workers Paid prices b
         price("object_requests"),
         price("object_gb_s"),
     );
+}
+
+/// What a first-try job is billed for, line by line: (line, per job on D1, per job on a
+/// shard, $ per million units).
+fn billed_lines(cost: &Value, cpu: f64) -> [(&'static str, f64, f64, f64); 6] {
     let rows = |name: &str, k: &str| {
         let p = &cost[name][k];
         f(&p["create"]) + f(&p["claim"]) + f(&p["complete"])
@@ -102,7 +114,7 @@ A job that succeeds on its first attempt, line by line, at Workers Paid prices b
     // the alarm that hands the create on (one per create at most: creates that come
     // together share one).
     let object_requests = trips("durable") + 1.0;
-    let lines: [(&str, f64, f64, f64); 6] = [
+    [
         (
             "Worker requests (the create; the consumer)",
             2.0,
@@ -134,7 +146,11 @@ A job that succeeds on its first attempt, line by line, at Workers Paid prices b
             object_requests,
             price("object_requests"),
         ),
-    ];
+    ]
+}
+
+/// One row per billed line, then the total per store.
+fn price_lines(md: &mut String, lines: &[(&str, f64, f64, f64); 6]) {
     let mut totals = (0.0, 0.0);
     let cell = |n: f64, digits: usize| {
         if n.is_nan() {
@@ -143,7 +159,7 @@ A job that succeeds on its first attempt, line by line, at Workers Paid prices b
             format!("{n:.digits$}")
         }
     };
-    for (line, d1, shard, unit) in lines {
+    for &(line, d1, shard, unit) in lines {
         let (a, b) = (d1 * unit, shard * unit);
         if !a.is_nan() {
             totals.0 += a;
@@ -165,6 +181,10 @@ A job that succeeds on its first attempt, line by line, at Workers Paid prices b
         "| **Cloudflare, per million jobs** | | **{:.2}** | | **{:.2}** (CPU not counted) |",
         totals.0, totals.1
     );
+}
+
+/// Object duration, which shape (b) does not pay, and the provider's tokens per job.
+fn duration_and_tokens(md: &mut String, cost: &Value) {
     let tokens = |name: &str| {
         let t = &cost[name]["tokens"];
         (f(&t["prompt"]), f(&t["completion"]))
@@ -185,11 +205,22 @@ The provider's tokens per job, from its answer's `usage` (the consumer's `call_t
 }
 
 /// "Rows per job": what one job that succeeds at once costs the store, per step and
-/// store, from `bench.rs`'s `job_cost`.
+/// store, from `bench_cost.rs`'s `job_cost`; then the other paths of a job's life, the
+/// streamed jobs, the purge and the stops.
 fn job_cost(md: &mut String, cost: &Value) {
     if cost.is_null() {
         return;
     }
+    rows_per_step(md, cost);
+    subrequests(md, cost);
+    paths_cost(md, cost);
+    streamed_cost(md, cost);
+    purge_cost(md, cost);
+    stops_cost(md, cost);
+}
+
+/// A first-try job's rows written and read, per step and store, and their price.
+fn rows_per_step(md: &mut String, cost: &Value) {
     let _ = writeln!(
         md,
         "## Rows per job\n\nOne job that succeeds on its first attempt, as the store bills it: D1's `meta.rows_written`/`rows_read` and a shard's cursors' `rowsWritten`/`rowsRead` (each row and each index entry an insert or update touches is one row written), summed by the Worker over each step's one round trip (`Server-Timing`, the consumer's `dispatched` line). Priced at ${:.2} per million rows written and ${:.3} per million read (Workers Paid, beyond the included rows; read 2026-12-01).\n\n| store | written: create + claim + completion | written per job | read: create + claim + completion | read per job | rows, $ per million jobs |\n|---|---|---|---|---|---|",
@@ -221,6 +252,10 @@ fn job_cost(md: &mut String, cost: &Value) {
             rows_price(w, r)
         );
     }
+}
+
+/// The subrequests of a first-try job, per store.
+fn subrequests(md: &mut String, cost: &Value) {
     for (name, place) in [
         ("d1", "D1 queries"),
         ("durable", "requests to its shard's object"),
@@ -242,6 +277,10 @@ fn job_cost(md: &mut String, cost: &Value) {
             }
         );
     }
+}
+
+/// The other paths of a job's life (`probe::paths`), per store.
+fn paths_cost(md: &mut String, cost: &Value) {
     let _ = writeln!(
         md,
         "\nThe other paths of a job's life (`tests/src/probe.rs`, `paths`), each on a fresh job, over all its steps: a hedged race the hedge wins (its primary stopped as the loser), a failover after a retryable failure, an `unknown` attempt (its provider past the timeout) and an admin's resolve. The watch reads over calls in flight are apart (one per 250 ms a call took here).\n\n| store | path | rows written | rows read | round trips | watch reads | rows, $ per million jobs |\n|---|---|---|---|---|---|---|"
@@ -259,7 +298,10 @@ fn job_cost(md: &mut String, cost: &Value) {
             );
         }
     }
-    streamed_cost(md, cost);
+}
+
+/// The retention purge's rows per job (`probe::purge`), per store.
+fn purge_cost(md: &mut String, cost: &Value) {
     let _ = writeln!(
         md,
         "\nThe retention purge, its own line (`tests/src/probe.rs`, `purge`): 20 first-try jobs made idle for 30 days, then one reconciler pass; the rows of its purge statements (the `reconciled` line's `purge`, apart from the sweeps'), per job taken.\n\n| store | jobs purged | rows written per job | rows read per job | rows, $ per million jobs |\n|---|---|---|---|---|"
@@ -277,6 +319,11 @@ fn job_cost(md: &mut String, cost: &Value) {
             rows_price(w, r)
         );
     }
+}
+
+/// The stops (`probe::stop`): the close after each cancel's answer, per store and kind
+/// of call.
+fn stops_cost(md: &mut String, cost: &Value) {
     let _ = writeln!(
         md,
         "\nStops (`tests/src/probe.rs`, `stop`), each cancelled at another point of a second's last watch interval (1,000 to 1,200 ms into the call). A call the mock holds open for 10 s (its answer not come): the dispatcher reads its attempt every `CANCEL_POLL_MS` (250 ms in this Worker; 1,000 ms deployed, which stretches these figures up to four times) and drops the call, which closes the connection. A streamed answer (two code points every 100 ms for about 12 s): the job's hub refuses the next piece once it has the `cancelled` document, which wakes the dispatcher before its tick (the tick stays the bound). The close after the cancel's answer, per stop, shortest first{}:\n\n| store | call | ms from the cancel to the close | median | longest |\n|---|---|---|---|---|",
@@ -308,13 +355,18 @@ fn job_cost(md: &mut String, cost: &Value) {
     md.push('\n');
 }
 
-/// The whole file.
 /// "The live stream" (issue 24): `bench_live.rs`'s figures, per store.
 fn live(md: &mut String, l: &Value) {
     if l.is_null() {
         return;
     }
-    let stores = [("d1", "D1"), ("durable", "shards")];
+    live_latencies(md, l);
+    live_requests(md, l);
+    watcher_hour(md, l);
+}
+
+/// The live stream's heading, and its latencies beside their targets.
+fn live_latencies(md: &mut String, l: &Value) {
     let _ = writeln!(
         md,
         "## The live stream\n\nMeasured by `cargo xtask bench` ({}) in Debian's headless Chromium on the demo page (`tests/e2e/live.bench.js`) and against the Worker as deployed: the hub re-reads every {} s, a stream lasts {} s, keep-alives every {} s. Each store ran its own Worker; the mock provider answered after a scripted delay.\n\n| figure | D1 | shards | target |\n|---|---|---|---|",
@@ -373,6 +425,11 @@ fn live(md: &mut String, l: &Value) {
             q("durable", path)
         );
     }
+}
+
+/// The requests one job of 10 s takes from the demo page and from the SDK, and those
+/// requests in order.
+fn live_requests(md: &mut String, l: &Value) {
     let count = |store: &str, which: &str| {
         l[store]["browser"]["requests"][which]
             .as_array()
@@ -412,6 +469,10 @@ fn live(md: &mut String, l: &Value) {
             .collect();
         let _ = writeln!(md, "- {which}: {}", sent.join(", "));
     }
+}
+
+/// A watcher-hour, priced, pushed against polled.
+fn watcher_hour(md: &mut String, l: &Value) {
     // A watcher-hour, priced: what each arm is billed for in an hour of a job that does
     // not move, one watcher per job. Pushed: a stream reopens every `max_stream_s`
     // (a Worker request, and the hub's `/subscribe`: an object request), and the hub's
@@ -427,6 +488,7 @@ fn live(md: &mut String, l: &Value) {
         "\nA watcher-hour of a job that does not move (as an `unknown` waits for its resolve), one watcher per job. CPU is measured: wrangler's and workerd's, over {} s with {} jobs each watched by one stream, then by one poller every {} s, on a Worker with no consumer (so nothing else ran). The rest are the counts the design fixes, at the prices above; between its alarms a hub holds only hibernatable WebSockets, which Durable Objects do not bill for duration.\n\n| per watcher-hour | pushed | polled |\n|---|---|---|",
         l["window_s"], l["watchers"], l["poll_every_s"]
     );
+    let stores = [("d1", "D1"), ("durable", "shards")];
     for (store, name) in stores {
         let w = &l[store]["watchers"];
         let _ = writeln!(
@@ -448,8 +510,28 @@ fn live(md: &mut String, l: &Value) {
     );
 }
 
+/// The whole file.
 pub(crate) fn render(r: &Value) -> String {
     let mut md = String::new();
+    heading(&mut md, r);
+    targets(&mut md, r);
+    requests(&mut md, r);
+    end_to_end(&mut md, r);
+    job_cost(&mut md, &r["job_cost"]);
+    price_table(&mut md, r);
+    live(&mut md, &r["live"]);
+    sizes(&mut md, r);
+    md.push_str(
+        &r["analysis"]
+            .as_str()
+            .unwrap_or_default()
+            .replace("\r\n", "\n"),
+    );
+    md
+}
+
+/// The title, and how the run was made.
+fn heading(md: &mut String, r: &Value) {
     let plan = &r["plan"];
     let _ = writeln!(
         md,
@@ -461,7 +543,11 @@ pub(crate) fn render(r: &Value) -> String {
         plan["connections"],
         f(&r["seconds"]["bench"]),
     );
+}
 
+/// "Targets": every figure beside its target, by rate and by CPU; then create with its
+/// dispatch beside it.
+fn targets(md: &mut String, r: &Value) {
     let _ = writeln!(
         md,
         "## Targets\n\n| figure | measured (per round) | target | met | the same by CPU per request |\n|---|---|---|---|---|"
@@ -500,6 +586,11 @@ pub(crate) fn render(r: &Value) -> String {
         list(&r["figures"]["create_dispatched / insert"], 2),
         list(&r["cpu_ratios"]["create_dispatched / insert"], 2)
     );
+}
+
+/// "Requests": each workload's rate, latency, CPU and round trips (after a word on the
+/// targets' last column).
+fn requests(md: &mut String, r: &Value) {
     let _ = writeln!(
         md,
         "\nThe last column divides CPU time instead of rates: the CPU that wrangler and workerd spent per request sent. One isolate runs on one thread, so it predicts the rate one core would serve, and it moves far less than rates when other work shares the machine. Create, replay and the 304 run on a Worker with no queue consumer: they measure the request path, and the dispatches the creates enqueue wait in the local queue. The whole job, dispatch included, is measured apart, below.\n\n## Requests\n\n| workload | server | req/s (per round) | p50 ms | p99 ms | CPU ms per request | D1 round trips (answers) |\n|---|---|---|---|---|---|---|"
@@ -532,7 +623,11 @@ pub(crate) fn render(r: &Value) -> String {
             w["round_trips"].as_object().map_or_else(String::new, trips)
         );
     }
+}
 
+/// "End to end and the completion": the whole job, dispatch included.
+fn end_to_end(md: &mut String, r: &Value) {
+    let plan = &r["plan"];
     let e = &r["end_to_end"];
     let d = &r["dispatch_round_trips"];
     let _ = writeln!(
@@ -544,11 +639,10 @@ pub(crate) fn render(r: &Value) -> String {
         f(&e["completion_per_s"]), f(&e["completion_p50_ms"]), f(&e["completion_p99_ms"]),
         d["claim"], d["complete"]
     );
+}
 
-    job_cost(&mut md, &r["job_cost"]);
-    price_table(&mut md, r);
-    live(&mut md, &r["live"]);
-
+/// "Sizes and the wasm start", and the SDK's own cost.
+fn sizes(md: &mut String, r: &Value) {
     let s = &r["sizes"];
     let _ = writeln!(
         md,
@@ -586,13 +680,6 @@ pub(crate) fn render(r: &Value) -> String {
             f(&c["p50_ms"]), f(&c["p99_ms"]), c["calls"]
         );
     }
-    md.push_str(
-        &r["analysis"]
-            .as_str()
-            .unwrap_or_default()
-            .replace("\r\n", "\n"),
-    );
-    md
 }
 
 /// Issue 25's figures per streamed job (`tests/src/probe.rs`, `streamed`), beside the

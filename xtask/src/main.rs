@@ -30,10 +30,14 @@
 //! is an error. `cargo xtask --help` prints every command with its flags.
 
 mod bench;
+mod bench_cost;
 mod bench_durable;
 mod bench_jobs;
 mod bench_live;
 mod bench_report;
+mod bench_results;
+mod bench_seed;
+mod bench_sizes;
 mod certify;
 mod crashes;
 mod dev;

@@ -25,9 +25,9 @@ use crate::tools::Tools;
 use crate::wrangler::{self, DevOptions, Wrangler};
 use anyhow::{ensure, Context, Result};
 use onceclick_protocol::moving::MoveStatus;
-use onceclick_tests::client::{id, marked_text, send, unique, Api};
+use onceclick_tests::client::{id, marked_text, send, unique, Api, Mock};
 use serde_json::json;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// Keys made before the move.
@@ -35,72 +35,166 @@ const OLD_KEYS: usize = 6;
 /// Keys made after it.
 const NEW_KEYS: usize = 12;
 
+/// The move suite: the three lives of the module's list, in order, on one store.
 pub(crate) fn run(tools: &Tools, root: &Path) -> Result<()> {
     let started = Instant::now();
-    let Scratch {
-        persist,
-        secret,
-        mock_port,
-        mock,
-    } = Scratch::new(tools, root.join("target/xtask/move"))?;
-    let base_vars = base_vars(&secret, mock_port, TEST_TIMEOUT_MS, None, false);
-    // Step 1's flag is written as the TOML boolean (`REFUSE_NEW_KEYS = true`), the form
-    // a string-only read would have taken for "off"; `--var` would pass a string.
-    let refusing = wrangler::derived_config(root, "wrangler-move-refuse.toml", |config| {
-        wrangler::raise_rate_limit(config);
-        if let Some(toml::Value::Table(vars)) = config.get_mut("vars") {
-            vars.insert("REFUSE_NEW_KEYS".into(), toml::Value::Boolean(true));
-        }
-    })?;
-    let life = |name: &str, extra: &[(&str, &str)]| -> Result<Wrangler> {
-        let mut vars = base_vars.clone();
+    let suite = MoveSuite::new(tools, root)?;
+    eprintln!("xtask: the move from D1 to Durable Objects, life 1: D1");
+    let old = suite.life_on_d1()?;
+    eprintln!("xtask: the move, life 2: D1 refusing new keys");
+    suite.life_refusing_new_keys(&old)?;
+    eprintln!("xtask: the move, life 3: 8 shards, D1 kept");
+    suite.life_on_shards(&old)?;
+    eprintln!(
+        "xtask: the move from D1 to Durable Objects: {OLD_KEYS} old keys answered from D1, {} new keys in shards, no key bound twice ({:.0} s)",
+        NEW_KEYS + 1,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// What the three lives share: one persisted local store, one mock provider, one owner
+/// whose keys and texts are numbered.
+struct MoveSuite<'a> {
+    tools: &'a Tools,
+    root: &'a Path,
+    persist: PathBuf,
+    secret: String,
+    mock: Mock,
+    base_vars: Vec<(String, String)>,
+    /// The wrangler.toml of life 2.
+    refusing: PathBuf,
+    runtime: tokio::runtime::Runtime,
+    owner: String,
+    marker: String,
+}
+
+/// The jobs made on D1 in life 1.
+struct OldJobs {
+    /// One per old key, in key order; the last failed at its provider.
+    ids: Vec<String>,
+    /// The job whose dispatch was lost before the move.
+    stuck: String,
+}
+
+impl OldJobs {
+    /// The old job that failed, to take the fallback button in life 3.
+    fn failed(&self) -> &String {
+        &self.ids[OLD_KEYS - 1]
+    }
+}
+
+impl<'a> MoveSuite<'a> {
+    fn new(tools: &'a Tools, root: &'a Path) -> Result<Self> {
+        let Scratch {
+            persist,
+            secret,
+            mock_port,
+            mock,
+        } = Scratch::new(tools, root.join("target/xtask/move"))?;
+        let base_vars = base_vars(&secret, mock_port, TEST_TIMEOUT_MS, None, false);
+        // Step 1's flag is written as the TOML boolean (`REFUSE_NEW_KEYS = true`), the
+        // form a string-only read would have taken for "off"; `--var` would pass a string.
+        let refusing = wrangler::derived_config(root, "wrangler-move-refuse.toml", |config| {
+            wrangler::raise_rate_limit(config);
+            if let Some(toml::Value::Table(vars)) = config.get_mut("vars") {
+                vars.insert("REFUSE_NEW_KEYS".into(), toml::Value::Boolean(true));
+            }
+        })?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?;
+        Ok(Self {
+            tools,
+            root,
+            persist,
+            secret,
+            mock,
+            base_vars,
+            refusing,
+            runtime,
+            owner: unique("mover"),
+            marker: unique("move"),
+        })
+    }
+
+    /// One life of the Worker on the suite's store: `name` picks its log (and, for
+    /// `refuse`, life 2's wrangler.toml); `extra` vars go over the base ones.
+    fn life(&self, name: &str, extra: &[(&str, &str)]) -> Result<Wrangler> {
+        let mut vars = self.base_vars.clone();
         vars.extend(
             extra
                 .iter()
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
         );
         let config = match name {
-            "refuse" => refusing.clone(),
-            _ => wrangler::unlimited_config(root)?,
+            "refuse" => self.refusing.clone(),
+            _ => wrangler::unlimited_config(self.root)?,
         };
         Wrangler::start(
-            tools,
+            self.tools,
             DevOptions {
                 port: wrangler::free_port()?,
-                persist: persist.clone(),
+                persist: self.persist.clone(),
                 vars,
-                log: Some(root.join(format!("target/xtask/move-{name}.log"))),
+                log: Some(self.root.join(format!("target/xtask/move-{name}.log"))),
                 config: Some(config),
                 log_level: None,
             },
         )
-    };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    let api = |server: &Wrangler| Api::at(&server.url, &secret);
-    let owner = unique("mover");
-    let marker = unique("move");
-    // Each key's text carries its own marker (zero-padded); only `-05` is scripted.
-    let body = |i: usize| {
-        json!({"kind": "summarize", "input": {"text": marked_text(&format!("{marker}-{i:02}"))}})
-            .to_string()
-    };
-    let key = |i: usize| format!("{owner}-{i}");
+    }
 
-    eprintln!("xtask: the move from D1 to Durable Objects, life 1: D1");
-    let server = life("d1", &[("STORE", "d1"), ("ALLOW_FAULT_INJECTION", "true")])?;
-    // A D1 job on a kind with auto_failover whose dispatch is lost before the move: the
-    // cron of life 3 sends it again, and its primary then fails with a 500.
-    let stuck_marker = format!("{marker}-stuck");
-    let stuck_id: String = runtime.block_on(async {
-        let api = api(&server);
-        let token = api.token(&owner);
-        let body =
-            json!({"kind": "summarize_hedged", "input": {"text": marked_text(&stuck_marker)}});
+    fn api(&self, server: &Wrangler) -> Api {
+        Api::at(&server.url, &self.secret)
+    }
+
+    /// Key `i`'s body: its text carries its own marker (zero-padded); only `-05` is
+    /// scripted.
+    fn body(&self, i: usize) -> String {
+        json!({"kind": "summarize", "input": {"text": marked_text(&format!("{}-{i:02}", self.marker))}})
+            .to_string()
+    }
+
+    fn key(&self, i: usize) -> String {
+        format!("{}-{i}", self.owner)
+    }
+
+    /// The marker of the job whose dispatch is lost before the move.
+    fn stuck_marker(&self) -> String {
+        format!("{}-stuck", self.marker)
+    }
+
+    /// Life 1, on D1: the stuck job, then the old keys' jobs, all but the last
+    /// succeeding; the fallback certified. Every id is D1's (a UUIDv7).
+    fn life_on_d1(&self) -> Result<OldJobs> {
+        let server = self.life("d1", &[("STORE", "d1"), ("ALLOW_FAULT_INJECTION", "true")])?;
+        let stuck = self
+            .runtime
+            .block_on(self.make_stuck_job(&self.api(&server)))?;
+        let ids = self
+            .runtime
+            .block_on(self.make_old_jobs(&self.api(&server)))?;
+        ensure!(
+            ids.iter().all(|i| onceclick_protocol::shard::route_of_id(i)
+                == onceclick_protocol::shard::IdRoute::Database),
+            "D1 made ids that are not UUIDv7: {ids:?}"
+        );
+        drop(server);
+        Ok(OldJobs { ids, stuck })
+    }
+
+    /// A D1 job on a kind with auto_failover whose dispatch is lost before the move: the
+    /// cron of life 3 sends it again, and its primary then fails with a 500.
+    async fn make_stuck_job(&self, api: &Api) -> Result<String> {
+        let token = api.token(&self.owner);
+        let body = json!({"kind": "summarize_hedged", "input": {"text": marked_text(&self.stuck_marker())}});
         let reply = send(
-            api.create(&token, Some(&format!("{owner}-stuck")), &body.to_string())
-                .header("X-Onceclick-Fault", "drop-enqueue"),
+            api.create(
+                &token,
+                Some(&format!("{}-stuck", self.owner)),
+                &body.to_string(),
+            )
+            .header("X-Onceclick-Fault", "drop-enqueue"),
         )
         .await;
         ensure!(
@@ -109,21 +203,23 @@ pub(crate) fn run(tools: &Tools, root: &Path) -> Result<()> {
             reply.status,
             reply.text
         );
-        Ok::<_, anyhow::Error>(id(&reply.json()))
-    })?;
-    let old_ids: Vec<String> = runtime.block_on(async {
-        let api = api(&server);
-        let token = api.token(&owner);
-        // The last old job fails at its provider, to take the fallback button later.
-        mock.script(
-            "primary",
-            &format!("{marker}-{:02}", OLD_KEYS - 1),
-            json!([{"status": 503}]),
-        )
-        .await;
+        Ok(id(&reply.json()))
+    }
+
+    /// The old keys' jobs, each waited for: all succeed but the last, which fails at its
+    /// provider (to take the fallback button later). Then the fallback is certified.
+    async fn make_old_jobs(&self, api: &Api) -> Result<Vec<String>> {
+        let token = api.token(&self.owner);
+        self.mock
+            .script(
+                "primary",
+                &format!("{}-{:02}", self.marker, OLD_KEYS - 1),
+                json!([{"status": 503}]),
+            )
+            .await;
         let mut ids = Vec::new();
         for i in 0..OLD_KEYS {
-            let reply = send(api.create(&token, Some(&key(i)), &body(i))).await;
+            let reply = send(api.create(&token, Some(&self.key(i)), &self.body(i))).await;
             ensure!(
                 reply.status == 201,
                 "old key {i}: {} {}",
@@ -147,89 +243,111 @@ pub(crate) fn run(tools: &Tools, root: &Path) -> Result<()> {
         }
         api.ensure_certified("fallback").await;
         Ok(ids)
-    })?;
-    ensure!(
-        old_ids
-            .iter()
-            .all(|i| onceclick_protocol::shard::route_of_id(i)
-                == onceclick_protocol::shard::IdRoute::Database),
-        "D1 made ids that are not UUIDv7: {old_ids:?}"
-    );
-    drop(server);
+    }
 
-    eprintln!("xtask: the move, life 2: D1 refusing new keys");
-    let refused_key = key(OLD_KEYS + NEW_KEYS);
-    let server = life("refuse", &[("STORE", "d1")])?;
-    runtime.block_on(async {
-        let api = api(&server);
-        let token = api.token(&owner);
-        let refused = send(api.create(&token, Some(&refused_key), &body(99))).await;
+    /// Life 2, on D1 refusing new keys: a new key is a `503` with `Retry-After: 30` and
+    /// binds nothing; an old key is still its replay.
+    fn life_refusing_new_keys(&self, old: &OldJobs) -> Result<()> {
+        let refused_key = self.key(OLD_KEYS + NEW_KEYS);
+        let server = self.life("refuse", &[("STORE", "d1")])?;
+        self.runtime.block_on(async {
+            let api = self.api(&server);
+            let token = api.token(&self.owner);
+            let refused = send(api.create(&token, Some(&refused_key), &self.body(99))).await;
+            ensure!(
+                refused.status == 503 && refused.problem_code() == "service_unavailable",
+                "a new key while D1 refuses them: {} {}",
+                refused.status,
+                refused.text
+            );
+            ensure!(
+                refused.header("retry-after") == Some("30"),
+                "the refusal's Retry-After: {:?}",
+                refused.header("retry-after")
+            );
+            let replay = send(api.create(&token, Some(&self.key(0)), &self.body(0))).await;
+            ensure!(
+                replay.status == 200 && id(&replay.json()) == old.ids[0],
+                "an old key while D1 refuses new ones: {} {}",
+                replay.status,
+                replay.text
+            );
+            Ok(())
+        })?;
+        drop(server);
         ensure!(
-            refused.status == 503 && refused.problem_code() == "service_unavailable",
-            "a new key while D1 refuses them: {} {}",
-            refused.status,
-            refused.text
-        );
-        ensure!(
-            refused.header("retry-after") == Some("30"),
-            "the refusal's Retry-After: {:?}",
-            refused.header("retry-after")
-        );
-        let replay = send(api.create(&token, Some(&key(0)), &body(0))).await;
-        ensure!(
-            replay.status == 200 && id(&replay.json()) == old_ids[0],
-            "an old key while D1 refuses new ones: {} {}",
-            replay.status,
-            replay.text
+            d1_count(
+                &self.persist,
+                "SELECT count(*) FROM jobs WHERE idempotency_key = ?1",
+                &refused_key
+            )? == 0,
+            "the refused key was written"
         );
         Ok(())
-    })?;
-    drop(server);
-    ensure!(
-        d1_count(
-            &persist,
-            "SELECT count(*) FROM jobs WHERE idempotency_key = ?1",
-            &refused_key
-        )? == 0,
-        "the refused key was written"
-    );
+    }
 
-    eprintln!("xtask: the move, life 3: 8 shards, D1 kept");
-    let server = life(
-        "shards",
-        &[
-            ("STORE", "durable"),
-            ("SHARDS", "8"),
-            ("PREVIOUS_STORE", "d1"),
-            ("RECONCILE_STARTING_AFTER_MS", "1500"),
-        ],
-    )?;
-    runtime.block_on(async {
-        let api = api(&server);
-        let token = api.token(&owner);
-        // Old keys: the same jobs, from D1; another body under an old key is a conflict.
-        for (i, old) in old_ids.iter().enumerate() {
-            let replay = send(api.create(&token, Some(&key(i)), &body(i))).await;
+    /// Life 3, on eight shards with D1 kept: old keys answered from D1, new ones bound
+    /// in shards, D1's jobs still moving on D1; every key bound once; and the end of the
+    /// move, a count.
+    fn life_on_shards(&self, old: &OldJobs) -> Result<()> {
+        let server = self.life(
+            "shards",
+            &[
+                ("STORE", "durable"),
+                ("SHARDS", "8"),
+                ("PREVIOUS_STORE", "d1"),
+                ("RECONCILE_STARTING_AFTER_MS", "1500"),
+            ],
+        )?;
+        self.runtime.block_on(async {
+            let api = self.api(&server);
+            let token = api.token(&self.owner);
+            self.old_keys_answered_from_d1(&api, &token, old).await?;
+            let new_ids = self.new_keys_bound_in_shards(&api, &token).await?;
+            self.d1_job_fails_over_before_certify(&api, &token, old)
+                .await?;
+            // Shards start with no certifications: README's step is to certify again.
+            api.ensure_certified("fallback").await;
+            self.fallback_button_on_an_old_job(&api, &token, old)
+                .await?;
+            self.owners_list_holds_every_job(&api, &token, old, &new_ids)
+                .await
+        })?;
+        // Every key bound exactly once, over D1 and the shards together.
+        every_key_bound_once(&self.persist, &|i| self.key(i))?;
+        self.end_of_the_move(&server, old)?;
+        drop(server);
+        Ok(())
+    }
+
+    /// Old keys: the same jobs, from D1; another body under an old key is a conflict.
+    async fn old_keys_answered_from_d1(&self, api: &Api, token: &str, old: &OldJobs) -> Result<()> {
+        for (i, old) in old.ids.iter().enumerate() {
+            let replay = send(api.create(token, Some(&self.key(i)), &self.body(i))).await;
             ensure!(
                 replay.status == 200 && &id(&replay.json()) == old,
                 "old key {i} after the move: {} {}",
                 replay.status,
                 replay.text
             );
-            let read = send(api.get(&token, &format!("/v1/jobs/{old}"))).await;
+            let read = send(api.get(token, &format!("/v1/jobs/{old}"))).await;
             ensure!(read.status == 200, "old job {i} read: {}", read.text);
         }
-        let conflict = send(api.create(&token, Some(&key(1)), &body(1000))).await;
+        let conflict = send(api.create(token, Some(&self.key(1)), &self.body(1000))).await;
         ensure!(
             conflict.status == 409 && conflict.problem_code() == "idempotency_key_reused",
             "another body under an old key: {} {}",
             conflict.status,
             conflict.text
         );
-        // New keys, and the one refused before: bound in shards, and done there.
+        Ok(())
+    }
+
+    /// New keys, and the one refused before: bound in shards, and done there. Their ids.
+    async fn new_keys_bound_in_shards(&self, api: &Api, token: &str) -> Result<Vec<String>> {
         let mut new_ids = Vec::new();
         for i in (OLD_KEYS..OLD_KEYS + NEW_KEYS).chain([OLD_KEYS + NEW_KEYS]) {
-            let made = send(api.create(&token, Some(&key(i)), &body(i))).await;
+            let made = send(api.create(token, Some(&self.key(i)), &self.body(i))).await;
             ensure!(
                 made.status == 201,
                 "new key {i}: {} {}",
@@ -248,18 +366,28 @@ pub(crate) fn run(tools: &Tools, root: &Path) -> Result<()> {
         }
         for job in &new_ids {
             let done = api
-                .wait_job(&token, job, |j| j["status"] == "succeeded")
+                .wait_job(token, job, |j| j["status"] == "succeeded")
                 .await;
             ensure!(done["status"] == "succeeded", "{done}");
         }
-        // Before certify runs again (the shards have no certifications yet), a D1 job
-        // still fails over on D1's own: the cron resends its lost dispatch, its primary
-        // answers 500, and auto_failover goes to fallback, certified in D1 in life 1.
-        mock.script("primary", &stuck_marker, json!([{"status": 500}]))
+        Ok(new_ids)
+    }
+
+    /// Before certify runs again (the shards have no certifications yet), a D1 job
+    /// still fails over on D1's own: the cron resends its lost dispatch, its primary
+    /// answers 500, and auto_failover goes to fallback, certified in D1 in life 1.
+    async fn d1_job_fails_over_before_certify(
+        &self,
+        api: &Api,
+        token: &str,
+        old: &OldJobs,
+    ) -> Result<()> {
+        self.mock
+            .script("primary", &self.stuck_marker(), json!([{"status": 500}]))
             .await;
         api.run_cron().await;
         let done = api
-            .wait_job(&token, &stuck_id, |j| {
+            .wait_job(token, &old.stuck, |j| {
                 j["status"] != "queued" && j["status"] != "running"
             })
             .await;
@@ -273,12 +401,20 @@ pub(crate) fn run(tools: &Tools, root: &Path) -> Result<()> {
             done["status"] == "succeeded" && providers == ["primary", "fallback"],
             "a D1 job's failover before certify runs again: {done}"
         );
-        // Shards start with no certifications: README's step is to certify again.
-        api.ensure_certified("fallback").await;
-        let failed = &old_ids[OLD_KEYS - 1];
+        Ok(())
+    }
+
+    /// The failed old job takes the fallback button, and the attempt runs in D1.
+    async fn fallback_button_on_an_old_job(
+        &self,
+        api: &Api,
+        token: &str,
+        old: &OldJobs,
+    ) -> Result<()> {
+        let failed = old.failed();
         let click = send(
             api.post_json(
-                &token,
+                token,
                 &format!("/v1/jobs/{failed}/attempts"),
                 &json!({"provider": "fallback"}),
             )
@@ -292,7 +428,7 @@ pub(crate) fn run(tools: &Tools, root: &Path) -> Result<()> {
             click.text
         );
         let done = api
-            .wait_job(&token, failed, |j| j["status"] == "succeeded")
+            .wait_job(token, failed, |j| j["status"] == "succeeded")
             .await;
         ensure!(
             done["status"] == "succeeded",
@@ -307,8 +443,18 @@ pub(crate) fn run(tools: &Tools, root: &Path) -> Result<()> {
                         == onceclick_protocol::shard::IdRoute::Database),
             "the old job's attempts are not all D1's: {done}"
         );
-        // The owner's list: the old jobs and the new, once each.
-        let list = send(api.get(&token, "/v1/jobs?limit=200")).await;
+        Ok(())
+    }
+
+    /// The owner's list: the old jobs and the new, once each.
+    async fn owners_list_holds_every_job(
+        &self,
+        api: &Api,
+        token: &str,
+        old: &OldJobs,
+        new_ids: &[String],
+    ) -> Result<()> {
+        let list = send(api.get(token, "/v1/jobs?limit=200")).await;
         ensure!(list.status == 200, "{}", list.text);
         let listed: Vec<String> = list.json()["items"]
             .as_array()
@@ -316,10 +462,11 @@ pub(crate) fn run(tools: &Tools, root: &Path) -> Result<()> {
             .flatten()
             .map(id)
             .collect();
-        let mut want: Vec<String> = old_ids
+        let mut want: Vec<String> = old
+            .ids
             .iter()
-            .chain(&new_ids)
-            .chain([&stuck_id])
+            .chain(new_ids)
+            .chain([&old.stuck])
             .cloned()
             .collect();
         want.sort();
@@ -327,32 +474,30 @@ pub(crate) fn run(tools: &Tools, root: &Path) -> Result<()> {
         got.sort();
         ensure!(got == want, "the owner's list after the move: {listed:?}");
         Ok(())
-    })?;
-    // Every key bound exactly once, over D1 and the shards together.
-    every_key_bound_once(&persist, &key)?;
+    }
 
-    // The end of the move is a count, not a date. Every D1 job idle for years but the two
-    // that finished after step 1 (the fallback click, the failover): those stay, and the
-    // check says keep, whatever JOB_RETENTION_HOURS since step 1 would have said.
-    let finished_late = [old_ids[OLD_KEYS - 1].clone(), stuck_id.clone()];
-    backdate_d1(&persist, &finished_late)?;
-    runtime.block_on(async {
-        let api = api(&server);
-        api.run_cron().await;
-        check_move_status(tools, &api, &persist, Some(finished_late.len() as u64)).await?;
-        // Once they are purged too, D1 may go.
-        backdate_d1(&persist, &[])?;
-        api.run_cron().await;
-        check_move_status(tools, &api, &persist, Some(0)).await
-    })?;
-    drop(server);
-
-    eprintln!(
-        "xtask: the move from D1 to Durable Objects: {OLD_KEYS} old keys answered from D1, {} new keys in shards, no key bound twice ({:.0} s)",
-        NEW_KEYS + 1,
-        started.elapsed().as_secs_f64()
-    );
-    Ok(())
+    /// The end of the move is a count, not a date. Every D1 job idle for years but the
+    /// two that finished after step 1 (the fallback click, the failover): those stay,
+    /// and the check says keep, whatever JOB_RETENTION_HOURS since step 1 would have
+    /// said. Once they are purged too, D1 may go.
+    fn end_of_the_move(&self, server: &Wrangler, old: &OldJobs) -> Result<()> {
+        let finished_late = [old.failed().clone(), old.stuck.clone()];
+        backdate_d1(&self.persist, &finished_late)?;
+        self.runtime.block_on(async {
+            let api = self.api(server);
+            api.run_cron().await;
+            check_move_status(
+                self.tools,
+                &api,
+                &self.persist,
+                Some(finished_late.len() as u64),
+            )
+            .await?;
+            backdate_d1(&self.persist, &[])?;
+            api.run_cron().await;
+            check_move_status(self.tools, &api, &self.persist, Some(0)).await
+        })
+    }
 }
 
 /// Checks that every key of the suite is bound exactly once, over D1 and the shards

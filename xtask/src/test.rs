@@ -5,7 +5,7 @@
 
 use crate::test_worker::{StoreKind, TestWorker};
 use crate::tools::{self, project_root, run, Tools};
-use crate::{bench, crashes, e2e, example, sdk, sim, wrangler};
+use crate::{bench, bench_sizes, crashes, e2e, example, sdk, sim, wrangler};
 use anyhow::{bail, Context, Result};
 use std::path::Path;
 use std::process::Command;
@@ -16,56 +16,19 @@ use std::process::Command;
 pub(crate) fn suites(flags: &crate::Test) -> Result<()> {
     let tools = Tools::bootstrap()?;
     let root = project_root();
-    // `--only NAME`: just the integration test binary `tests/tests/NAME.rs`.
-    let only = flags.only.clone();
-    // `--browser` and `--e2e` pick browser suites (either or both) and nothing else.
-    let some_only = (flags.browser || flags.e2e) && only.is_none();
-    let run_browser = only.is_none() && (!some_only || flags.browser);
-    let run_e2e = only.is_none() && (!some_only || flags.e2e);
-    // The heavy reliability variants: 50,000 model operations instead of 2,000.
-    let soak = flags.soak;
+    let stages = Stages::of(flags);
 
-    if !some_only && only.is_none() {
+    if stages.everything() {
         lint(&root)?;
-        eprintln!("xtask: unit tests");
-        run(Command::new("cargo")
-            .args([
-                "test",
-                "--workspace",
-                "--exclude",
-                "onceclick-tests",
-                "--all-features",
-            ])
-            .current_dir(&root))?;
-        sim::test_stage()?;
+        unit_tests(&root)?;
     }
-
     wrangler::build_edge(&tools)?;
-    // `--only moves`: the move suite alone (it starts its own Workers); `--only
-    // crashes` the crash suite alone, on each store asked for.
-    if only.as_deref() == Some("moves") {
-        return crate::moves::run(&tools, &root);
+    if let Some(name @ ("moves" | "crashes" | "schemathesis")) = stages.only.as_deref() {
+        return own_workers_suite(&tools, &root, name, flags.store.as_deref());
     }
-    if only.as_deref() == Some("crashes") {
-        let reports = root.join("target/reliability");
-        let stores = match StoreKind::parse(flags.store.as_deref())? {
-            Some(store) => vec![store],
-            None => vec![StoreKind::D1, StoreKind::Durable],
-        };
-        for store in stores {
-            crashes::run(&tools, &root, &reports.join(store.name()), store)?;
-        }
-        return Ok(());
-    }
-    // `--only schemathesis`: the conformance check alone, against a Worker on D1.
-    if only.as_deref() == Some("schemathesis") {
-        let worker = TestWorker::start(&tools, &root, StoreKind::D1)?;
-        let reports = root.join("target/reliability/d1");
-        return conformance(&root, &worker.server.url, &worker.secret, &reports);
-    }
-    if !some_only && only.is_none() {
+    if stages.everything() {
         eprintln!("xtask: wrangler deploy --dry-run");
-        let bundle = bench::bundle(&tools, "worker", None)?;
+        let bundle = bench_sizes::bundle(&tools, "worker", None)?;
         budget(
             "the Worker",
             bundle.wasm_gzip + bundle.js_gzip,
@@ -74,47 +37,20 @@ pub(crate) fn suites(flags: &crate::Test) -> Result<()> {
         // Fails over the SDK's own budget.
         sdk::build(&tools)?;
     }
-    if run_e2e {
-        // The page imports the SDK from www/pkg; wrangler serves what is there when it
-        // starts. The example app installs the package's tarball. The end-to-end tests
-        // get a Worker of their own (a longer provider timeout, see
-        // `TestWorker::start_for_e2e`), stopped before the next suite.
-        if some_only {
-            sdk::build(&tools)?;
-        }
-        sdk::copy_for_demo(&root)?;
-        let example = example::build(&tools)?;
-        let worker = TestWorker::start_for_e2e(&tools, &root)?;
-        let preview = example::Preview::start(&tools, &example, &worker.server.url)?;
-        e2e::run_tests(&tools, &worker, &example, &preview.url)?;
+    if stages.e2e {
+        end_to_end(&tools, &root, stages.some_only)?;
     }
-    if some_only && !run_browser {
+    if stages.some_only && !stages.browser {
         return Ok(());
     }
 
     // `--store`: one store; by default both, D1 first (the browser tests use its Worker).
-    let stores = match StoreKind::parse(flags.store.as_deref())? {
-        Some(store) => vec![store],
-        None => vec![StoreKind::D1, StoreKind::Durable],
-    };
+    let stores = stores_asked(flags.store.as_deref())?;
     let worker = TestWorker::start(&tools, &root, stores[0])?;
-
-    if run_browser {
-        // Known flake, being chased: about one run in ten, one browser test never
-        // reports back to wasm-bindgen-test-runner ("might have timed out"). A second
-        // run tells a flake from a failure; a real failure fails both.
-        let mock_url = format!("http://127.0.0.1:{}", worker.mock_port);
-        if let Err(first) =
-            sdk::browser_tests(&tools, &worker.server.url, &worker.secret, &mock_url)
-        {
-            eprintln!(
-                "xtask: WARNING: the browser tests failed ({first:#}); running them once more"
-            );
-            sdk::browser_tests(&tools, &worker.server.url, &worker.secret, &mock_url)?;
-            eprintln!("xtask: WARNING: the browser tests passed only on their second run");
-        }
+    if stages.browser {
+        browser_tests(&tools, &worker)?;
     }
-    if some_only {
+    if stages.some_only {
         return Ok(());
     }
     let reports = root.join("target/reliability");
@@ -125,22 +61,138 @@ pub(crate) fn suites(flags: &crate::Test) -> Result<()> {
             Some(worker) => worker,
             None => TestWorker::start(&tools, &root, *store)?,
         };
-        integration(&tools, &root, worker, *store, &only, soak, &reports)?;
+        integration(
+            &tools,
+            &root,
+            worker,
+            *store,
+            &stages.only,
+            stages.soak,
+            &reports,
+        )?;
     }
     // The move from D1 to the shards, as README.md describes it (`moves.rs`).
-    if only.is_none() && stores.contains(&StoreKind::Durable) {
+    if stages.only.is_none() && stores.contains(&StoreKind::Durable) {
         crate::moves::run(&tools, &root)?;
     }
     // About 20 s of load against the baseline: ratios printed, never asserted (timing
     // on a shared machine is noise). The deterministic part, D1 round trips, is
     // asserted by `tests/budgets.rs`; the sizes above.
-    match &only {
+    match &stages.only {
         Some(_) => Ok(()),
         None => {
             eprintln!("xtask: a short bench (ratios only; `cargo xtask bench` for the report)");
             bench::run(&tools, &bench::SHORT).map(drop)
         }
     }
+}
+
+/// Which stages a `cargo xtask test` runs, from its flags.
+struct Stages {
+    /// `--only NAME`: just the integration test binary `tests/tests/NAME.rs` (`a,b`:
+    /// several), or one of the suites that start their own Workers.
+    only: Option<String>,
+    /// `--browser` and `--e2e` pick browser suites (either or both) and nothing else.
+    some_only: bool,
+    /// The SDK's browser tests.
+    browser: bool,
+    /// The demo page's end-to-end tests.
+    e2e: bool,
+    /// The heavy reliability variants: 50,000 model operations instead of 2,000.
+    soak: bool,
+}
+
+impl Stages {
+    fn of(flags: &crate::Test) -> Self {
+        let only = flags.only.clone();
+        let some_only = (flags.browser || flags.e2e) && only.is_none();
+        Stages {
+            browser: only.is_none() && (!some_only || flags.browser),
+            e2e: only.is_none() && (!some_only || flags.e2e),
+            some_only,
+            only,
+            soak: flags.soak,
+        }
+    }
+
+    /// No flag picked a part: lint, unit tests, the dry-run and every suite.
+    fn everything(&self) -> bool {
+        !self.some_only && self.only.is_none()
+    }
+}
+
+/// `--store d1|durable`: that store; by default both, D1 first.
+fn stores_asked(flag: Option<&str>) -> Result<Vec<StoreKind>> {
+    Ok(match StoreKind::parse(flag)? {
+        Some(store) => vec![store],
+        None => vec![StoreKind::D1, StoreKind::Durable],
+    })
+}
+
+/// The workspace's unit tests (all but the integration tests' crate), then the
+/// simulation's stage.
+fn unit_tests(root: &Path) -> Result<()> {
+    eprintln!("xtask: unit tests");
+    run(Command::new("cargo")
+        .args([
+            "test",
+            "--workspace",
+            "--exclude",
+            "onceclick-tests",
+            "--all-features",
+        ])
+        .current_dir(root))?;
+    sim::test_stage()
+}
+
+/// `--only moves`: the move suite alone (it starts its own Workers); `--only crashes`
+/// the crash suite alone, on each store asked for; `--only schemathesis` the
+/// conformance check alone, against a Worker on D1.
+fn own_workers_suite(tools: &Tools, root: &Path, name: &str, store: Option<&str>) -> Result<()> {
+    match name {
+        "moves" => crate::moves::run(tools, root),
+        "crashes" => {
+            let reports = root.join("target/reliability");
+            for store in stores_asked(store)? {
+                crashes::run(tools, root, &reports.join(store.name()), store)?;
+            }
+            Ok(())
+        }
+        _ => {
+            let worker = TestWorker::start(tools, root, StoreKind::D1)?;
+            let reports = root.join("target/reliability/d1");
+            conformance(root, &worker.server.url, &worker.secret, &reports)
+        }
+    }
+}
+
+/// The demo page's end-to-end tests. The page imports the SDK from www/pkg; wrangler
+/// serves what is there when it starts (built here when the browser suites run alone).
+/// The example app installs the package's tarball. The tests get a Worker of their own
+/// (a longer provider timeout, see `TestWorker::start_for_e2e`), stopped before the next
+/// suite.
+fn end_to_end(tools: &Tools, root: &Path, build_sdk: bool) -> Result<()> {
+    if build_sdk {
+        sdk::build(tools)?;
+    }
+    sdk::copy_for_demo(root)?;
+    let example = example::build(tools)?;
+    let worker = TestWorker::start_for_e2e(tools, root)?;
+    let preview = example::Preview::start(tools, &example, &worker.server.url)?;
+    e2e::run_tests(tools, &worker, &example, &preview.url)
+}
+
+/// The SDK's browser tests against `worker`. Known flake, being chased: about one run in
+/// ten, one browser test never reports back to wasm-bindgen-test-runner ("might have
+/// timed out"). A second run tells a flake from a failure; a real failure fails both.
+fn browser_tests(tools: &Tools, worker: &TestWorker) -> Result<()> {
+    let mock_url = format!("http://127.0.0.1:{}", worker.mock_port);
+    if let Err(first) = sdk::browser_tests(tools, &worker.server.url, &worker.secret, &mock_url) {
+        eprintln!("xtask: WARNING: the browser tests failed ({first:#}); running them once more");
+        sdk::browser_tests(tools, &worker.server.url, &worker.secret, &mock_url)?;
+        eprintln!("xtask: WARNING: the browser tests passed only on their second run");
+    }
+    Ok(())
 }
 
 /// The integration suite against `worker` on `store`, then (on a full run) the crash

@@ -223,45 +223,13 @@ impl TestWorker {
         vars.extend(how.extra_vars.iter().cloned());
         let mut idp_url = None;
         if how.test_vars {
-            vars.extend([
-                ("ALLOW_FAULT_INJECTION".into(), "true".into()),
-                ("RECONCILE_STARTING_AFTER_MS".into(), "1500".into()),
-                // A stop reaches a held call well inside the providers' timeout.
-                ("CANCEL_POLL_MS".into(), "250".into()),
-                // Small purge chunks, so that the retention test crosses several.
-                ("PURGE_CHUNK".into(), "2".into()),
-                // A `store_call` line per store call, for the suites that count them.
-                ("LOG_STORE_CALLS".into(), "true".into()),
-                // A live stream's lost notification is late by a second, not five.
-                ("LIVE_REREAD_MS".into(), "1000".into()),
-                // A hub that keeps text reads its job every 3 s, not once a retention
-                // period, so that the suite sees its check (`tests/live_kept.rs`).
-                ("LIVE_KEPT_CHECK_MS".into(), "3000".into()),
-                // The load test (`tests/live_load.rs`) opens this many on one job, and
-                // one more to be refused.
-                ("LIVE_MAX_SUBSCRIBERS".into(), "200".into()),
-                // Streams end after 8 s, so the maximum duration's test waits 8 s (the
-                // clients reconnect with their positions, as after 5 minutes).
-                ("LIVE_MAX_STREAM_MS".into(), "8000".into()),
-                // A stream that does not read is cut once 128 KiB of live frames wait
-                // (`tests/live.rs`; the least the Worker takes), not 1 MiB.
-                ("LIVE_MAX_BUFFERED_BYTES".into(), "131072".into()),
-            ]);
+            vars.extend(test_vars());
             // Tokens from a local identity provider, besides the HS256 secret: its claims
             // are named otherwise than the defaults, so the configuration is exercised.
             let idp_port = wrangler::free_port()?;
             onceclick_tests::idp::spawn(idp_port)?;
             let url = format!("http://127.0.0.1:{idp_port}");
-            vars.extend([
-                ("JWKS_URL".into(), format!("{url}/jwks.json")),
-                ("JWT_ISSUER".into(), TEST_ISSUER.into()),
-                ("JWT_AUDIENCE".into(), TEST_AUDIENCE.into()),
-                ("JWT_OWNER_CLAIM".into(), "uid".into()),
-                ("JWT_ADMIN_CLAIM".into(), "groups".into()),
-                ("JWT_ADMIN_VALUE".into(), "onceclick-admins".into()),
-                // A rotation is seen within a second, not a minute, so the test is quick.
-                ("JWKS_REFETCH_MS".into(), "1000".into()),
-            ]);
+            vars.extend(idp_vars(&url));
             idp_url = Some(url);
         }
         let server = Wrangler::start(
@@ -285,4 +253,47 @@ impl TestWorker {
             idp_url,
         })
     }
+}
+
+/// The tests' extras ([`Launch::test_vars`]): fault injection, a quick reconciler,
+/// small purge chunks, and the live stream's limits brought within a test's reach.
+fn test_vars() -> [(String, String); 10] {
+    [
+        ("ALLOW_FAULT_INJECTION".into(), "true".into()),
+        ("RECONCILE_STARTING_AFTER_MS".into(), "1500".into()),
+        // A stop reaches a held call well inside the providers' timeout.
+        ("CANCEL_POLL_MS".into(), "250".into()),
+        // Small purge chunks, so that the retention test crosses several.
+        ("PURGE_CHUNK".into(), "2".into()),
+        // A `store_call` line per store call, for the suites that count them.
+        ("LOG_STORE_CALLS".into(), "true".into()),
+        // A live stream's lost notification is late by a second, not five.
+        ("LIVE_REREAD_MS".into(), "1000".into()),
+        // A hub that keeps text reads its job every 3 s, not once a retention
+        // period, so that the suite sees its check (`tests/live_kept.rs`).
+        ("LIVE_KEPT_CHECK_MS".into(), "3000".into()),
+        // The load test (`tests/live_load.rs`) opens this many on one job, and
+        // one more to be refused.
+        ("LIVE_MAX_SUBSCRIBERS".into(), "200".into()),
+        // Streams end after 8 s, so the maximum duration's test waits 8 s (the
+        // clients reconnect with their positions, as after 5 minutes).
+        ("LIVE_MAX_STREAM_MS".into(), "8000".into()),
+        // A stream that does not read is cut once 128 KiB of live frames wait
+        // (`tests/live.rs`; the least the Worker takes), not 1 MiB.
+        ("LIVE_MAX_BUFFERED_BYTES".into(), "131072".into()),
+    ]
+}
+
+/// The vars that make the Worker trust the local identity provider at `url`.
+fn idp_vars(url: &str) -> [(String, String); 7] {
+    [
+        ("JWKS_URL".into(), format!("{url}/jwks.json")),
+        ("JWT_ISSUER".into(), TEST_ISSUER.into()),
+        ("JWT_AUDIENCE".into(), TEST_AUDIENCE.into()),
+        ("JWT_OWNER_CLAIM".into(), "uid".into()),
+        ("JWT_ADMIN_CLAIM".into(), "groups".into()),
+        ("JWT_ADMIN_VALUE".into(), "onceclick-admins".into()),
+        // A rotation is seen within a second, not a minute, so the test is quick.
+        ("JWKS_REFETCH_MS".into(), "1000".into()),
+    ]
 }
