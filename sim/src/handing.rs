@@ -1,7 +1,7 @@
 //! A streaming call's hand-off of its text to its job's hub, as `openai::hand_on` does
 //! it: paced by the Worker's own [`Pacing`] on the executor's timers, each piece taken
-//! by the model's hub (`live.rs`). The call reads its body meanwhile and says on `woken`
-//! whenever text came; it answers once both are done.
+//! by the model's hub (`live/text.rs`). The call reads its body meanwhile and says on
+//! `woken` whenever text came; it answers once both are done.
 
 use crate::exec::{Exec, Sleep};
 use crate::live::Live;

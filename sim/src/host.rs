@@ -176,82 +176,11 @@ impl Host for SimHost {
                 stopped.answered = true;
                 world.delivered(&attempt_id, at);
             }
-            let timed_out = |what: &str| {
-                CallOutcome::Unknown(AttemptError::new(
-                    "provider_timeout",
-                    format!("no answer within {timeout} ms ({what})"),
-                    true,
-                ))
-            };
             match script {
-                Script::Answer if delay <= timeout => {
-                    CallOutcome::Output(world.output(world.serial()), None)
+                Script::Streamed(end) if delay <= timeout => {
+                    streamed_answer(&world, &call, end, &mut stopped).await
                 }
-                Script::Answer => timed_out("slow"),
-                Script::FailRetryable => CallOutcome::Failed(AttemptError::new(
-                    "provider_error",
-                    "the provider answered 500",
-                    true,
-                )),
-                Script::FailForGood => CallOutcome::Failed(AttemptError::new(
-                    "provider_rejected",
-                    "the provider answered 400",
-                    false,
-                )),
-                Script::Hang => timed_out("hang"),
-                Script::Late => timed_out("late"),
-                Script::CutOff => CallOutcome::Unknown(AttemptError::new(
-                    "provider_cut_off",
-                    json!("the answer broke off after its status").to_string(),
-                    true,
-                )),
-                // Silent past the limit before its first chunk: as a slow answer.
-                Script::Streamed(_) if delay > timeout => timed_out("slow stream"),
-                Script::Streamed(end) => {
-                    let expected = world.streamed_output(world.serial(), call.input);
-                    let content = expected.to_string();
-                    let body = stream_body(&content, end);
-                    // Read in reads of any length, cut anywhere between characters,
-                    // while the text is handed to the job's hub (`handing.rs`), as
-                    // `openai::read_stream` does: the answer waits for both.
-                    let chat = std::cell::RefCell::new(ChatStream::default());
-                    let (wake, woken) = futures_channel::mpsc::unbounded::<()>();
-                    let read = async {
-                        let mut rest = body.as_str();
-                        while !rest.is_empty() && !chat.borrow().is_over() {
-                            let n = 1 + world.below(rest.len() as u64) as usize;
-                            let cut = (n..=rest.len())
-                                .find(|&i| rest.is_char_boundary(i))
-                                .unwrap_or(rest.len());
-                            let fed = !chat.borrow_mut().feed(&rest[..cut]).is_empty();
-                            rest = &rest[cut..];
-                            if fed {
-                                world.text_came(&attempt_id);
-                                let _ = wake.unbounded_send(());
-                                if let Some(news) = call.news {
-                                    news.read(chat.borrow().chars());
-                                }
-                            }
-                            let next = crate::platform::now_ms() as u64 + world.below(READ_GAP_MS);
-                            Sleep::until(world.exec().clone(), next).await;
-                        }
-                        drop(wake);
-                    };
-                    let hand =
-                        handing::hand_on(world.exec(), world.live(), &call, &content, &chat, woken);
-                    futures_util::future::join(read, hand).await;
-                    let chat = chat.into_inner();
-                    stopped.answered = true;
-                    world.delivered(&attempt_id, crate::platform::now_ms() as u64);
-                    let outcome = onceclick_core::sim::classify_stream(
-                        call.provider,
-                        call.kind,
-                        call.input,
-                        &chat,
-                    );
-                    world.check_streamed(&attempt_id, end, &expected, chat.chars(), &outcome);
-                    outcome
-                }
+                _ => whole_answer(world.as_ref(), script, delay, timeout),
             }
         })
     }
@@ -264,4 +193,87 @@ impl Host for SimHost {
     fn count_create(&self, _: &str, _: &str, _: &str, _: &str) {}
 
     fn count_call(&self, _: &str, _: &str, _: &str, _: f64) {}
+}
+
+/// The answer of a call that is not streamed (or streamed too late: silent past the
+/// limit before its first chunk), as its script says.
+fn whole_answer(world: &dyn Platform, script: Script, delay: u64, timeout: u64) -> CallOutcome {
+    let timed_out = |what: &str| {
+        CallOutcome::Unknown(AttemptError::new(
+            "provider_timeout",
+            format!("no answer within {timeout} ms ({what})"),
+            true,
+        ))
+    };
+    match script {
+        Script::Answer if delay <= timeout => {
+            CallOutcome::Output(world.output(world.serial()), None)
+        }
+        Script::Answer => timed_out("slow"),
+        Script::FailRetryable => CallOutcome::Failed(AttemptError::new(
+            "provider_error",
+            "the provider answered 500",
+            true,
+        )),
+        Script::FailForGood => CallOutcome::Failed(AttemptError::new(
+            "provider_rejected",
+            "the provider answered 400",
+            false,
+        )),
+        Script::Hang => timed_out("hang"),
+        Script::Late => timed_out("late"),
+        Script::CutOff => CallOutcome::Unknown(AttemptError::new(
+            "provider_cut_off",
+            json!("the answer broke off after its status").to_string(),
+            true,
+        )),
+        Script::Streamed(_) => timed_out("slow stream"),
+    }
+}
+
+/// A streamed answer ending as `end`: its body read in reads of any length, cut
+/// anywhere between characters, while the text is handed to the job's hub
+/// (`handing.rs`), as `openai::read_stream` does; the answer waits for both. Then it is
+/// classified as the Worker's call classifies it, and that is checked.
+async fn streamed_answer(
+    world: &Rc<dyn Platform>,
+    call: &ProviderCall<'_>,
+    end: StreamEnd,
+    stopped: &mut Stopped,
+) -> CallOutcome {
+    let attempt_id = call.attempt_id;
+    let expected = world.streamed_output(world.serial(), call.input);
+    let content = expected.to_string();
+    let body = stream_body(&content, end);
+    let chat = std::cell::RefCell::new(ChatStream::default());
+    let (wake, woken) = futures_channel::mpsc::unbounded::<()>();
+    let read = async {
+        let mut rest = body.as_str();
+        while !rest.is_empty() && !chat.borrow().is_over() {
+            let n = 1 + world.below(rest.len() as u64) as usize;
+            let cut = (n..=rest.len())
+                .find(|&i| rest.is_char_boundary(i))
+                .unwrap_or(rest.len());
+            let fed = !chat.borrow_mut().feed(&rest[..cut]).is_empty();
+            rest = &rest[cut..];
+            if fed {
+                world.text_came(attempt_id);
+                let _ = wake.unbounded_send(());
+                if let Some(news) = call.news {
+                    news.read(chat.borrow().chars());
+                }
+            }
+            let next = crate::platform::now_ms() as u64 + world.below(READ_GAP_MS);
+            Sleep::until(world.exec().clone(), next).await;
+        }
+        drop(wake);
+    };
+    let hand = handing::hand_on(world.exec(), world.live(), call, &content, &chat, woken);
+    futures_util::future::join(read, hand).await;
+    let chat = chat.into_inner();
+    stopped.answered = true;
+    world.delivered(attempt_id, crate::platform::now_ms() as u64);
+    let outcome = onceclick_core::sim::classify_stream(call.provider, call.kind, call.input, &chat);
+    world.check_streamed(attempt_id, end, &expected, chat.chars(), &outcome);
+    outcome
 }

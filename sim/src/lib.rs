@@ -5,16 +5,19 @@
 //! SQL) run here under a seeded scheduler, against SQLite with the Worker's migrations,
 //! with a virtual clock, a queue that delays, reorders and redelivers, scripted
 //! providers, crashes that drop an isolate's tasks, and store faults on either side of
-//! the commit. A reference model predicts the answers; the invariants of RELIABILITY.md
-//! are checked after every step, on the jobs that step touched. A run is many small
-//! worlds, each from a seed derived from the run's; a failing world is shrunk to the
-//! operations it needs and printed as a trace that `cargo xtask sim` replays.
+//! the commit. A reference model ([`model`]: plain functions over what a client sees,
+//! which any client of the Worker can use) says what each answer may be; the invariants
+//! of RELIABILITY.md are checked after every step, on the jobs that step touched. A run
+//! is many small worlds, each from a seed derived from the run's; a failing world is
+//! shrunk to the operations it needs and printed as a trace that `cargo xtask sim`
+//! replays.
 
 mod db;
 mod exec;
 mod handing;
 mod host;
 mod live;
+pub mod model;
 mod platform;
 mod rng;
 mod script;

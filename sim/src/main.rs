@@ -23,46 +23,61 @@ fn main() {
     }
 }
 
-fn run() -> Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let value = |name: &str| -> Option<String> {
-        args.iter()
+/// The command line: `--name value` options and `--flag`s.
+struct Args(Vec<String>);
+
+impl Args {
+    fn value(&self, name: &str) -> Option<String> {
+        self.0
+            .iter()
             .position(|a| a == name)
-            .and_then(|i| args.get(i + 1).cloned())
-    };
-    let number = |name: &str| -> Result<Option<u64>> {
-        value(name)
+            .and_then(|i| self.0.get(i + 1).cloned())
+    }
+
+    fn number(&self, name: &str) -> Result<Option<u64>> {
+        self.value(name)
             .map(|v| {
                 v.parse::<u64>()
                     .with_context(|| format!("{name} {v}: not a number"))
             })
             .transpose()
-    };
-    let threads = number("--threads")?.unwrap_or(2).max(1) as usize;
-    if let Some(seed) = number("--world")? {
-        let skip = value("--skip")
+    }
+
+    fn flag(&self, name: &str) -> bool {
+        self.0.iter().any(|a| a == name)
+    }
+}
+
+fn run() -> Result<()> {
+    let args = Args(std::env::args().skip(1).collect());
+    let threads = args.number("--threads")?.unwrap_or(2).max(1) as usize;
+    if let Some(seed) = args.number("--world")? {
+        let skip = args
+            .value("--skip")
             .map(|list| parse_ranges(&list))
             .transpose()
             .context("--skip: operation numbers and ranges, as 3,7-12,40")?
             .unwrap_or_default();
         let spec = WorldSpec {
             seed,
-            ops: number("--ops")?.unwrap_or(WORLD_OPS),
-            mutant: value("--mutant").map(|m| mutant(&m)).transpose()?,
+            ops: args.number("--ops")?.unwrap_or(WORLD_OPS),
+            mutant: args.value("--mutant").map(|m| mutant(&m)).transpose()?,
             skip,
         };
         return one_world(spec);
     }
-    if args.iter().any(|a| a == "--mutants") {
-        return mutants(number("--seed")?.unwrap_or(1), None);
+    if args.flag("--mutants") {
+        return mutants(args.number("--seed")?.unwrap_or(1), None);
     }
-    if let Some(name) = value("--mutant") {
+    if let Some(name) = args.value("--mutant") {
         mutant(&name)?;
-        return mutants(number("--seed")?.unwrap_or(1), Some(&name));
+        return mutants(args.number("--seed")?.unwrap_or(1), Some(&name));
     }
-    let soak = args.iter().any(|a| a == "--soak");
-    let seed = number("--seed")?.unwrap_or(1);
-    let ops = number("--ops")?.unwrap_or(if soak { 100_000_000 } else { 1_000_000 });
+    let soak = args.flag("--soak");
+    let seed = args.number("--seed")?.unwrap_or(1);
+    let ops = args
+        .number("--ops")?
+        .unwrap_or(if soak { 100_000_000 } else { 1_000_000 });
     // One world's worth or less: that world (the run's first), with its trace.
     if ops <= WORLD_OPS {
         return one_world(WorldSpec {
@@ -81,42 +96,53 @@ fn run() -> Result<()> {
         seconds,
         seconds * 1e6 / figures.ops.max(1) as f64
     );
-    println!(
+    println!("{}", figures_line(seed, worlds, &figures));
+    every_path_reached(ops, &figures)
+}
+
+/// The run's last line: what its worlds did.
+fn figures_line(seed: u64, worlds: u64, f: &Figures) -> String {
+    format!(
         "sim: seed {seed}: {} worlds, {} operations, {} requests, {} deliveries ({} redelivered), {} provider calls ({} stopped), {} shard alarms ({} attempts handed on), {} reconciler passes, {} crashes, {} clock jumps, {} store faults in {} batches, {} checks on {} jobs; live: {} streams opened, {} reconnected, {} events, {} of {} notifications lost, {} hub re-reads, {} hub restarts, {} hand-offs of text ({} failed, {} after an eviction, {} refused as ended), {} pieces of text sent, {} chunks of text kept ({} at an attempt's unknown end; {} writes failed), {} hub alarms that read a job for its kept text ({} deleted it); no promise broken",
         worlds,
-        figures.ops,
-        figures.requests,
-        figures.deliveries,
-        figures.redeliveries,
-        figures.provider_calls,
-        figures.stops,
-        figures.alarms,
-        figures.handed_off,
-        figures.reconciles,
-        figures.crashes,
-        figures.clock_jumps,
-        figures.store_faults,
-        figures.batches,
-        figures.checks,
-        figures.jobs,
-        figures.live.opens,
-        figures.live.reconnects,
-        figures.live.events,
-        figures.live.lost,
-        figures.live.told,
-        figures.live.rereads,
-        figures.live.restarts,
-        figures.live.handed,
-        figures.live.hand_failed,
-        figures.live.evictions,
-        figures.live.refused_ended,
-        figures.live.pieces,
-        figures.live.kept,
-        figures.live.kept_at_end,
-        figures.live.keep_failed,
-        figures.live.kept_checks,
-        figures.live.check_deleted,
-    );
+        f.ops,
+        f.requests,
+        f.deliveries,
+        f.redeliveries,
+        f.provider_calls,
+        f.stops,
+        f.alarms,
+        f.handed_off,
+        f.reconciles,
+        f.crashes,
+        f.clock_jumps,
+        f.store_faults,
+        f.batches,
+        f.checks,
+        f.jobs,
+        f.live.opens,
+        f.live.reconnects,
+        f.live.events,
+        f.live.lost,
+        f.live.told,
+        f.live.rereads,
+        f.live.restarts,
+        f.live.handed,
+        f.live.hand_failed,
+        f.live.evictions,
+        f.live.refused_ended,
+        f.live.pieces,
+        f.live.kept,
+        f.live.kept_at_end,
+        f.live.keep_failed,
+        f.live.kept_checks,
+        f.live.check_deleted,
+    )
+}
+
+/// A run long enough to reach every rare path must have reached it: otherwise the
+/// checks on that path held for nothing.
+fn every_path_reached(ops: u64, figures: &Figures) -> Result<()> {
     if figures.ops < ops {
         bail!("only {} of {ops} operations ran", figures.ops);
     }

@@ -1,6 +1,6 @@
 //! The scripts of the simulator's providers, and the record of each call: shared by the
-//! host (`host.rs`), which plays a call's script, and the world (`world.rs`), which
-//! draws it and checks what came of the call.
+//! host (`host.rs`), which plays a call's script, and the world (`world/calls.rs`),
+//! which draws it and checks what came of the call.
 
 /// What a scripted provider does with one call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

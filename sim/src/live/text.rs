@@ -1,0 +1,202 @@
+//! A streaming call's text on its way to the job's hub (`POST /text`), taken as the
+//! Worker's hub takes it (`keeping.rs`), and what the hub writes of it to its storage
+//! (`keeping::Writes`), each write failing now and then.
+
+use super::hub::HubObject;
+use super::{Live, EVICTED_ONE_IN, HAND_LOST_ONE_IN, KEEP_BYTES, KEEP_EVERY, KEEP_FAILS_ONE_IN};
+use onceclick_core::sim::keeping::{self, Answer, Writes};
+use onceclick_core::sim::pacing::Taken;
+use onceclick_protocol::chat::MAX_CHARS;
+use onceclick_protocol::live::{EndChunk, Hub, Keeper};
+use onceclick_protocol::{AttemptState, Job};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// How far attempt `n`'s text reads back from a hub's `storage` without a gap, as
+/// `Keeper::load` reads it: chunk after chunk from 0.
+fn stored_chars(storage: &BTreeMap<String, String>, n: u32) -> u64 {
+    let mut chars = 0;
+    while let Some((_, text)) = storage
+        .get(&Keeper::key(n, chars))
+        .and_then(|value| value.split_once('\n'))
+    {
+        if text.is_empty() {
+            break;
+        }
+        chars += text.chars().count() as u64;
+    }
+    chars
+}
+
+/// How far attempt `n`'s text reads back from a hub's `storage`, as a new instance's
+/// `Keeper::load` reads it.
+fn read_back(storage: &BTreeMap<String, String>, n: u32) -> u64 {
+    let (mut hub, mut keeper) = (Hub::default(), Keeper::every(KEEP_EVERY));
+    let entries = storage
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    keeper.load(&mut hub, entries, MAX_CHARS);
+    hub.chars(n)
+}
+
+impl Live {
+    /// One hand-off of a streaming call's text, as the hub of `job` serves it (`POST
+    /// /text`): the piece of attempt `n`'s text from code point `offset`, of `whole`, the
+    /// text its provider sends. The hub may have been evicted since the last (its memory
+    /// gone, its storage kept); one hand-off in `HAND_LOST_ONE_IN` fails.
+    pub(crate) fn take(
+        &self,
+        job: &str,
+        n: u32,
+        attempt_id: &str,
+        offset: u64,
+        text: &str,
+        whole: &str,
+    ) -> Result<Taken, String> {
+        self.contents
+            .borrow_mut()
+            .insert(attempt_id.to_owned(), whole.to_owned());
+        let mut objects = self.objects.borrow_mut();
+        let object = objects.entry(job.to_owned()).or_default();
+        if self.rng.borrow_mut().below(EVICTED_ONE_IN) == 0 {
+            self.count(|f| f.evictions += 1);
+            object.forget();
+        }
+        object.load();
+        self.count(|f| f.handed += 1);
+        if self.rng.borrow_mut().below(HAND_LOST_ONE_IN) == 0 {
+            self.count(|f| f.hand_failed += 1);
+            return Err("the hub did not answer in time (simulated)".to_owned());
+        }
+        match keeping::take_text(&mut object.hub, n, attempt_id, offset, text) {
+            Ok(piece) => {
+                for w in &mut object.streams {
+                    self.piece(job, w, &piece);
+                }
+                self.write(job, object, Writes::after_text(n));
+            }
+            Err(Answer::Ended) => {
+                self.count(|f| f.refused_ended += 1);
+                return Ok(Taken::Stop);
+            }
+            Err(Answer::HasAll | Answer::Gap) => {}
+        }
+        let have = object.hub.chars(n);
+        let mut reached = self.reached.borrow_mut();
+        let most = reached.entry(attempt_id.to_owned()).or_default();
+        *most = (*most).max(have);
+        Ok(Taken::Have(have))
+    }
+
+    /// The hand-off of attempt `attempt_id`'s text (of `job`) ended with the body read,
+    /// `chars` code points of it: its hub was handed all of them.
+    pub(crate) fn check_handed(&self, job: &str, attempt_id: &str, chars: u64) {
+        let reached = self.reached.borrow().get(attempt_id).copied().unwrap_or(0);
+        if reached < chars {
+            self.problem(format!(
+                "the call of attempt {attempt_id} (job {job}) ended its hand-off with its body read and its hub handed {reached} of its {chars} code points: the rest of its text never reached the hub"
+            ));
+        }
+    }
+
+    /// Writes what `writes` gives, step by step, as `Live::write` does (`keeping.rs`).
+    /// How far the rest of each `unknown` attempt's text was written without a gap is
+    /// `whole`. Once every write of the last step went through, every attempt the hub's
+    /// newest document shows `unknown` reads back all the hub has of its text.
+    pub(super) fn write(&self, job: &str, object: &mut HubObject, mut writes: Writes) {
+        let mut failed = false;
+        while let Some(chunks) = writes.next(&mut object.keeper, &object.hub) {
+            let at_end = writes.at_unknown();
+            let (written, gaps) = self.keep(object, chunks, at_end);
+            if at_end {
+                object.whole.extend(written);
+            }
+            failed = gaps;
+        }
+        if !failed {
+            self.check_whole(job, object);
+        }
+    }
+
+    /// Every attempt the hub's newest document shows `unknown` (its job not settled)
+    /// reads back from storage all the hub has of its text: the operator resolves it
+    /// with that, maybe after the hub's instance is gone.
+    fn check_whole(&self, job: &str, object: &HubObject) {
+        let Some((_, doc)) = object.hub.catch_up(0) else {
+            return;
+        };
+        if !doc.contains("\"unknown\"") {
+            return;
+        }
+        let Ok(parsed) = serde_json::from_str::<Job>(doc) else {
+            return;
+        };
+        if parsed.is_settled() {
+            return;
+        }
+        let unknown = parsed
+            .attempts
+            .iter()
+            .filter(|a| a.state == AttemptState::Unknown)
+            .filter_map(|a| u32::try_from(a.n).ok());
+        for n in unknown {
+            let (back, has) = (read_back(&object.storage, n), object.hub.chars(n));
+            if back < has {
+                self.problem(format!(
+                    "the hub of job {job} reads back {back} of attempt {n}'s {has} code points though its document shows it unknown: its whole text is not kept"
+                ));
+            }
+        }
+    }
+
+    /// Writes a keeper's chunks in order as `Live::keep` does, each failing one time in
+    /// `KEEP_FAILS_ONE_IN`: how far each attempt's text was written without a gap, by
+    /// `n`, and whether any write failed. Every chunk, written or not, fits what storage
+    /// takes (`KEEP_BYTES` here), and each attempt's first begins within the text its
+    /// storage gives back without a gap (issue 42: a failed write is never counted as
+    /// kept).
+    fn keep(
+        &self,
+        object: &mut HubObject,
+        chunks: Vec<EndChunk>,
+        at_end: bool,
+    ) -> (BTreeMap<u32, u64>, bool) {
+        let mut written = BTreeMap::new();
+        let mut gaps = BTreeSet::new();
+        for chunk in chunks {
+            let (n, chars) = (chunk.n, chunk.chars);
+            let bytes = chunk.key.len() + chunk.value.len();
+            if bytes > KEEP_BYTES {
+                self.problem(format!(
+                    "a hub wrote chunk {} of {bytes} bytes, past the {KEEP_BYTES} that storage takes",
+                    chunk.key
+                ));
+            }
+            let text = chunk.value.split_once('\n').map_or("", |(_, text)| text);
+            let from = chars.saturating_sub(text.chars().count() as u64);
+            if !written.contains_key(&n) && !gaps.contains(&n) {
+                let stored = stored_chars(&object.storage, n);
+                if from > stored {
+                    self.problem(format!(
+                        "a hub wrote attempt {n}'s text from {from}, past the {stored} code points its storage gives back"
+                    ));
+                }
+            }
+            if self.rng.borrow_mut().below(KEEP_FAILS_ONE_IN) == 0 {
+                self.count(|f| f.keep_failed += 1);
+                gaps.insert(n);
+                continue;
+            }
+            self.count(|f| {
+                f.kept += 1;
+                f.kept_at_end += u64::from(at_end);
+            });
+            object.storage.insert(chunk.key, chunk.value);
+            object.keeper.wrote(n, chars);
+            if !gaps.contains(&n) {
+                written.insert(n, chars);
+            }
+        }
+        (written, !gaps.is_empty())
+    }
+}

@@ -1,0 +1,432 @@
+//! One world: a store layout, its places, a queue, providers, clients and isolates,
+//! driven operation by operation from one seed, with the reference model (`model/`)
+//! and the invariants checked after every step on the jobs that step touched.
+//!
+//! - `generate.rs` — the operations a world draws and runs: requests, deliveries,
+//!   reconciler passes, time, crashes, outages, the live channel's streams.
+//! - `queue.rs` — the queue: sends, deliveries in any order and more than once,
+//!   retries, dead letters.
+//! - `calls.rs` — the scripted providers' calls, and what is checked of each: claimed
+//!   first, called once, stopped only for a reason, hedged only when silent, a stream's
+//!   classification.
+//! - `shards.rs` — a shard's alarm and its hand-off, and the check that a committed
+//!   create is always dispatched.
+//! - `checks.rs` — after every step: each answer and each touched job against the
+//!   model, and the store's own invariants.
+//! - `settle.rs` — a world's end: faults stop, time passes, nothing is stuck and no
+//!   paid-for work is lost without a record.
+
+mod calls;
+mod checks;
+mod generate;
+mod queue;
+mod settle;
+mod shards;
+
+use crate::db::{self, AnyMutant, Db, FaultRates, SimPlaces};
+use crate::exec::{Exec, Role};
+use crate::host::SimHost;
+use crate::live::{Live, LiveFigures};
+use crate::rng::Rng;
+use crate::script::CallRecord;
+use checks::SeenJob;
+use generate::{Intent, Request};
+use onceclick_core::sim::{self, Answer, Layout};
+use onceclick_protocol::shard::ShardCount;
+use queue::Message;
+use serde_json::{json, Value};
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::rc::Rc;
+
+/// The front isolates (requests and their `wait_until` work), the consumer's, and the
+/// reconciler's (also the shards' objects').
+const FRONT: [u32; 2] = [1, 2];
+const CONSUMER: u32 = 3;
+const RECONCILER: u32 = 4;
+/// How often a dispatcher holding a call looks whether it should stop (the Worker's
+/// `CANCEL_POLL_MS`), in virtual ms.
+pub(crate) const CANCEL_POLL_MS: u64 = 150;
+
+/// The store layouts a world may have.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    /// One D1.
+    D1,
+    /// Shards.
+    Shards(u32),
+    /// One D1 first, then the move: shards with that D1 kept as the previous store.
+    Moved(u32),
+}
+
+/// What a world did (summed over a run: its last line).
+#[derive(Clone, Debug, Default)]
+pub struct Figures {
+    pub ops: u64,
+    pub requests: u64,
+    pub deliveries: u64,
+    pub redeliveries: u64,
+    pub provider_calls: u64,
+    pub reconciles: u64,
+    pub crashes: u64,
+    pub clock_jumps: u64,
+    pub store_faults: u64,
+    pub batches: u64,
+    pub checks: u64,
+    pub jobs: u64,
+    pub polls: u64,
+    /// Provider calls the dispatcher stopped before their answer (a cancel, a lost race).
+    pub stops: u64,
+    /// Shard alarms run, and the attempts they handed to the queue.
+    pub alarms: u64,
+    pub handed_off: u64,
+    /// The live channel's.
+    pub live: LiveFigures,
+}
+
+impl Figures {
+    pub fn add(&mut self, o: &Figures) {
+        self.ops += o.ops;
+        self.requests += o.requests;
+        self.deliveries += o.deliveries;
+        self.redeliveries += o.redeliveries;
+        self.provider_calls += o.provider_calls;
+        self.reconciles += o.reconciles;
+        self.crashes += o.crashes;
+        self.clock_jumps += o.clock_jumps;
+        self.store_faults += o.store_faults;
+        self.batches += o.batches;
+        self.checks += o.checks;
+        self.jobs += o.jobs;
+        self.polls += o.polls;
+        self.stops += o.stops;
+        self.alarms += o.alarms;
+        self.handed_off += o.handed_off;
+        self.live.add(&o.live);
+    }
+}
+
+/// A broken promise: which, at which operation.
+#[derive(Clone, Debug)]
+pub struct Violation {
+    pub op: u64,
+    pub what: String,
+}
+
+pub(crate) struct World {
+    pub(crate) exec: Rc<Exec>,
+    db: Rc<Db>,
+    places: Rc<SimPlaces>,
+    layout: Cell<Layout>,
+    shape: Shape,
+    pub(crate) vars: BTreeMap<String, String>,
+    queue: RefCell<Vec<Message>>,
+    next_msg: Cell<u64>,
+    /// Deliveries in flight: task → message.
+    delivering: RefCell<BTreeMap<u64, Message>>,
+    calls: RefCell<BTreeMap<String, CallRecord>>,
+    /// An isolate's tasks are being dropped by a crash.
+    crashing: Cell<bool>,
+    rng: RefCell<Rng>,
+    intents: RefCell<Vec<Intent>>,
+    seen: RefCell<BTreeMap<String, SeenJob>>,
+    /// What the model last saw of each job the purge took.
+    purged_seen: RefCell<Vec<SeenJob>>,
+    /// Jobs the purge took (with their keys, which are free again).
+    purged: RefCell<BTreeSet<String>>,
+    /// The fallback keys the generator made, per job: (job, key) → the provider its
+    /// first click's body named.
+    fallback_keys: RefCell<BTreeMap<(String, String), Option<&'static str>>>,
+    /// What the model knows of each fallback key, once an answer named an attempt.
+    fallbacks: RefCell<BTreeMap<(String, String), crate::model::FallbackKey>>,
+    /// Requests in flight: task → request.
+    requests: RefCell<BTreeMap<u64, Request>>,
+    answers: RefCell<Vec<(u64, Request, Answer)>>,
+    /// Attempts whose result the platform gave up on after the store had refused it:
+    /// the queue refused the message that carried it, or delivered it six times in
+    /// vain. The Worker logged each step (`result_queued`, `enqueue_failed`,
+    /// `dispatch_retry`); the output is lost, as designed, with its lines.
+    given_up: RefCell<BTreeSet<String>>,
+    /// Attempts whose result came after the purge took their job (the log's line).
+    purged_lines: RefCell<BTreeSet<String>>,
+    /// Attempts a `race_lost` or `late_result_discarded` event names, as the database
+    /// recorded them.
+    recorded: RefCell<BTreeSet<String>>,
+    violations: RefCell<Vec<Violation>>,
+    op: Cell<u64>,
+    serial: Cell<u64>,
+    figures: RefCell<Figures>,
+    trace: Option<RefCell<Vec<String>>>,
+    rust_mutant: Option<sim::Mutant>,
+    move_at: u64,
+    /// Every attempt a dispatch message was sent for.
+    sent_ids: RefCell<BTreeSet<String>>,
+    /// The shard whose alarm runs, by task: one alarm of an object runs at a time.
+    alarm_tasks: RefCell<BTreeMap<u64, String>>,
+    /// The jobs' hubs and the streams that follow them.
+    live: Rc<Live>,
+}
+
+/// The store's layout for a world's shape, before or after its move.
+fn layout_of(shape: Shape, moved: bool) -> Layout {
+    let count = |n: u32| {
+        ShardCount::new(n)
+            .or(ShardCount::new(1))
+            .unwrap_or_else(|| unreachable!())
+    };
+    match shape {
+        Shape::D1 => Layout::One,
+        Shape::Shards(n) => Layout::Sharded {
+            count: count(n),
+            previous: false,
+        },
+        Shape::Moved(_) if !moved => Layout::One,
+        Shape::Moved(n) => Layout::Sharded {
+            count: count(n),
+            previous: true,
+        },
+    }
+}
+
+/// A column's value as text: a string as it is, any other value as its JSON, `None`
+/// for `NULL` or no column.
+fn column_text(v: Option<&Value>) -> Option<String> {
+    v.and_then(|v| match v {
+        Value::Null => None,
+        Value::String(s) => Some(s.clone()),
+        other => Some(other.to_string()),
+    })
+}
+
+/// The Worker's configuration in every world.
+fn vars() -> BTreeMap<String, String> {
+    [
+        (
+            "PROVIDERS",
+            json!([
+                {"name": "primary", "base_url": "http://sim/primary/v1", "model": "m-small",
+                 "timeout_ms": 1000, "abandon_after_ms": 20000},
+                {"name": "fallback", "base_url": "http://sim/fallback/v1", "model": "m-large",
+                 "timeout_ms": 1000, "api_key_secret": "FALLBACK_API_KEY"},
+            ])
+            .to_string(),
+        ),
+        ("RECONCILE_STARTING_AFTER_MS", "5000".to_owned()),
+        ("RECONCILE_LOST_GRACE_MS", "2000".to_owned()),
+        ("JOB_RETENTION_HOURS", "24".to_owned()),
+        // Well inside the providers' 1 s timeout, so that stops happen.
+        ("CANCEL_POLL_MS", CANCEL_POLL_MS.to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect()
+}
+
+impl World {
+    pub(crate) fn new(
+        seed: u64,
+        shape: Shape,
+        mutant: Option<AnyMutant>,
+        trace: bool,
+        move_at: u64,
+    ) -> Rc<Self> {
+        let sql_mutant = match mutant {
+            Some(AnyMutant::Sql(m)) => Some(m),
+            _ => None,
+        };
+        let rust_mutant = match mutant {
+            Some(AnyMutant::Rust(m)) => Some(m),
+            _ => None,
+        };
+        let db = Rc::new(Db::new(seed, sql_mutant));
+        Rc::new(Self {
+            exec: Rc::new(Exec::default()),
+            places: Rc::new(SimPlaces(db.clone())),
+            db,
+            layout: Cell::new(layout_of(shape, false)),
+            shape,
+            vars: vars(),
+            queue: RefCell::new(Vec::new()),
+            next_msg: Cell::new(0),
+            delivering: RefCell::new(BTreeMap::new()),
+            calls: RefCell::new(BTreeMap::new()),
+            crashing: Cell::new(false),
+            rng: RefCell::new(Rng::new(seed)),
+            intents: RefCell::new(Vec::new()),
+            seen: RefCell::new(BTreeMap::new()),
+            purged: RefCell::new(BTreeSet::new()),
+            purged_seen: RefCell::new(Vec::new()),
+            fallback_keys: RefCell::new(BTreeMap::new()),
+            fallbacks: RefCell::new(BTreeMap::new()),
+            requests: RefCell::new(BTreeMap::new()),
+            answers: RefCell::new(Vec::new()),
+            recorded: RefCell::new(BTreeSet::new()),
+            purged_lines: RefCell::new(BTreeSet::new()),
+            given_up: RefCell::new(BTreeSet::new()),
+            violations: RefCell::new(Vec::new()),
+            op: Cell::new(0),
+            serial: Cell::new(0),
+            figures: RefCell::new(Figures::default()),
+            trace: trace.then(|| RefCell::new(Vec::new())),
+            rust_mutant,
+            move_at,
+            sent_ids: RefCell::new(BTreeSet::new()),
+            alarm_tasks: RefCell::new(BTreeMap::new()),
+            live: Live::new(seed),
+        })
+    }
+
+    /// Before the first operation: the fallback provider certified (no faults).
+    pub(crate) fn setup(self: &Rc<Self>, faults: FaultRates) {
+        sim::plant(self.rust_mutant);
+        self.certify_fallback(self.layout.get());
+        let mut rng = Rng::new(1);
+        while self.step(&mut rng) {}
+        let _ = crate::platform::drain_log();
+        *self.db.faults.borrow_mut() = faults;
+        // In a moved world the shards are certified at the move: once now is enough,
+        // since every shard's copy is written by the same call (it goes everywhere).
+        if let Shape::Moved(n) = self.shape {
+            self.certify_fallback(layout_of(Shape::Moved(n), true));
+            *self.db.faults.borrow_mut() = FaultRates::default();
+            while self.step(&mut rng) {}
+            let _ = crate::platform::drain_log();
+            *self.db.faults.borrow_mut() = faults;
+        }
+        db::clear_writes();
+    }
+
+    /// Certifies the fallback provider in `layout`, on the reconciler's isolate.
+    fn certify_fallback(self: &Rc<Self>, layout: Layout) {
+        let world = self.clone();
+        self.exec.spawn(RECONCILER, Role::Setup, async move {
+            let host = world.host(RECONCILER);
+            let store = world.store(layout, "setup");
+            let _ = sim::certify(&host, &store, "fallback").await;
+        });
+    }
+
+    fn now(&self) -> u64 {
+        crate::platform::now_ms() as u64
+    }
+
+    fn note(&self, line: impl FnOnce() -> String) {
+        if let Some(trace) = &self.trace {
+            let line = format!(
+                "#{:<6} t={:<9} {}",
+                self.op.get(),
+                self.now() - crate::EPOCH_MS,
+                line()
+            );
+            trace.borrow_mut().push(line);
+        }
+    }
+
+    pub(crate) fn trace(&self) -> Vec<String> {
+        self.trace
+            .as_ref()
+            .map(|t| t.borrow().clone())
+            .unwrap_or_default()
+    }
+
+    fn violate(&self, what: String) {
+        self.note(|| format!("VIOLATION {what}"));
+        self.violations.borrow_mut().push(Violation {
+            op: self.op.get(),
+            what,
+        });
+    }
+
+    pub(crate) fn violations(&self) -> Vec<Violation> {
+        self.violations.borrow().clone()
+    }
+
+    pub(crate) fn figures(&self) -> Figures {
+        let mut f = self.figures.borrow().clone();
+        f.batches = *self.db.batches.borrow();
+        f.store_faults = *self.db.faults_fired.borrow();
+        f.polls = self.exec.polls.get();
+        f.live = self.live.figures();
+        f
+    }
+
+    pub(crate) fn mutant_ran(&self) -> bool {
+        *self.db.mutant_ran.borrow()
+    }
+
+    /// A number below `n`, from the run's seed.
+    pub(crate) fn below(&self, n: u64) -> u64 {
+        self.rng.borrow_mut().below(n)
+    }
+
+    pub(crate) fn serial(&self) -> u64 {
+        let n = self.serial.get() + 1;
+        self.serial.set(n);
+        n
+    }
+
+    fn store(&self, layout: Layout, scope: &str) -> sim::Store {
+        let places: Rc<dyn sim::Places> = self.places.clone();
+        match sim::Store::new(places, layout, "", scope) {
+            Ok(store) => store,
+            Err(e) => panic!("a store with no faults: {e}"),
+        }
+    }
+
+    /// A store that tells the jobs' hubs of every move it commits, as a request's, the
+    /// queue consumer's and the reconciler's do in the Worker (a shard's hand-off moves
+    /// no job).
+    fn notifying_store(&self, layout: Layout, scope: &str) -> sim::Store {
+        self.store(layout, scope).with_live(self.live.notifier())
+    }
+
+    fn host(self: &Rc<Self>, isolate: u32) -> SimHost {
+        SimHost {
+            world: self.clone(),
+            isolate,
+        }
+    }
+
+    /// The live channel.
+    pub(crate) fn live(&self) -> &Live {
+        &self.live
+    }
+
+    /// The live channel's problems, as violations.
+    fn live_problems(&self) {
+        for what in self.live.take_problems() {
+            self.violate(what);
+        }
+    }
+
+    /// Where an attempt or job id lives, by the current layout (v7 ids: `d1`).
+    fn place_of(&self, id: &str) -> Option<String> {
+        match onceclick_protocol::shard::route_of_id(id) {
+            onceclick_protocol::shard::IdRoute::Shard(shard) => Some(shard.object_name()),
+            onceclick_protocol::shard::IdRoute::Database => Some("d1".to_owned()),
+            onceclick_protocol::shard::IdRoute::Unknown => None,
+        }
+    }
+
+    /// Whether a row with this id is in `table` of any place.
+    fn exists(&self, table: &str, id: &str) -> bool {
+        let sql = format!("SELECT 1 FROM {table} WHERE id = ?1");
+        self.db
+            .places()
+            .iter()
+            .any(|p| !self.db.query(p, &sql, &[json!(id)]).is_empty())
+    }
+
+    /// The jobs the model saw, by status: the world's line in a report.
+    pub(crate) fn summary(&self) -> String {
+        let mut out = String::new();
+        let jobs = self.seen.borrow();
+        let mut by: BTreeMap<&str, usize> = BTreeMap::new();
+        for seen in jobs.values() {
+            *by.entry(seen.job.view().status.as_str()).or_insert(0) += 1;
+        }
+        let _ = write!(out, "{} jobs {:?}", jobs.len(), by);
+        out
+    }
+}
