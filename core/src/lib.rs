@@ -28,5 +28,4 @@ pub mod platform;
 pub mod providers;
 pub mod reconcile;
 pub mod retention;
-pub mod sim;
 pub mod store;

@@ -15,7 +15,9 @@
 
 use crate::exec::{self, Yield};
 use futures_util::future::LocalBoxFuture;
-use onceclick_core::sim::{Batch, Marks, Mutant, Outbox, Places};
+use onceclick_core::handoff::{to_hand_on, Outbox};
+use onceclick_core::mutant::Mutant;
+use onceclick_core::store::native::{Batch, Marks, Places};
 use rusqlite::functions::FunctionFlags;
 use rusqlite::types::Value as Sql;
 use rusqlite::Connection;
@@ -162,7 +164,7 @@ fn open(place: &str) -> rusqlite::Result<Connection> {
         let time: Option<String> = ctx.get(1)?;
         Ok(time.and_then(|t| strftime(&format, &t)))
     })?;
-    for (_, script) in onceclick_core::sim::migrations() {
+    for (_, script) in onceclick_core::store::migrations::MIGRATIONS {
         conn.execute_batch(script)?;
     }
     conn.execute_batch(TOUCH)?;
@@ -235,7 +237,7 @@ impl Db {
             return outbox.clone();
         }
         let starting: Vec<String> = self
-            .query(place, onceclick_core::sim::STARTING, &[])
+            .query(place, onceclick_core::store::sql::STARTING, &[])
             .into_iter()
             .filter_map(|r| r.get("id").and_then(Value::as_str).map(str::to_owned))
             .collect();
@@ -243,7 +245,8 @@ impl Db {
             let now = crate::platform::now_ms() as u64;
             self.alarms.borrow_mut().insert(place.to_owned(), now);
         }
-        let outbox = Rc::new(Outbox::born(starting));
+        let outbox = Rc::new(Outbox::new());
+        outbox.born(starting);
         self.outboxes
             .borrow_mut()
             .insert(place.to_owned(), outbox.clone());
@@ -336,7 +339,7 @@ impl Db {
                 .entry(place.to_owned())
                 .or_default()
                 .extend(ids.iter().cloned());
-            self.outbox(place).keep(mark, ids);
+            self.outbox(place).keep(to_hand_on(mark, ids.into_iter()));
             let now = crate::platform::now_ms() as u64;
             self.alarms.borrow_mut().insert(place.to_owned(), now);
             self.eager.borrow_mut().push(place.to_owned());
@@ -406,7 +409,7 @@ impl Places for SimPlaces {
 
 /// The statement of a dispatcher's watch over its call (`ATTEMPT_WATCH`).
 fn watch_sql() -> &'static str {
-    onceclick_core::sim::statements()
+    onceclick_core::store::sql::ALL
         .iter()
         .find(|(name, _)| *name == "ATTEMPT_WATCH")
         .map_or("", |(_, sql)| sql)
@@ -479,7 +482,7 @@ mod tests {
             ),
             (SqlMutant::ClaimLeavesPosition, &["CLAIM"][..]),
         ] {
-            let hit: Vec<&str> = onceclick_core::sim::statements()
+            let hit: Vec<&str> = onceclick_core::store::sql::ALL
                 .iter()
                 .filter(|(_, sql)| mutant.rewrite(sql).is_some())
                 .map(|(name, _)| *name)

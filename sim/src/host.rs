@@ -6,7 +6,9 @@ use crate::handing;
 use crate::live::Live;
 use crate::script::{Script, StreamEnd};
 use futures_util::future::LocalBoxFuture;
-use onceclick_core::sim::{CallOutcome, Dispatch, Host, ProviderCall};
+use onceclick_core::host::{Host, ProviderCall};
+use onceclick_core::message::Dispatch;
+use onceclick_core::outcome::CallOutcome;
 use onceclick_protocol::chat::ChatStream;
 use onceclick_protocol::AttemptError;
 use serde_json::{json, Value};
@@ -19,6 +21,8 @@ use std::rc::Rc;
 pub(crate) trait Platform {
     /// The configuration variable `name`.
     fn var(&self, name: &str) -> Option<String>;
+    /// The core's configuration, read from the vars once.
+    fn config(&self) -> Rc<onceclick_core::config::Config>;
     /// The executor every isolate's tasks run on.
     fn exec(&self) -> &Rc<Exec>;
     /// The queue takes a message.
@@ -125,6 +129,10 @@ impl Host for SimHost {
         self.world.var(name)
     }
 
+    fn config(&self) -> Rc<onceclick_core::config::Config> {
+        self.world.config()
+    }
+
     fn secret(&self, name: &str) -> Option<String> {
         (name == "FALLBACK_API_KEY").then(|| "sim-key".to_owned())
     }
@@ -146,7 +154,7 @@ impl Host for SimHost {
                     world: world.clone(),
                     isolate: 0,
                 };
-                onceclick_core::sim::send(&host, message).await;
+                onceclick_core::host::send(&host, message).await;
             });
     }
 
@@ -273,7 +281,8 @@ async fn streamed_answer(
     let chat = chat.into_inner();
     stopped.answered = true;
     world.delivered(attempt_id, crate::platform::now_ms() as u64);
-    let outcome = onceclick_core::sim::classify_stream(call.provider, call.kind, call.input, &chat);
+    let outcome =
+        onceclick_core::answer::classify_stream(call.provider, call.kind, call.input, &chat);
     world.check_streamed(attempt_id, end, &expected, chat.chars(), &outcome);
     outcome
 }

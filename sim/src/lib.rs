@@ -1,8 +1,8 @@
 //! The deterministic simulation of onceclick's core.
 //!
-//! The Worker's own decisions (`onceclick-edge`, built natively: the handlers'
-//! `decide` functions, the dispatcher, the reconciler and every store call with its
-//! SQL) run here under a seeded scheduler, against SQLite with the Worker's migrations,
+//! The core's own decisions (`onceclick-core`, the same code the Worker runs: the
+//! handlers' `decide` functions, the dispatcher, the reconciler and every store call
+//! with its SQL) run here under a seeded scheduler, against SQLite with the Worker's migrations,
 //! with a virtual clock, a queue that delays, reorders and redelivers, scripted
 //! providers, crashes that drop an isolate's tasks, and store faults on either side of
 //! the commit. A reference model ([`model`]: plain functions over what a client sees,
@@ -19,6 +19,7 @@ mod host;
 mod live;
 pub mod model;
 mod platform;
+mod requests;
 mod rng;
 mod script;
 mod world;
@@ -26,7 +27,7 @@ mod world_platform;
 
 pub use db::{AnyMutant, SqlMutant};
 pub use live::LiveFigures;
-pub use onceclick_core::sim::Mutant;
+pub use onceclick_core::mutant::Mutant;
 pub use world::{Figures, Shape, Violation};
 
 use db::FaultRates;
@@ -106,7 +107,7 @@ pub fn run_world(spec: &WorldSpec, trace: bool) -> WorldRun {
     if world.violations().is_empty() {
         world.settle();
     }
-    onceclick_core::sim::plant(None);
+    onceclick_core::mutant::plant(None);
     WorldRun {
         shape,
         figures: world.figures(),

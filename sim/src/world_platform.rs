@@ -6,13 +6,18 @@ use crate::host::Platform;
 use crate::live::Live;
 use crate::script::{Script, StreamEnd};
 use crate::world::World;
-use onceclick_core::sim::{CallOutcome, Dispatch};
+use onceclick_core::message::Dispatch;
+use onceclick_core::outcome::CallOutcome;
 use serde_json::Value;
 use std::rc::Rc;
 
 impl Platform for World {
     fn var(&self, name: &str) -> Option<String> {
         self.vars.get(name).cloned()
+    }
+
+    fn config(&self) -> Rc<onceclick_core::config::Config> {
+        self.config.clone()
     }
 
     fn exec(&self) -> &Rc<Exec> {

@@ -4,7 +4,7 @@
 
 use super::streams::Stream;
 use super::{settled, Live, KEEP_BYTES, KEEP_EVERY};
-use onceclick_core::sim::keeping::Writes;
+use onceclick_core::keeping::Writes;
 use onceclick_protocol::chat::MAX_CHARS;
 use onceclick_protocol::live::{Hub, Keeper};
 use std::collections::BTreeMap;

@@ -56,7 +56,7 @@ pub use figures::LiveFigures;
 use crate::rng::Rng;
 use hub::HubObject;
 use notifier::{Notification, Notifier};
-use onceclick_core::sim::Notify;
+use onceclick_core::host::Notify;
 use onceclick_protocol::live::Place;
 use onceclick_protocol::Job;
 use std::cell::{Cell, RefCell};

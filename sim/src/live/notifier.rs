@@ -4,7 +4,7 @@
 
 use super::{Live, LATE_MS, LOST_ONE_IN};
 use futures_util::future::{self, LocalBoxFuture};
-use onceclick_core::sim::Notify;
+use onceclick_core::host::Notify;
 use std::rc::Rc;
 
 /// A notification on its way to `job`'s hub, there at `due`.

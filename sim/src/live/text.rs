@@ -4,8 +4,8 @@
 
 use super::hub::HubObject;
 use super::{Live, EVICTED_ONE_IN, HAND_LOST_ONE_IN, KEEP_BYTES, KEEP_EVERY, KEEP_FAILS_ONE_IN};
-use onceclick_core::sim::keeping::{self, Answer, Writes};
-use onceclick_core::sim::pacing::Taken;
+use onceclick_core::keeping::{self, Answer, Writes};
+use onceclick_core::pacing::Taken;
 use onceclick_protocol::chat::MAX_CHARS;
 use onceclick_protocol::live::{EndChunk, Hub, Keeper};
 use onceclick_protocol::{AttemptState, Job};

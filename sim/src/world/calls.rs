@@ -5,7 +5,7 @@
 
 use super::{column_text, World};
 use crate::script::{CallRecord, Script, StreamEnd};
-use onceclick_core::sim::CallOutcome;
+use onceclick_core::outcome::CallOutcome;
 use onceclick_protocol::{AttemptState, JobStatus};
 use serde_json::{json, Value};
 

@@ -8,7 +8,7 @@ use super::generate::Request;
 use super::{column_text, World};
 use crate::db;
 use crate::model::{self, JobRecord, JobView, Reply};
-use onceclick_core::sim::Answer;
+use crate::requests::Answer;
 use onceclick_protocol::{AttemptState, JobStatus};
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, BTreeSet};

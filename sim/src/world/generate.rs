@@ -8,8 +8,10 @@ use super::{layout_of, Shape, World, CONSUMER, FRONT, RECONCILER};
 use crate::exec::Role;
 use crate::host::SimHost;
 use crate::model::{Create, Key, Resolution};
+use crate::requests::{self, Answer};
 use crate::rng::Rng;
-use onceclick_core::sim::{self, Answer, Layout};
+use onceclick_core::store::native::Layout;
+use onceclick_core::store::Store;
 use onceclick_protocol::shard::Shard;
 use onceclick_protocol::{AttemptState, CreateJob, NewAttempt};
 use serde_json::json;
@@ -193,7 +195,7 @@ impl World {
     }
 
     /// The core's answer to `request`, as the Worker's handler gives it.
-    async fn answer(&self, host: &SimHost, store: &sim::Store, request: &Request) -> Answer {
+    async fn answer(&self, host: &SimHost, store: &Store, request: &Request) -> Answer {
         match request {
             Request::Create { intent, create } => {
                 let (owner, key, body) = {
@@ -206,18 +208,18 @@ impl World {
                     };
                     (key.owner.clone(), key.key.clone(), body)
                 };
-                sim::create(host, store, &owner, &key, &body, None).await
+                requests::create(host, store, &owner, &key, &body, None).await
             }
             Request::Fallback { job, key, body } => {
                 let owner = self.owner_of(job).unwrap_or_default();
                 let body = NewAttempt {
                     provider: body.map(str::to_owned),
                 };
-                sim::fallback(host, store, &owner, job, Some(key), &body, None, None).await
+                requests::fallback(host, store, &owner, job, Some(key), &body, None, None).await
             }
             Request::Cancel { job } => {
                 let owner = self.owner_of(job);
-                sim::cancel(store, owner.as_deref(), job).await
+                requests::cancel(store, owner.as_deref(), job).await
             }
             Request::Resolve { attempt, outcome } => {
                 let body = match outcome {
@@ -227,9 +229,9 @@ impl World {
                     }
                     other => json!({ "outcome": other.as_str() }),
                 };
-                sim::resolve(store, attempt, &body).await
+                requests::resolve(store, attempt, &body).await
             }
-            Request::Read { job } => sim::read(store, None, job).await,
+            Request::Read { job } => requests::read(store, None, job).await,
         }
     }
 
@@ -424,7 +426,7 @@ impl World {
         self.exec.spawn(RECONCILER, Role::Reconcile, async move {
             let host = world.host(RECONCILER);
             let store = world.notifying_store(layout, "/v1/_reconcile");
-            let _ = sim::reconcile(&host, &store).await;
+            let _ = requests::reconcile(&host, &store).await;
         });
     }
 

@@ -27,11 +27,14 @@ use crate::db::{self, AnyMutant, Db, FaultRates, SimPlaces};
 use crate::exec::{Exec, Role};
 use crate::host::SimHost;
 use crate::live::{Live, LiveFigures};
+use crate::requests::{self, Answer};
 use crate::rng::Rng;
 use crate::script::CallRecord;
 use checks::SeenJob;
 use generate::{Intent, Request};
-use onceclick_core::sim::{self, Answer, Layout};
+use onceclick_core::mutant::Mutant;
+use onceclick_core::store::native::{Layout, Places};
+use onceclick_core::store::Store;
 use onceclick_protocol::shard::ShardCount;
 use queue::Message;
 use serde_json::{json, Value};
@@ -121,6 +124,8 @@ pub(crate) struct World {
     layout: Cell<Layout>,
     shape: Shape,
     pub(crate) vars: BTreeMap<String, String>,
+    /// The core's configuration, read from `vars` once, as a Worker's isolate reads it.
+    pub(crate) config: Rc<onceclick_core::config::Config>,
     queue: RefCell<Vec<Message>>,
     next_msg: Cell<u64>,
     /// Deliveries in flight: task → message.
@@ -158,7 +163,7 @@ pub(crate) struct World {
     serial: Cell<u64>,
     figures: RefCell<Figures>,
     trace: Option<RefCell<Vec<String>>>,
-    rust_mutant: Option<sim::Mutant>,
+    rust_mutant: Option<Mutant>,
     move_at: u64,
     /// Every attempt a dispatch message was sent for.
     sent_ids: RefCell<BTreeSet<String>>,
@@ -240,13 +245,18 @@ impl World {
             _ => None,
         };
         let db = Rc::new(Db::new(seed, sql_mutant));
+        let vars = vars();
+        let config = Rc::new(onceclick_core::config::Config::read(&|name| {
+            vars.get(name).cloned()
+        }));
         Rc::new(Self {
             exec: Rc::new(Exec::default()),
             places: Rc::new(SimPlaces(db.clone())),
             db,
             layout: Cell::new(layout_of(shape, false)),
             shape,
-            vars: vars(),
+            vars,
+            config,
             queue: RefCell::new(Vec::new()),
             next_msg: Cell::new(0),
             delivering: RefCell::new(BTreeMap::new()),
@@ -279,7 +289,7 @@ impl World {
 
     /// Before the first operation: the fallback provider certified (no faults).
     pub(crate) fn setup(self: &Rc<Self>, faults: FaultRates) {
-        sim::plant(self.rust_mutant);
+        onceclick_core::mutant::plant(self.rust_mutant);
         self.certify_fallback(self.layout.get());
         let mut rng = Rng::new(1);
         while self.step(&mut rng) {}
@@ -303,7 +313,7 @@ impl World {
         self.exec.spawn(RECONCILER, Role::Setup, async move {
             let host = world.host(RECONCILER);
             let store = world.store(layout, "setup");
-            let _ = sim::certify(&host, &store, "fallback").await;
+            let _ = requests::certify(&host, &store, "fallback").await;
         });
     }
 
@@ -366,9 +376,9 @@ impl World {
         n
     }
 
-    fn store(&self, layout: Layout, scope: &str) -> sim::Store {
-        let places: Rc<dyn sim::Places> = self.places.clone();
-        match sim::Store::new(places, layout, "", scope) {
+    fn store(&self, layout: Layout, scope: &str) -> Store {
+        let places: Rc<dyn Places> = self.places.clone();
+        match requests::store(places, layout, "", scope) {
             Ok(store) => store,
             Err(e) => panic!("a store with no faults: {e}"),
         }
@@ -377,8 +387,8 @@ impl World {
     /// A store that tells the jobs' hubs of every move it commits, as a request's, the
     /// queue consumer's and the reconciler's do in the Worker (a shard's hand-off moves
     /// no job).
-    fn notifying_store(&self, layout: Layout, scope: &str) -> sim::Store {
-        self.store(layout, scope).with_live(self.live.notifier())
+    fn notifying_store(&self, layout: Layout, scope: &str) -> Store {
+        requests::notifying(self.store(layout, scope), self.live.notifier())
     }
 
     fn host(self: &Rc<Self>, isolate: u32) -> SimHost {

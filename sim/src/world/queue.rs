@@ -4,8 +4,9 @@
 
 use super::{World, CONSUMER};
 use crate::exec::Role;
+use crate::requests;
 use crate::rng::Rng;
-use onceclick_core::sim::{self, Dispatch};
+use onceclick_core::message::Dispatch;
 use std::rc::Rc;
 
 /// The queue's deliveries of one message (`max_retries = 5` in `wrangler.toml`, plus
@@ -111,7 +112,7 @@ impl World {
             .spawn(CONSUMER, Role::Delivery(msg.id), async move {
                 let host = world.host(CONSUMER);
                 let store = world.notifying_store(layout, &dispatch.attempt_id);
-                let outcome = sim::deliver(&host, &store, &dispatch).await;
+                let outcome = requests::deliver(&host, &store, &dispatch).await;
                 let task = crate::exec::current();
                 let msg = world.delivering.borrow_mut().remove(&task);
                 if let (Err(code), Some(msg)) = (outcome, msg) {

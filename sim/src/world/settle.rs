@@ -6,7 +6,7 @@ use super::checks::SeenJob;
 use super::World;
 use crate::db::FaultRates;
 use crate::rng::Rng;
-use onceclick_core::sim::Layout;
+use onceclick_core::store::native::Layout;
 use onceclick_protocol::shard::Shard;
 use onceclick_protocol::AttemptState;
 use std::rc::Rc;

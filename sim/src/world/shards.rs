@@ -7,8 +7,10 @@
 use super::{World, RECONCILER};
 use crate::exec::Role;
 use crate::host::SimHost;
+use crate::requests;
 use crate::rng::Rng;
-use onceclick_core::sim::{self, alarm, Layout};
+use onceclick_core::store::native::Layout;
+use onceclick_core::{alarm, handoff};
 use onceclick_protocol::shard::Shard;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
@@ -128,7 +130,7 @@ impl World {
         self.figures.borrow_mut().handed_off += handed as u64;
         // Another hand-off under way (one a create started) may hold some of them
         // still: a later alarm checks them.
-        let complete = needs != Some(sim::RETRY_MS) && !outbox.busy();
+        let complete = needs != Some(handoff::RETRY_MS) && !outbox.sending();
         if complete && starting.len() < BORN_WITH_AT_MOST {
             self.check_alarm_sent(at, &starting);
         }
@@ -150,7 +152,7 @@ impl World {
             Some(layout) if pass.runs => {
                 self.note(|| format!("alarm of {at}: its reconciler pass"));
                 let store = self.notifying_store(layout, "/v1/_reconcile");
-                let _ = sim::reconcile(host, &store).await;
+                let _ = requests::reconcile(host, &store).await;
                 let due = crate::platform::now_ms() + every;
                 self.db.pass_due.borrow_mut().insert(at.to_owned(), due);
                 due
@@ -163,7 +165,7 @@ impl World {
     /// what its outbox `needs` and when its pass is due.
     fn set_next_alarm(&self, at: &str, needs: Option<f64>, pass_due: f64) {
         let holds_jobs = || {
-            let rows = self.db.query(at, sim::HAS_JOBS, &[]);
+            let rows = self.db.query(at, alarm::HAS_JOBS, &[]);
             let any = rows
                 .first()
                 .and_then(|r| r.get("any"))
@@ -245,7 +247,7 @@ impl World {
             .outboxes
             .borrow()
             .iter()
-            .filter(|(place, outbox)| !outbox.busy() && !running.contains(*place))
+            .filter(|(place, outbox)| !outbox.sending() && !running.contains(*place))
             .find_map(|(place, outbox)| {
                 let need = now + outbox.next_in_ms()? as u64;
                 let at = self.db.alarms.borrow().get(place).copied();
@@ -299,7 +301,7 @@ impl World {
     /// handler died), or a hand-off holds it (memory that a crash loses, so the alarm
     /// must outlive it).
     fn check_created_are_handed(&self, now: u64, running: &BTreeSet<String>) {
-        let soon = now + ALARM_RETRY_MS.max(sim::RETRY_MS as u64);
+        let soon = now + ALARM_RETRY_MS.max(handoff::RETRY_MS as u64);
         let handed = self.db.handed.borrow();
         for (place, ids) in handed.iter() {
             let alarm = self.db.alarms.borrow().get(place).copied();
@@ -308,7 +310,7 @@ impl World {
                     .outboxes
                     .borrow()
                     .get(place)
-                    .is_some_and(|o| o.busy())
+                    .is_some_and(|o| o.sending())
             };
             if ids.len() >= BORN_WITH_AT_MOST
                 || running.contains(place)
