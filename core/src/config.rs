@@ -42,6 +42,9 @@ pub struct Config {
     pub retention_hours: f64,
     /// `PURGE_CHUNK`: jobs deleted per purge batch, 1 to 1,000.
     pub purge_chunk: u32,
+    /// `RECONCILE_EVERY_MS`: how often a shard with jobs reconciles itself
+    /// (`alarm::every_ms`).
+    pub reconcile_every_ms: f64,
 }
 
 impl Config {
@@ -59,6 +62,7 @@ impl Config {
             purge_chunk: number("PURGE_CHUNK")
                 .unwrap_or(DEFAULT_PURGE_CHUNK)
                 .clamp(1.0, 1_000.0) as u32,
+            reconcile_every_ms: crate::alarm::every_ms(var("RECONCILE_EVERY_MS").as_deref()),
         }
     }
 

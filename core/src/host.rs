@@ -117,12 +117,9 @@ impl CallNews {
 pub trait Host {
     /// A configuration variable (`[vars]` in `wrangler.toml`), if set.
     fn var(&self, name: &str) -> Option<String>;
-    /// The core's configuration, typed (`config.rs`). A shell reads it once and keeps
-    /// it (the Worker per isolate, the simulator per world); by default it is read
-    /// from [`Host::var`] at each call.
-    fn config(&self) -> std::rc::Rc<crate::config::Config> {
-        std::rc::Rc::new(crate::config::Config::read(&|name| self.var(name)))
-    }
+    /// The core's configuration, typed (`config.rs`): a shell reads it once, with
+    /// `Config::read`, and keeps it (the Worker per isolate, the simulator per world).
+    fn config(&self) -> std::rc::Rc<crate::config::Config>;
     /// A secret (a provider's API key), if set.
     fn secret(&self, name: &str) -> Option<String>;
     /// Sends a dispatch message to the queue; the error's text if the queue refused it.

@@ -310,12 +310,12 @@ impl Shard {
     }
 
     fn every_ms(&self) -> f64 {
-        let var = self
-            .env
-            .var("RECONCILE_EVERY_MS")
-            .ok()
-            .map(|v| v.to_string());
-        alarm::every_ms(var.as_deref())
+        use crate::host::Host;
+        let host = crate::worker_host::WorkerHost {
+            env: &self.env,
+            ctx: None,
+        };
+        host.config().reconcile_every_ms
     }
 
     /// Sets the alarm `every_ms` from now unless one is already set.

@@ -7,8 +7,6 @@
 //! `match`, so an operation added to the store gets a scenario here, or is said to move
 //! nothing.
 
-#![cfg(not(target_arch = "wasm32"))]
-
 use super::native::{Batch, Layout, Marks, Places};
 use super::{
     Claim, Completion, Moves, NewAttemptOutcome, NewJob, NextAttempt, Offer, Op, ReconcileRule,
