@@ -14,6 +14,7 @@ pub mod config;
 pub mod dispatch;
 pub mod error;
 pub mod fault;
+pub mod hand_on;
 pub mod handoff;
 pub mod host;
 pub mod jobs;

@@ -44,6 +44,9 @@ pub enum Mutant {
     /// A hub keeps an `unknown` attempt's text only by the kilobyte, never its rest at
     /// once (`keeping::Writes`): what an operator reads after a restart is cut short.
     UnknownTextNotKeptWhole,
+    /// A call's hand-off gives up after its hub took the first piece, as if the hub took
+    /// no more (`hand_on.rs`): its streams see the rest of the text only in the result.
+    HandOffQuitsAfterFirstPiece,
 }
 
 #[cfg(not(feature = "mutants"))]

@@ -1,26 +1,22 @@
-//! A streaming call's hand-off of its text to its job's hub, as `openai::hand_on` does
-//! it: paced by the Worker's own [`Pacing`] on the executor's timers, each piece taken
-//! by the model's hub (`live/text.rs`). The call reads its body meanwhile and says on
-//! `woken` whenever text came; it answers once both are done.
+//! A streaming call's hand-off of its text to its job's hub: the core's own loop
+//! (`hand_on.rs`), paced by its `Pacing` on the executor's timers, each piece taken by
+//! the model's hub (`live/text.rs`) through the core's hub port. The call reads its
+//! body meanwhile and says on `woken` whenever text came; it answers once both are done.
 
-use crate::exec::{Exec, Sleep};
 use crate::live::Live;
 use futures_channel::mpsc::UnboundedReceiver;
-use futures_util::future::{select, Either};
-use futures_util::StreamExt;
-use onceclick_core::host::ProviderCall;
-use onceclick_core::pacing::{Next, Pacing, Taken};
+use futures_util::future::LocalBoxFuture;
+use onceclick_core::hand_on::{self, Ended, Handing, HubLine};
+use onceclick_core::host::{Host, ProviderCall};
+use onceclick_core::pacing::Taken;
 use onceclick_protocol::chat::ChatStream;
-use onceclick_protocol::live::after_chars;
-use std::cell::RefCell;
-use std::rc::Rc;
+use std::cell::{Cell, RefCell};
 
-/// Hands the text of `chat` on to the hub of `call`'s job as `Pacing` says, until the
-/// body is read and the hub has all of it, the hub says the attempt ended (the call
-/// tells its dispatcher), or the hand-offs fail too often in a row. Once done, the hub
-/// must have been handed all the text read.
+/// Hands the text of `chat` on to the hub of `call`'s job, as the Worker's call does.
+/// Once the body is read and the hub has all of it, the hub must have been handed all
+/// the text read.
 pub(crate) async fn hand_on(
-    exec: &Rc<Exec>,
+    host: &dyn Host,
     live: &Live,
     call: &ProviderCall<'_>,
     whole: &str,
@@ -28,55 +24,53 @@ pub(crate) async fn hand_on(
     mut woken: UnboundedReceiver<()>,
 ) {
     let Some((job_id, n)) = call.job else { return };
-    let mut pace = Pacing::default();
-    loop {
-        let chars = chat.borrow().chars();
-        let sent = match pace.next(chars, crate::platform::now_ms()) {
-            Next::Text => {
-                pace.read(woken.next().await.is_some());
-                continue;
-            }
-            Next::ReadOn(ms) => {
-                pace.read(read_on(exec, &mut woken, ms).await);
-                continue;
-            }
-            Next::Sleep(ms) => {
-                Sleep::until(exec.clone(), crate::platform::now_ms() as u64 + ms).await;
-                continue;
-            }
-            Next::Done => return live.check_handed(job_id, call.attempt_id, chars),
-            Next::Hand(sent) => sent,
-        };
-        while woken.try_recv().is_ok() {}
-        let piece = after_chars(chat.borrow().text(), sent).to_owned();
-        if let Some(news) = call.news {
-            news.handed_off();
-        }
-        match live.take(job_id, n, call.attempt_id, sent, &piece, whole) {
-            Ok(Taken::Have(have)) if pace.took(have) => {}
-            Ok(Taken::Have(_)) => return,
-            Ok(Taken::Stop) => {
-                // The dispatcher looks at the store now.
-                if let Some(news) = call.news {
-                    news.ended();
-                }
-                return;
-            }
-            Err(_) if pace.failed() => {}
-            Err(_) => return,
-        }
+    let hub = ModelHub {
+        live,
+        job_id,
+        n,
+        attempt_id: call.attempt_id,
+        whole,
+        took_all: Cell::new(false),
+    };
+    let who = Handing {
+        job_id,
+        attempt_id: call.attempt_id,
+        news: call.news,
+    };
+    match hand_on::hand_on(host, &hub, who, chat, &mut woken).await {
+        Ended::Whole(chars) => live.check_handed(job_id, call.attempt_id, chars),
+        Ended::GaveUp if hub.took_all.get() => live.gave_up_though_taken(job_id, call.attempt_id),
+        Ended::GaveUp | Ended::Stopped => {}
     }
 }
 
-/// Waits `ms` while the body is read on; `false` if its reading ends first.
-async fn read_on(exec: &Rc<Exec>, woken: &mut UnboundedReceiver<()>, ms: u64) -> bool {
-    let timer = Sleep::until(exec.clone(), crate::platform::now_ms() as u64 + ms);
-    futures_util::pin_mut!(timer);
-    loop {
-        match select(woken.next(), &mut timer).await {
-            Either::Left((Some(()), _)) => continue,
-            Either::Left((None, _)) => return false,
-            Either::Right(_) => return true,
-        }
+/// The model's hub of one attempt's job, behind the core's hub port: it answers each
+/// piece at once.
+struct ModelHub<'a> {
+    live: &'a Live,
+    job_id: &'a str,
+    n: u32,
+    attempt_id: &'a str,
+    /// The attempt's whole text, which the model checks each piece against.
+    whole: &'a str,
+    /// The hub's last answer took all of its piece: a hand-off may give up only after a
+    /// piece failed, or was not taken whole.
+    took_all: Cell<bool>,
+}
+
+impl HubLine for ModelHub<'_> {
+    fn send<'a>(&'a self, sent: u64, piece: &'a str) -> LocalBoxFuture<'a, Result<Taken, String>> {
+        let taken = self.live.take(
+            self.job_id,
+            self.n,
+            self.attempt_id,
+            sent,
+            piece,
+            self.whole,
+        );
+        let offered = sent + piece.chars().count() as u64;
+        self.took_all
+            .set(matches!(taken, Ok(Taken::Have(have)) if have >= offered));
+        Box::pin(std::future::ready(taken))
     }
 }

@@ -186,7 +186,7 @@ impl Host for SimHost {
             }
             match script {
                 Script::Streamed(end) if delay <= timeout => {
-                    streamed_answer(&world, &call, end, &mut stopped).await
+                    streamed_answer(self, &world, &call, end, &mut stopped).await
                 }
                 _ => whole_answer(world.as_ref(), script, delay, timeout),
             }
@@ -244,6 +244,7 @@ fn whole_answer(world: &dyn Platform, script: Script, delay: u64, timeout: u64) 
 /// (`handing.rs`), as `openai::read_stream` does; the answer waits for both. Then it is
 /// classified as the Worker's call classifies it, and that is checked.
 async fn streamed_answer(
+    host: &dyn Host,
     world: &Rc<dyn Platform>,
     call: &ProviderCall<'_>,
     end: StreamEnd,
@@ -276,7 +277,7 @@ async fn streamed_answer(
         }
         drop(wake);
     };
-    let hand = handing::hand_on(world.exec(), world.live(), call, &content, &chat, woken);
+    let hand = handing::hand_on(host, world.live(), call, &content, &chat, woken);
     futures_util::future::join(read, hand).await;
     let chat = chat.into_inner();
     stopped.answered = true;

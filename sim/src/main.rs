@@ -429,6 +429,11 @@ const MUTANTS: &[Planted] = &[
         AnyMutant::Rust(Mutant::UnknownTextNotKeptWhole),
         &["whole text is not kept"],
     ),
+    (
+        "hand-off-quits-after-first-piece",
+        AnyMutant::Rust(Mutant::HandOffQuitsAfterFirstPiece),
+        &["gave up its hand-off though its hub took every piece"],
+    ),
 ];
 
 fn mutant(name: &str) -> Result<AnyMutant> {

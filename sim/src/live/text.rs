@@ -99,6 +99,14 @@ impl Live {
         }
     }
 
+    /// The call of `attempt_id` gave up its hand-off though its hub had taken every
+    /// piece whole: nothing failed, so its streams should have had all of its text.
+    pub(crate) fn gave_up_though_taken(&self, job: &str, attempt_id: &str) {
+        self.problem(format!(
+            "the call of attempt {attempt_id} (job {job}) gave up its hand-off though its hub took every piece it was handed: its streams see the rest of its text only in the result"
+        ));
+    }
+
     /// Writes what `writes` gives, step by step, as `Live::write` does (`keeping.rs`).
     /// How far the rest of each `unknown` attempt's text was written without a gap is
     /// `whole`. Once every write of the last step went through, every attempt the hub's

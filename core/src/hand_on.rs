@@ -1,0 +1,130 @@
+//! A streaming call's hand-off of its text to its job's hub: the loop that both shells
+//! run, paced by [`Pacing`], over the hub port [`HubLine`].
+//!
+//! The hub port is a channel of messages, not a transport: the call sends a piece (the
+//! attempt's text from a code point on), and the hub answers what it has of the
+//! attempt's text, or that the attempt may stream no more. The Worker carries each
+//! message as a request to the job's Durable Object (`edge/src/openai.rs`); the
+//! simulator hands it to its model of the hub. A shell that carries the messages
+//! otherwise (one connection per call) changes only its [`HubLine`].
+
+use crate::host::{CallNews, Host};
+use crate::mutant::{self, Mutant};
+use crate::pacing::{Next, Pacing, Taken, HAND_OFF_MS};
+use futures_util::future::{select, Either, FutureExt, LocalBoxFuture};
+use futures_util::{Stream, StreamExt};
+use onceclick_protocol::chat::ChatStream;
+use serde_json::json;
+use std::cell::RefCell;
+
+/// The hub of one attempt's job, as a call hands text to it.
+pub trait HubLine {
+    /// Hands `piece`, the attempt's text from code point `sent` on, to the hub: what the
+    /// hub answered, or why the piece did not reach it.
+    fn send<'a>(&'a self, sent: u64, piece: &'a str) -> LocalBoxFuture<'a, Result<Taken, String>>;
+}
+
+/// How a hand-off ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// The body is read and the hub has all of its text: this many code points.
+    Whole(u64),
+    /// The hub said the attempt may stream no more (the call's news heard it).
+    Stopped,
+    /// The hand-off gave up (the hub took no more, or failed too often in a row): the
+    /// stream's clients see the rest of the text only in the result.
+    GaveUp,
+}
+
+/// Who is handing on, for the log.
+pub struct Handing<'a> {
+    pub job_id: &'a str,
+    pub attempt_id: &'a str,
+    /// Hears each hand-off, and that the attempt ended.
+    pub news: Option<&'a CallNews>,
+}
+
+/// Hands the text of `chat` on to `hub` as [`Pacing`] says: each piece what the hub
+/// lacks, at most one per interval, the last as soon as the body is read. The call reads
+/// its body meanwhile, feeding `chat` and saying on `woken` whenever text came; `woken`
+/// ends when the body is read. Ends when the body is read and the hub has all of it,
+/// when the hub says the attempt has ended, or after too many failed hand-offs in a row
+/// (said in the log).
+pub async fn hand_on(
+    host: &dyn Host,
+    hub: &dyn HubLine,
+    who: Handing<'_>,
+    chat: &RefCell<ChatStream>,
+    woken: &mut (dyn Stream<Item = ()> + Unpin),
+) -> Ended {
+    let mut pace = Pacing::default();
+    loop {
+        // Read before the match: the reader feeds `chat` while this waits.
+        let chars = chat.borrow().chars();
+        let sent = match pace.next(chars, crate::clock::now_ms()) {
+            Next::Text => {
+                pace.read(woken.next().await.is_some());
+                continue;
+            }
+            Next::ReadOn(ms) => {
+                pace.read(read_on(host, woken, ms).await);
+                continue;
+            }
+            Next::Sleep(ms) => {
+                host.sleep(ms).await;
+                continue;
+            }
+            Next::Done => return Ended::Whole(chars),
+            Next::Hand(sent) => sent,
+        };
+        // What came so far goes in this piece.
+        while let Some(Some(())) = woken.next().now_or_never() {}
+        let piece = onceclick_protocol::live::after_chars(chat.borrow().text(), sent).to_owned();
+        if let Some(news) = who.news {
+            news.handed_off();
+        }
+        let why = match select(hub.send(sent, &piece), host.sleep(HAND_OFF_MS)).await {
+            Either::Left((Ok(Taken::Have(have)), _)) => {
+                if pace.took(have) && !mutant::on(Mutant::HandOffQuitsAfterFirstPiece) {
+                    continue;
+                }
+                crate::log::error(json!({"event": "text_hand_off_failed",
+                    "job_id": who.job_id, "attempt_id": who.attempt_id, "sent": pace.sent(),
+                    "cause": "the hub takes no more"}));
+                return Ended::GaveUp;
+            }
+            Either::Left((Ok(Taken::Stop), _)) => {
+                if let Some(news) = who.news {
+                    news.ended();
+                }
+                return Ended::Stopped;
+            }
+            Either::Left((Err(e), _)) => e,
+            Either::Right(_) => format!("the hub did not answer within {HAND_OFF_MS} ms"),
+        };
+        let again = pace.failed();
+        let event = match again {
+            true => "text_hand_off_retried",
+            false => "text_hand_off_failed",
+        };
+        crate::log::error(json!({"event": event, "job_id": who.job_id,
+            "attempt_id": who.attempt_id, "sent": pace.sent(), "tries": pace.tries(),
+            "cause": why}));
+        if !again {
+            return Ended::GaveUp;
+        }
+    }
+}
+
+/// Waits `ms` while the body is read on; `false` if its reading ends first (`woken`
+/// ends), so that the rest of the text goes at once.
+async fn read_on(host: &dyn Host, woken: &mut (dyn Stream<Item = ()> + Unpin), ms: u64) -> bool {
+    let mut timer = host.sleep(ms);
+    loop {
+        match select(woken.next(), &mut timer).await {
+            Either::Left((Some(()), _)) => continue,
+            Either::Left((None, _)) => return false,
+            Either::Right(_) => return true,
+        }
+    }
+}
