@@ -141,6 +141,31 @@ impl JobRecord {
     /// (`succeeded` or `cancelled`) never changes its status, and every attempt moved
     /// only by `AttemptState::MOVES`. Then `now` is what was last seen.
     pub fn next(&mut self, job_id: &str, now: JobView) -> Vec<String> {
+        self.moved(
+            job_id,
+            now,
+            AttemptState::can_move_to,
+            "not a move that exists",
+        )
+    }
+
+    /// As [`JobRecord::next`], for a client that reads the job now and then rather than
+    /// after every step (the real-Worker run): an attempt may have made several moves
+    /// since the last read, so each must have reached its state by a path of
+    /// `AttemptState::MOVES`.
+    pub fn next_read(&mut self, job_id: &str, now: JobView) -> Vec<String> {
+        self.moved(job_id, now, reaches, "not reached by any path of moves")
+    }
+
+    /// [`JobRecord::next`], with an attempt's change from `before` to `after` allowed
+    /// when `allowed(before, after)`, and called `what` when not.
+    fn moved(
+        &mut self,
+        job_id: &str,
+        now: JobView,
+        allowed: fn(AttemptState, AttemptState) -> bool,
+        what: &str,
+    ) -> Vec<String> {
         let mut broken = Vec::new();
         let seen = &self.view;
         if seen.result.is_some()
@@ -160,9 +185,9 @@ impl JobRecord {
         }
         for (id, state) in &now.attempts {
             if let Some(before) = seen.attempts.get(id) {
-                if before != state && !before.can_move_to(*state) {
+                if before != state && !allowed(*before, *state) {
                     broken.push(format!(
-                        "attempt {id} moved {} → {}, not a move that exists",
+                        "attempt {id} moved {} → {}, {what}",
                         before.as_str(),
                         state.as_str()
                     ));
@@ -210,6 +235,25 @@ impl JobRecord {
         let waiting = seen.any(&[Unknown]) && seen.status == JobStatus::Unknown;
         seen.any(&[Starting, Running]) || !(ended_or_failed(seen.status) || waiting)
     }
+}
+
+/// Whether an attempt in `from` can come to be in `to` by one move or more of
+/// `AttemptState::MOVES`.
+fn reaches(from: AttemptState, to: AttemptState) -> bool {
+    let mut seen = vec![from];
+    let mut unvisited = vec![from];
+    while let Some(at) = unvisited.pop() {
+        for &(_, next) in AttemptState::MOVES.iter().filter(|(a, _)| *a == at) {
+            if next == to {
+                return true;
+            }
+            if !seen.contains(&next) {
+                seen.push(next);
+                unvisited.push(next);
+            }
+        }
+    }
+    false
 }
 
 /// `succeeded`, `failed` or `cancelled`: nothing runs for the job.
@@ -277,6 +321,31 @@ mod tests {
                 .len(),
             1
         );
+    }
+
+    #[test]
+    fn a_job_read_now_and_then_may_show_several_moves_but_never_one_back() {
+        let mut job = JobRecord::new(view(JobStatus::Queued, &[("a1", Starting)]));
+        assert_eq!(
+            job.clone()
+                .next("j", view(JobStatus::Failed, &[("a1", Failed)]))
+                .len(),
+            1
+        );
+        assert!(job
+            .next_read("j", view(JobStatus::Failed, &[("a1", Failed)]))
+            .is_empty());
+        let mut unknown = JobRecord::new(view(JobStatus::Unknown, &[("a1", Unknown)]));
+        assert!(unknown
+            .next_read("j", view(JobStatus::Failed, &[("a1", Abandoned)]))
+            .is_empty());
+        assert_eq!(
+            unknown
+                .next_read("j", view(JobStatus::Running, &[("a1", Running)]))
+                .len(),
+            1
+        );
+        assert!(reaches(Starting, Superseded) && !reaches(Failed, Succeeded));
     }
 
     #[test]

@@ -18,7 +18,8 @@
 //! - [`JobView`] and [`JobRecord`]: a job as read, and what it may become. At most one
 //!   winner, and `succeeded` exactly when it has one and a result; a result never
 //!   changes; an ended job never changes; an attempt moves only by
-//!   `AttemptState::MOVES`; the ETag moves exactly when the document does; only an
+//!   `AttemptState::MOVES` (for a client that reads now and then, by a path of them:
+//!   [`JobRecord::next_read`]); the ETag moves exactly when the document does; only an
 //!   ended job with nothing live, past retention, is purged; and once faults stop and
 //!   time passes, no job is stuck.
 //!
