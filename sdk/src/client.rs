@@ -1,4 +1,12 @@
-//! `Client`: submit, wait, retry, cancel and forget against one onceclick API.
+//! `Client`: submit, wait, retry, cancel and forget against one onceclick API, and what
+//! every call shares (the token, sending, reading a job's answer, freeing the key of a
+//! job that ended). Beside it: `naming.rs`, the name an intent's key is stored under;
+//! `wait.rs`, how a wait follows the live stream or polls; `stream.rs`, the client's
+//! one live connection.
+
+mod naming;
+mod stream;
+mod wait;
 
 use crate::call::Call;
 use crate::decimal::decimal;
@@ -8,30 +16,19 @@ use crate::http::{Answer, Policy};
 use crate::js;
 use crate::js::future_to_promise;
 use crate::json;
-use crate::keys::{self, Intent, Keys};
-use crate::live;
+use crate::keys::{self, Keys};
 use crate::text::Show;
 use crate::types::{
     option_function, option_signal, option_string, policy, ClientOptions, ForgetOptions,
     RetryOptions, SubmitOptions, WaitOptions,
 };
-use crate::watch::{self, status_of, waits_end, Update, Watching};
+use crate::watch::{status_of, Watching};
 use js_sys::Promise;
 use onceclick_protocol::JobStatus;
 use std::cell::RefCell;
 use std::rc::Rc;
+use wait::{Followed, FIRST_EVENT_MS};
 use wasm_bindgen::prelude::*;
-use wasm_bindgen::JsCast;
-use web_sys::AbortSignal;
-
-/// The name of `kind`'s primary provider, read off `GET /v1/providers`.
-fn primary_of(list: &JsValue, kind: &str) -> Option<String> {
-    let providers: js_sys::Array = js::get(list, "providers").dyn_into().ok()?;
-    providers
-        .iter()
-        .find(|p| js::get(&js::get(&js::get(p, "kinds"), kind), "primary").as_bool() == Some(true))
-        .and_then(|p| js::get_string(&p, "name"))
-}
 
 /// The input as the server will read it: through `JSON.stringify`, then parsed as
 /// I-JSON, so that what is fingerprinted here is exactly what is sent.
@@ -52,10 +49,6 @@ struct Inner {
     /// tabs (`share.rs`).
     watching: Rc<RefCell<Watching>>,
 }
-
-/// How often a submit that names a provider asks `GET /v1/providers` (each ask already
-/// retried as every call is) before it fails rather than guess the intent's name.
-const LOOKUP_TRIES: u32 = 3;
 
 /// A client of one onceclick API.
 #[wasm_bindgen]
@@ -279,137 +272,6 @@ impl Client {
 }
 
 impl Client {
-    /// `provider`, or `None` when it names `kind`'s primary: naming the primary is the
-    /// same intent as naming no provider. Reads `GET /v1/providers` (once per client).
-    ///
-    /// The answer decides the intent's name, so it is never guessed: a lookup that fails
-    /// is asked again with backoff (inside `signal`), and if it still fails the submit
-    /// fails, retryable, before any key is made or any request sent. A name guessed
-    /// while the lookup was down would be another key, and so a second job, once it
-    /// works again.
-    async fn as_named(
-        &self,
-        kind: &str,
-        provider: Option<String>,
-        signal: Option<&AbortSignal>,
-    ) -> Result<Option<String>, OnceclickError> {
-        let Some(provider) = provider else {
-            return Ok(None);
-        };
-        let mut tries = 1;
-        let list = loop {
-            let listed = wasm_bindgen_futures::JsFuture::from(self.providers());
-            match js::abortable(signal, listed).await? {
-                Ok(list) => break list,
-                Err(_) if tries < LOOKUP_TRIES => {
-                    let pause = crate::http::delay_ms(tries, None, js_sys::Math::random());
-                    js::abortable(signal, js::sleep(pause)).await?;
-                    tries += 1;
-                }
-                Err(_) => return Err(self.lookup_failed()),
-            }
-        };
-        let primary = primary_of(&list, kind);
-        Ok((primary.as_deref() != Some(provider.as_str())).then_some(provider))
-    }
-
-    /// Why a submit naming a provider could not go out: the provider list would not load.
-    /// Its own error, retryable (nothing was sent), unless the token is refused, which
-    /// the create would be too.
-    fn lookup_failed(&self) -> OnceclickError {
-        match self.inner.lookup_error.borrow().clone() {
-            Some(e) if matches!(e.status(), Some(401 | 403)) => e,
-            Some(e) => e.lookup(),
-            None => OnceclickError::network("").lookup(),
-        }
-    }
-
-    /// The promise of `GET /v1/providers`'s JSON, shared by every submit of this client.
-    fn providers(&self) -> Promise {
-        if let Some(asked) = self.inner.providers.borrow().clone() {
-            return asked;
-        }
-        let client = self.clone();
-        let asked = future_to_promise(async move {
-            let answer = client.send(Call::get("/v1/providers")).await;
-            let list = match answer {
-                Ok(answer) if answer.status == 200 => answer.js_json().await,
-                Ok(answer) => Err(answer.error().await),
-                Err(e) => Err(e),
-            };
-            // A failure is not kept: the next submit asks again.
-            list.map_err(|e| {
-                client.inner.providers.replace(None);
-                client.inner.lookup_error.replace(Some(e));
-                JsValue::NULL
-            })
-        });
-        self.inner.providers.replace(Some(asked.clone()));
-        asked
-    }
-
-    /// The name an intent's key is stored under, and whether its request names the
-    /// provider (else it leaves the provider out, as for the kind's primary).
-    ///
-    /// That is the intent's own name (see `Intent::name`), unless the kind's primary has
-    /// changed since a submit naming `asked` stored this intent's key: then the key is
-    /// where it was stored, so that a deploy that changes the primary never orphans the
-    /// key of an open job.
-    /// - `asked` is the primary now (`resolved` is `None`), and was not then: the key
-    ///   is under the name that names it (looked at first). A key under the plain name
-    ///   whose job runs on another provider is not this intent's;
-    /// - `asked` is not the primary now, and was then: with no key under its own name,
-    ///   the key is under the name without a provider, in an entry whose job runs on
-    ///   `asked` (made by a submit that named it, or named none).
-    fn stored_name(
-        &self,
-        token: &str,
-        kind: &str,
-        input: &str,
-        asked: Option<&str>,
-        resolved: Option<&str>,
-    ) -> (String, bool) {
-        let name = |provider: Option<&str>| {
-            Intent::Job {
-                token,
-                kind,
-                input,
-                provider,
-            }
-            .name()
-        };
-        let own = (name(resolved), resolved.is_some());
-        let Some(asked) = asked else {
-            return own;
-        };
-        match resolved {
-            // `asked` is the primary now. A key stored under the name that names it was
-            // made for `asked` by name, when it was not the primary: that one is this
-            // intent's. So is one under the plain name, unless its job runs on another
-            // provider (the primary of its day): then this intent is the one named.
-            None => {
-                let named = name(Some(asked));
-                if self.inner.keys.get(&named).is_some() {
-                    return (named, true);
-                }
-                match self.inner.keys.get(&own.0) {
-                    Some(entry) if entry.provider.as_deref().is_some_and(|p| p != asked) => {
-                        (named, true)
-                    }
-                    _ => own,
-                }
-            }
-            Some(_) if self.inner.keys.get(&own.0).is_some() => own,
-            Some(_) => {
-                let plain = name(None);
-                match self.inner.keys.get(&plain) {
-                    Some(entry) if entry.provider.as_deref() == Some(asked) => (plain, false),
-                    _ => own,
-                }
-            }
-        }
-    }
-
     /// Sends `call` to this client's API with its token (asked of `getToken` now).
     async fn send(&self, call: Call<'_>) -> Result<Answer, OnceclickError> {
         let token = self.token().await?;
@@ -489,264 +351,6 @@ impl Client {
         Ok(job)
     }
 
-    /// Follows `job_id`'s live stream until the job settles for `wait`, or until the
-    /// stream cannot be had: then `Poll` with the position the stream had shown, from
-    /// which polling goes on.
-    ///
-    /// Each connection asks `getToken` again and sends `Last-Event-ID`, so nothing seen
-    /// is shown twice and the latest document always comes. A stream that ends after
-    /// it said something (the server's maximum duration) is reopened at once; failures
-    /// in a row back off as calls do, and after as many as a call tries, polling takes
-    /// over. So does a 404 or 405 (a server without the stream: the poll then answers
-    /// for the job), a `too_many_subscribers`, and a connection that says nothing, not
-    /// even its answer's head or its first comment, within `first_ms` (a proxy that
-    /// buffers the stream).
-    /// Follows `job_id` on the client's one live connection, which this starts if none
-    /// runs (`first_ms` then applies to it), until the job ends its wait or the stream
-    /// cannot be had. Dropping this (an abort, a timeout) leaves the connection; the
-    /// connection closes when no job is left.
-    async fn follow(&self, job_id: &str, show: &mut Show, first_ms: f64) -> Followed {
-        let (number, mailbox, start) = self.inner.watching.borrow_mut().watch(job_id);
-        let _leave = Leave {
-            watching: &self.inner.watching,
-            job_id,
-            number,
-        };
-        if start {
-            let client = self.clone();
-            wasm_bindgen_futures::spawn_local(async move {
-                let watching = client.inner.watching.clone();
-                // The tabs that share a connection are one owner's; without a token the
-                // connection fails alone, and its waits poll (which say why).
-                let owner = client.token().await.map(|t| keys::sharing_owner(&t));
-                let lead = client.clone().run_stream(first_ms);
-                crate::share::run(
-                    watching,
-                    &client.inner.base_url,
-                    owner.ok().as_deref(),
-                    lead,
-                )
-                .await;
-            });
-        }
-        loop {
-            match watch::take(&mailbox).await {
-                Update::Job(job) => {
-                    self.seen_job(&job);
-                    show.job(&job);
-                    if waits_end(&job) {
-                        return Followed::Settled(job);
-                    }
-                }
-                Update::Text(attempt, offset, text) => show.piece(&attempt, offset, &text),
-                Update::Poll(from) => return Followed::Poll(from),
-            }
-        }
-    }
-
-    /// The live connection (`GET /v1/stream?job=…`) for every job followed: reopened
-    /// with each job's position after a drop (with backoff) or when a job joins, asking
-    /// `getToken` each time. When the stream cannot be had (refused, failing
-    /// `MAX_TRIES` times in a row, or silent for `first_ms` after it opens), every wait
-    /// polls instead, from its position, and so do the other tabs' jobs unless the
-    /// failure is this client's own (its token).
-    async fn run_stream(self, first_ms: f64) {
-        let watching = &self.inner.watching;
-        // `everyone`: the failure is the stream's, not this client's own (see
-        // `Watching::fall_back`).
-        let fall_back = |why: &str, everyone: bool| {
-            live::note_polling(why);
-            watching.borrow_mut().fall_back(everyone);
-        };
-        let mut failures = 0;
-        loop {
-            if failures >= crate::http::MAX_TRIES {
-                return fall_back("the live stream keeps failing", true);
-            }
-            if failures > 0 {
-                let pause = crate::http::delay_ms(failures, None, js_sys::Math::random());
-                js::sleep(pause).await;
-            }
-            let Ok((abort, signal)) = js::abort_controller() else {
-                return fall_back("this browser cannot abort a request", true);
-            };
-            let Some((query, interrupt)) = watching.borrow_mut().connect(abort.clone()) else {
-                return; // no job left
-            };
-            // A token that cannot be had: the polls say why, as every call would.
-            let Ok(token) = self.token().await else {
-                return fall_back("no token for the live stream", false);
-            };
-            let path = format!("/v1/stream?{query}");
-            let policy = Policy {
-                signal: Some(signal),
-                ..Policy::default()
-            };
-            let call = Call::get(&path).policy(&policy);
-            // A request that cannot be made is taken for this client's own failure: the
-            // usual cause is its token (a character a header cannot carry).
-            let Ok(request) = call.request(&self.inner.base_url, &token) else {
-                return fall_back("the live stream's request could not be made", false);
-            };
-            // An answer that does not come within `first_ms` is a proxy that holds the
-            // stream back, as one that sends nothing after its head is.
-            let response = match js::fetch_within(&request, first_ms).await {
-                Ok(Some(response)) => response,
-                Ok(None) => {
-                    let _ = js::call(&abort, "abort", &[]);
-                    return fall_back("the live stream did not answer in time", true);
-                }
-                // Aborted because the jobs changed: reopen at once.
-                Err(_) => {
-                    if !watching.borrow().interrupted() {
-                        failures += 1;
-                    }
-                    continue;
-                }
-            };
-            let status = response.status();
-            // A refusal that names its job (a 404 for a job this owner may not see, a
-            // 429 for a job with its fill of streams): that job polls, where its poll
-            // reports what is wrong with it, and the others go on live.
-            if matches!(status, 400..=499) {
-                let named = match response.json() {
-                    Ok(body) => wasm_bindgen_futures::JsFuture::from(body).await.ok(),
-                    Err(_) => None,
-                };
-                // A job that left meanwhile is gone either way: reopen with the rest. A
-                // name that matches no job here counts as a failure, so that the same
-                // refusal cannot loop without backoff.
-                if let Some(job) = named.and_then(|p| js::get_string(&p, "job_id")) {
-                    if !watching.borrow_mut().poll_one(&job) {
-                        failures += 1;
-                    }
-                    continue;
-                }
-            }
-            match status {
-                200 => {}
-                // Every job settled, and their waits have their last change: wait
-                // until a job joins or the last one leaves.
-                204 => {
-                    let _ = wasm_bindgen_futures::JsFuture::from(interrupt).await;
-                    continue;
-                }
-                502..=504 => {
-                    failures += 1;
-                    continue;
-                }
-                // A refusal of this client's token (which its polls then report as it
-                // is): the other tabs' jobs wait for a leader whose token passes.
-                401 | 403 => return fall_back("the live stream refused the token", false),
-                // A server without the stream (404, 405), or a refusal of the stream as
-                // a whole (429 `stream_rate_limited`: the owner's stream opens, a budget
-                // apart from creates'; the poll's backoff spreads the load).
-                _ => return fall_back("the live stream was refused", true),
-            }
-            let Some(mut stream) = live::Stream::of(&response) else {
-                return fall_back("this browser cannot read a response as it comes", true);
-            };
-            let mut heard = false;
-            loop {
-                let quiet = if heard { SILENCE_MS } else { first_ms };
-                let item = match stream.next(quiet, &interrupt).await {
-                    live::Next::Item(item) => item,
-                    // The jobs changed: reopen at once with the new set.
-                    live::Next::Woken => break,
-                    // A dropped connection, or one silent for three keep-alives (a
-                    // laptop that slept, a network that changed): reopen from the
-                    // positions.
-                    live::Next::End => {
-                        failures += 1;
-                        break;
-                    }
-                    live::Next::Quiet if heard => {
-                        failures += 1;
-                        break;
-                    }
-                    live::Next::Quiet => return fall_back("the stream said nothing in time", true),
-                };
-                // A connection that lives past its first item, or brings a change, is
-                // healthy: only connections cut before either count as failures.
-                if heard {
-                    failures = 0;
-                }
-                heard = true;
-                // Clients ignore the events they do not know.
-                let live::Item::Event { event, id, data } = item else {
-                    continue;
-                };
-                // A job whose hub the stream cannot reach: it polls, the others go on.
-                if event == "unserved" {
-                    let named = js_sys::JSON::parse(&data).ok();
-                    if let Some(job) = named.and_then(|p| js::get_string(&p, "job_id")) {
-                        watching.borrow_mut().poll_one(&job);
-                    }
-                    continue;
-                }
-                // Once text has come, an id also counts it (`7/1:40`), and is kept whole:
-                // the next connection resumes after the last piece.
-                if !live::is_position(watch::seq(&id)) {
-                    continue;
-                }
-                let Ok(data) = js_sys::JSON::parse(&data) else {
-                    continue;
-                };
-                let text = |name| js::get_string(&data, name);
-                let mut watching = watching.borrow_mut();
-                let new = match event.as_str() {
-                    "job" => text("id").is_some_and(|job_id| watching.deliver(&id, &job_id, &data)),
-                    "delta" => match (
-                        text("job_id"),
-                        text("attempt_id"),
-                        js::get(&data, "offset").as_f64(),
-                        text("text"),
-                    ) {
-                        (Some(job_id), Some(attempt), Some(offset), Some(piece)) => {
-                            watching.deliver_text(&id, &job_id, &attempt, offset, &piece)
-                        }
-                        _ => false,
-                    },
-                    _ => false,
-                };
-                if new {
-                    failures = 0;
-                }
-            }
-        }
-    }
-
-    async fn poll(
-        &self,
-        job_id: &str,
-        policy: &Policy,
-        show: &mut Show,
-        from: Option<String>,
-    ) -> Result<JsValue, OnceclickError> {
-        let path = format!("/v1/jobs/{job_id}");
-        let mut etag: Option<String> = from.as_deref().map(live::etag);
-        let mut pause = 250.0;
-        loop {
-            let mut call = Call::get(&path).policy(policy);
-            if let Some(etag) = &etag {
-                call = call.header("If-None-Match", etag);
-            }
-            let answer = self.send(call).await?;
-            if answer.status == 304 {
-                pause = (pause * 1.5_f64).min(4000.0);
-            } else {
-                etag = answer.header("ETag");
-                let job = self.job_answer(answer).await?;
-                show.job(&job);
-                if waits_end(&job) {
-                    return Ok(job);
-                }
-                pause = 250.0;
-            }
-            js::sleep(pause).await;
-        }
-    }
-
     async fn new_attempt(
         &self,
         job_id: &str,
@@ -784,34 +388,4 @@ impl Client {
             _ => Err(answer.error().await),
         }
     }
-}
-
-/// How long a new connection to the live stream may say nothing before `wait` polls
-/// instead: the server writes its first event or comment at once, so a silence this
-/// long is a proxy that buffers the stream (`WaitOptions.firstEventMs`).
-const FIRST_EVENT_MS: f64 = 3_000.0;
-
-/// How long a live connection may stay silent before `wait` takes it for dead and
-/// reconnects: three of the server's 15 s keep-alives.
-const SILENCE_MS: f64 = 45_000.0;
-
-/// Takes a wait off the live connection when it ends, however it ends.
-struct Leave<'a> {
-    watching: &'a RefCell<Watching>,
-    job_id: &'a str,
-    number: u32,
-}
-
-impl Drop for Leave<'_> {
-    fn drop(&mut self) {
-        self.watching.borrow_mut().unwatch(self.job_id, self.number);
-    }
-}
-
-/// Where `follow` left a wait.
-enum Followed {
-    /// The job as `wait` resolves to it.
-    Settled(JsValue),
-    /// The stream cannot be had: poll, from the position the stream had shown.
-    Poll(Option<String>),
 }

@@ -52,105 +52,146 @@ pub(crate) async fn run(
         owner.unwrap_or_default(),
     ]
     .concat();
-    let locks = js::get(&js::get(&js::global(), "navigator"), "locks");
-    let channel = match locks.is_object() && owner.is_some() {
-        true => js::construct_with("BroadcastChannel", &[JsValue::from_str(&name)]).ok(),
-        false => None,
-    };
-    let Some(channel) = channel else {
+    let Some(tabs) = Tabs::meet(&name, owner, &watching) else {
         return lead.await;
     };
-    let hear = {
-        let watching = watching.clone();
-        Closure::<dyn FnMut(JsValue)>::new(move |event: JsValue| {
-            if let Ok(mut watching) = watching.try_borrow_mut() {
-                heard(&mut watching, &js::get(&event, "data"));
-            }
-        })
-    };
-    let _ = js_sys::Reflect::set(&channel, &"onmessage".into(), hear.as_ref());
-    let tab = watching.borrow().tab;
-    // A tab that goes says so, so that the leader stops following its jobs.
-    let gone = {
-        let channel = channel.clone();
-        Closure::<dyn FnMut(JsValue)>::new(move |_: JsValue| {
-            watch::post(
-                &channel,
-                &[
-                    ("t", "want".into()),
-                    ("tab", tab.into()),
-                    ("jobs", js_sys::Array::new().into()),
-                ],
-            );
-        })
-    };
-    // A tab restored from the back/forward cache announces its jobs again: the leader
-    // heard it go on `pagehide`, and may be another tab by now.
-    let back = {
-        let watching = watching.clone();
-        Closure::<dyn FnMut(JsValue)>::new(move |event: JsValue| {
-            if js::get(&event, "persisted").is_truthy() {
-                if let Ok(mut watching) = watching.try_borrow_mut() {
-                    watching.interrupt();
-                }
-            }
-        })
-    };
-    let listen = |method: &str| {
-        for (event, listener) in [("pagehide", &gone), ("pageshow", &back)] {
-            let _ = js::call(
-                &js::global(),
-                method,
-                &[event.into(), listener.as_ref().clone()],
-            );
-        }
-    };
-    listen("addEventListener");
-
-    // The lock is held until `done` is called. A request the browser refuses (a
+    // The lock is held until `release` is called. A request the browser refuses (a
     // sandboxed frame) counts as granted: this client then leads alone.
     let (granted, grant) = watch::signal();
-    let (release, done) = watch::signal();
+    let (held, release) = watch::signal();
     let request = js::locked(&name, move || {
         let _ = grant.call0(&JsValue::NULL);
-        release
+        held
     });
     // `request` settles only once the lock is released, or rejects at once.
     let granted = js_sys::Promise::race(&js_sys::Array::of2(&granted, &request));
-
+    // Follows the tab that leads until this client holds the lock: announces the whole
+    // set of jobs its waits follow, again at every change. (Here, not in an `async fn`
+    // of its own, for the package's size: see `Client::run_stream`.)
     watching.borrow_mut().following = true;
     loop {
         let (jobs, change) = {
             let mut w = watching.borrow_mut();
             (w.own(), w.next_change())
         };
-        watch::post(
-            &channel,
-            &[
-                ("t", "want".into()),
-                ("tab", tab.into()),
-                ("jobs", jobs.into()),
-            ],
-        );
+        want(&tabs.channel, tabs.tab, jobs);
         let raced = js_sys::Promise::race(&js_sys::Array::of2(&granted, &change));
         // The change resolves to `true`; the lock, to anything else (a refusal rejects).
         if JsFuture::from(raced).await.ok() != Some(JsValue::TRUE) {
             break;
         }
     }
-    {
-        let mut w = watching.borrow_mut();
-        w.following = false;
-        w.leading = Some(channel.clone());
-    }
-    watch::post(&channel, &[("t", "who".into())]);
+    // Leads: runs the connection for this client's jobs and the other tabs', until no
+    // job is left.
+    tabs.lead(&watching);
     lead.await;
     watching.borrow_mut().leading = None;
-    listen("removeEventListener");
-    let _ = js_sys::Reflect::set(&channel, &"onmessage".into(), &JsValue::NULL);
-    let _ = js::call(&channel, "close", &[]);
-    drop((hear, gone, back));
-    let _ = done.call0(&JsValue::NULL);
+    tabs.leave();
+    let _ = release.call0(&JsValue::NULL);
+}
+
+/// The `BroadcastChannel` where this client meets the other tabs, and what it listens
+/// to while it is there: the channel's messages, and the page's `pagehide` and
+/// `pageshow`.
+struct Tabs {
+    channel: JsValue,
+    /// This client's name among the tabs.
+    tab: f64,
+    hear: Closure<dyn FnMut(JsValue)>,
+    gone: Closure<dyn FnMut(JsValue)>,
+    back: Closure<dyn FnMut(JsValue)>,
+}
+
+impl Tabs {
+    /// Opens the channel `name` and listens, where tabs can share: the browser has Web
+    /// Locks and `BroadcastChannel`, and the owner is known.
+    fn meet(name: &str, owner: Option<&str>, watching: &Rc<RefCell<Watching>>) -> Option<Tabs> {
+        let locks = js::get(&js::get(&js::global(), "navigator"), "locks");
+        let channel = match locks.is_object() && owner.is_some() {
+            true => js::construct_with("BroadcastChannel", &[JsValue::from_str(name)]).ok(),
+            false => None,
+        }?;
+        let hear = {
+            let watching = watching.clone();
+            Closure::<dyn FnMut(JsValue)>::new(move |event: JsValue| {
+                if let Ok(mut watching) = watching.try_borrow_mut() {
+                    heard(&mut watching, &js::get(&event, "data"));
+                }
+            })
+        };
+        let _ = js_sys::Reflect::set(&channel, &"onmessage".into(), hear.as_ref());
+        let tab = watching.borrow().tab;
+        // A tab that goes says so, so that the leader stops following its jobs.
+        let gone = {
+            let channel = channel.clone();
+            Closure::<dyn FnMut(JsValue)>::new(move |_: JsValue| {
+                want(&channel, tab, js_sys::Array::new());
+            })
+        };
+        // A tab restored from the back/forward cache announces its jobs again: the
+        // leader heard it go on `pagehide`, and may be another tab by now.
+        let back = {
+            let watching = watching.clone();
+            Closure::<dyn FnMut(JsValue)>::new(move |event: JsValue| {
+                if js::get(&event, "persisted").is_truthy() {
+                    if let Ok(mut watching) = watching.try_borrow_mut() {
+                        watching.interrupt();
+                    }
+                }
+            })
+        };
+        let tabs = Tabs {
+            channel,
+            tab,
+            hear,
+            gone,
+            back,
+        };
+        tabs.listen("addEventListener");
+        Some(tabs)
+    }
+
+    /// Adds (or removes) the page's listeners, by `method`.
+    fn listen(&self, method: &str) {
+        for (event, listener) in [("pagehide", &self.gone), ("pageshow", &self.back)] {
+            let _ = js::call(
+                &js::global(),
+                method,
+                &[event.into(), listener.as_ref().clone()],
+            );
+        }
+    }
+
+    /// Takes the lead of the tabs: the connection now serves the jobs they want, and
+    /// posts them what it hears. Asks them for those jobs.
+    fn lead(&self, watching: &RefCell<Watching>) {
+        {
+            let mut w = watching.borrow_mut();
+            w.following = false;
+            w.leading = Some(self.channel.clone());
+        }
+        watch::post(&self.channel, &[("t", "who".into())]);
+    }
+
+    /// Stops listening and closes the channel.
+    fn leave(self) {
+        self.listen("removeEventListener");
+        let _ = js_sys::Reflect::set(&self.channel, &"onmessage".into(), &JsValue::NULL);
+        let _ = js::call(&self.channel, "close", &[]);
+        drop((self.hear, self.gone, self.back));
+    }
+}
+
+/// Posts this tab's whole set of jobs (`{t: "want", tab, jobs}`) on `channel`.
+fn want(channel: &JsValue, tab: f64, jobs: js_sys::Array) {
+    watch::post(
+        channel,
+        &[
+            ("t", "want".into()),
+            ("tab", tab.into()),
+            ("jobs", jobs.into()),
+        ],
+    );
 }
 
 /// The place (`id`) a message from the tab that leads names, if it is one.
