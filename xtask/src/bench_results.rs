@@ -2,7 +2,7 @@
 //! means, the ratios taken inside each round (by rate and by CPU per request), and every
 //! figure beside its target; and the summary the run prints.
 
-use crate::bench::{Plan, CONNECTIONS, WORKLOADS};
+use crate::bench_plan::{Plan, CONNECTIONS, WORKLOADS};
 use crate::load::Outcome;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;

@@ -34,6 +34,7 @@ mod bench_cost;
 mod bench_durable;
 mod bench_jobs;
 mod bench_live;
+mod bench_plan;
 mod bench_report;
 mod bench_results;
 mod bench_seed;

@@ -2,12 +2,11 @@
 //! its `Keeper` knows), its storage and its alarm, which outlive an eviction and a
 //! restart, and the streams open on it; and what it does with a change it hears.
 
-use super::streams::Stream;
 use super::{settled, Live, KEEP_BYTES, KEEP_EVERY};
 use onceclick_core::keeping::Writes;
 use onceclick_protocol::chat::MAX_CHARS;
-use onceclick_protocol::live::{Hub, Keeper};
-use std::collections::BTreeMap;
+use onceclick_protocol::live::{Follower, Hub, Keeper};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// One job's hub object: its memory, its storage, its alarm, and the streams open on it.
 pub(super) struct HubObject {
@@ -24,6 +23,24 @@ pub(super) struct HubObject {
     /// The hub's alarm for its kept text (`Live::keep` sets it with a write, at most
     /// `CHECK_MS` away): storage, so an eviction or a restart keeps it.
     pub(super) check_at: Option<u64>,
+}
+
+/// One stream the model opened: where it stands, and whether it is open.
+#[derive(Default)]
+pub(super) struct Stream {
+    pub(super) sent: Follower,
+    /// The text it holds of each attempt (by id), as its client shows it.
+    pub(super) texts: BTreeMap<String, String>,
+    /// The attempts that a document it sent shows ended, kept apart from its
+    /// `Follower` so that the check does not rest on what it checks.
+    pub(super) finished: BTreeSet<String>,
+    /// The position of the last event it sent (its document was checked when sent).
+    pub(super) last: Option<u64>,
+    /// The position of its own store read when it last opened: it never ends older.
+    pub(super) read: Option<u64>,
+    pub(super) connected: bool,
+    /// It closed after a settled document (or a reconnect got `204`).
+    pub(super) ended: bool,
 }
 
 impl Default for HubObject {

@@ -55,6 +55,7 @@ pub use figures::LiveFigures;
 
 use crate::rng::Rng;
 use hub::HubObject;
+use hub::Stream;
 use notifier::{Notification, Notifier};
 use onceclick_core::host::Notify;
 use onceclick_protocol::live::Place;
@@ -62,7 +63,6 @@ use onceclick_protocol::Job;
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::rc::Rc;
-use streams::Stream;
 
 /// How often a hub with streams open re-reads its job (the Worker's `LIVE_REREAD_MS`).
 const REREAD_MS: u64 = 5_000;

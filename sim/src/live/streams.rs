@@ -2,29 +2,11 @@
 //! and reconnects, as `stream.rs` serves them; and what each one sends, checked as it
 //! sends it.
 
-use super::hub::HubObject;
+use super::hub::{HubObject, Stream};
 use super::{settled, Live, Read};
 use onceclick_protocol::live::{Follower, Piece, Place};
 use onceclick_protocol::Job;
-use std::collections::{BTreeMap, BTreeSet};
-
-/// One stream the model opened: where it stands, and whether it is open.
-#[derive(Default)]
-pub(super) struct Stream {
-    pub(super) sent: Follower,
-    /// The text it holds of each attempt (by id), as its client shows it.
-    pub(super) texts: BTreeMap<String, String>,
-    /// The attempts that a document it sent shows ended, kept apart from its
-    /// `Follower` so that the check does not rest on what it checks.
-    pub(super) finished: BTreeSet<String>,
-    /// The position of the last event it sent (its document was checked when sent).
-    pub(super) last: Option<u64>,
-    /// The position of its own store read when it last opened: it never ends older.
-    pub(super) read: Option<u64>,
-    pub(super) connected: bool,
-    /// It closed after a settled document (or a reconnect got `204`).
-    pub(super) ended: bool,
-}
+use std::collections::BTreeSet;
 
 impl Live {
     /// One stream sends change `seq` if it is newer than what it sent: checked.
