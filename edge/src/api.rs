@@ -84,6 +84,8 @@ fn preflight() -> Response {
         .unwrap_or_else(|e| AppError::internal(e).into_response())
 }
 
+/// The routing table, one arm per path: the methods it allows, who may call it and the
+/// limit it counts against, then its handler.
 async fn route(req: &mut Request, ctx: &Ctx<'_>) -> ApiResult<Response> {
     let path = req.path();
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
@@ -158,8 +160,7 @@ async fn route(req: &mut Request, ctx: &Ctx<'_>) -> ApiResult<Response> {
         }
         ["v1", "attempts", id, "resolve"] => {
             allow(&method, &[Method::Post])?;
-            let caller = caller(req, ctx).await?;
-            caller.require_admin()?;
+            caller(req, ctx).await?.require_admin()?;
             attempts::resolve(req, ctx, id).await
         }
         ["v1", "providers"] => {
@@ -169,8 +170,7 @@ async fn route(req: &mut Request, ctx: &Ctx<'_>) -> ApiResult<Response> {
         }
         ["v1", "providers", name, "certify"] => {
             allow(&method, &[Method::Post])?;
-            let caller = caller(req, ctx).await?;
-            caller.require_admin()?;
+            caller(req, ctx).await?.require_admin()?;
             certify::certify(ctx, name).await
         }
         // Test-only: one reconciler pass with this request's faults armed, so that the
@@ -185,8 +185,7 @@ async fn route(req: &mut Request, ctx: &Ctx<'_>) -> ApiResult<Response> {
         }
         ["v1", "attempts", id, "dispatch"] => {
             allow(&method, &[Method::Post])?;
-            let caller = caller(req, ctx).await?;
-            caller.require_admin()?;
+            caller(req, ctx).await?.require_admin()?;
             attempts::redispatch(ctx, id).await
         }
         _ => Err(AppError::not_found(&format!("the path {path}"))),

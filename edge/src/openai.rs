@@ -85,29 +85,13 @@ pub(crate) async fn call(
         // limit is longer, and this is its silence limit before the first byte.
         let mut response = match select(sent, delay(provider.timeout_ms)).await {
             Either::Left((Ok(response), _)) => response,
-            Either::Left((Err(e), _)) => {
-                return Err(Definite(AttemptError::new(
-                    "provider_unreachable",
-                    format!("could not reach {}: {e}", provider.name),
-                    true,
-                )))
-            }
+            Either::Left((Err(e), _)) => return Err(unreached(provider, e)),
             Either::Right(((), _)) => return Err(Ambiguous(timed_out(provider))),
         };
         let status = response.status_code();
         // A provider that answers a stream request with a whole completion (it ignores
         // `stream`) is read as one.
-        let streamed = response
-            .headers()
-            .get("Content-Type")
-            .ok()
-            .flatten()
-            .is_some_and(|t| {
-                t.trim_start()
-                    .to_ascii_lowercase()
-                    .starts_with("text/event-stream")
-            });
-        if provider.stream && streamed && (200..=299).contains(&status) {
+        if provider.stream && is_event_stream(&response) && (200..=299).contains(&status) {
             let to = Reader {
                 sink: sink.as_ref(),
                 news,
@@ -124,45 +108,55 @@ pub(crate) async fn call(
             .map(|chat| Answer::Streamed(Box::new(chat)));
         }
         let retry_after = response.headers().get("Retry-After").ok().flatten();
-        // Past the status line the provider has taken the request: a body that breaks
-        // off may carry work that was done.
-        let text = response.text().await.map_err(|e| {
-            Ambiguous(AttemptError::new(
-                "provider_answer_cut_off",
-                format!(
-                    "the answer from {} broke off after its status {status}: {e}; it may have done the work",
-                    provider.name
-                ),
-                false,
-            ))
-        })?;
+        let text = response
+            .text()
+            .await
+            .map_err(|e| cut_off(provider, status, e))?;
         Ok::<_, Broke>(Answer::Whole(status, retry_after, text))
     };
     futures_util::pin_mut!(exchange);
-    // A streamed call keeps its total limit itself (so that an answer already finished
-    // is kept); this bound is then a backstop.
+    let answer = match select(exchange, delay(backstop_ms(provider))).await {
+        Either::Left((answer, _)) => answer,
+        // The provider is done; a hand-off still in flight ends within its own bound.
+        Either::Right(((), exchange)) if read_over.get() => exchange.await,
+        // The total limit: `_abort` aborts the fetch as this returns.
+        Either::Right(((), _)) => return CallOutcome::Unknown(unfinished(provider)),
+    };
+    outcome(provider, kind, input, answer)
+}
+
+/// Whether an answer is a stream of events (`text/event-stream`).
+fn is_event_stream(response: &Response) -> bool {
+    response
+        .headers()
+        .get("Content-Type")
+        .ok()
+        .flatten()
+        .is_some_and(|t| {
+            t.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("text/event-stream")
+        })
+}
+
+/// The bound of a whole call. A streamed call keeps its total limit itself (so that an
+/// answer already finished is kept); this bound is then a backstop.
+fn backstop_ms(provider: &ProviderConfig) -> u64 {
     let slack = if provider.stream {
         FINISHED_GRACE_MS + 1_000
     } else {
         0
     };
-    let answer = match select(exchange, delay(provider.total_ms() + slack)).await {
-        Either::Left((answer, _)) => answer,
-        // The provider is done; a hand-off still in flight ends within its own bound.
-        Either::Right(((), exchange)) if read_over.get() => exchange.await,
-        // The total limit: `_abort` aborts the fetch as this returns.
-        Either::Right(((), _)) => {
-            return CallOutcome::Unknown(AttemptError::new(
-                "provider_timeout",
-                format!(
-                    "{} did not finish its answer within {} ms; it may still be working",
-                    provider.name,
-                    provider.total_ms()
-                ),
-                false,
-            ))
-        }
-    };
+    provider.total_ms() + slack
+}
+
+/// What the call comes to: its answer classified, or how it broke.
+fn outcome(
+    provider: &ProviderConfig,
+    kind: &Kind,
+    input: &Value,
+    answer: Result<Answer, Broke>,
+) -> CallOutcome {
     match answer {
         Ok(Answer::Whole(status, retry_after, text)) => {
             classify(provider, kind, input, status, retry_after, &text)
@@ -343,29 +337,11 @@ async fn read_body(
             if chat.finished() {
                 break;
             }
-            let error = match now >= deadline {
-                true => AttemptError::new(
-                    "provider_timeout",
-                    format!(
-                        "{} did not finish its streamed answer within {} ms ({} characters came); it may still be working",
-                        provider.name,
-                        provider.total_ms(),
-                        chat.chars()
-                    ),
-                    false,
-                ),
-                false => AttemptError::new(
-                    "provider_stalled",
-                    format!(
-                        "{} said nothing for {} ms after {} characters of its streamed answer; it may still be working",
-                        provider.name,
-                        provider.timeout_ms,
-                        chat.chars()
-                    ),
-                    false,
-                ),
-            };
-            return Err(Ambiguous(error));
+            return Err(Ambiguous(stream_cut_short(
+                provider,
+                &chat,
+                now >= deadline,
+            )));
         }
         let next = body.next();
         futures_util::pin_mut!(next);
@@ -431,6 +407,72 @@ enum Broke {
 }
 
 use Broke::{Ambiguous, Definite};
+
+/// The provider could not be reached: it did nothing.
+fn unreached(provider: &ProviderConfig, e: worker::Error) -> Broke {
+    Definite(AttemptError::new(
+        "provider_unreachable",
+        format!("could not reach {}: {e}", provider.name),
+        true,
+    ))
+}
+
+/// Past the status line the provider has taken the request: a body that breaks off may
+/// carry work that was done.
+fn cut_off(provider: &ProviderConfig, status: u16, e: worker::Error) -> Broke {
+    Ambiguous(AttemptError::new(
+        "provider_answer_cut_off",
+        format!(
+            "the answer from {} broke off after its status {status}: {e}; it may have done the work",
+            provider.name
+        ),
+        false,
+    ))
+}
+
+/// No whole answer within the total limit: the provider may still be working.
+fn unfinished(provider: &ProviderConfig) -> AttemptError {
+    AttemptError::new(
+        "provider_timeout",
+        format!(
+            "{} did not finish its answer within {} ms; it may still be working",
+            provider.name,
+            provider.total_ms()
+        ),
+        false,
+    )
+}
+
+/// A streamed answer that did not finish: past the total limit (`past_deadline`), or
+/// silent for `timeout_ms`. The provider may still be working.
+fn stream_cut_short(
+    provider: &ProviderConfig,
+    chat: &ChatStream,
+    past_deadline: bool,
+) -> AttemptError {
+    match past_deadline {
+        true => AttemptError::new(
+            "provider_timeout",
+            format!(
+                "{} did not finish its streamed answer within {} ms ({} characters came); it may still be working",
+                provider.name,
+                provider.total_ms(),
+                chat.chars()
+            ),
+            false,
+        ),
+        false => AttemptError::new(
+            "provider_stalled",
+            format!(
+                "{} said nothing for {} ms after {} characters of its streamed answer; it may still be working",
+                provider.name,
+                provider.timeout_ms,
+                chat.chars()
+            ),
+            false,
+        ),
+    }
+}
 
 fn build_request(
     provider: &ProviderConfig,
