@@ -8,7 +8,7 @@
 //! simulator hands it to its model of the hub. A shell that carries the messages
 //! otherwise (one connection per call) changes only its [`HubLine`].
 
-use crate::host::{CallNews, Host};
+use crate::host::CallNews;
 use crate::mutant::{self, Mutant};
 use crate::pacing::{Next, Pacing, Taken, HAND_OFF_MS};
 use futures_util::future::{select, Either, FutureExt, LocalBoxFuture};
@@ -44,14 +44,15 @@ pub struct Handing<'a> {
     pub news: Option<&'a CallNews>,
 }
 
-/// Hands the text of `chat` on to `hub` as [`Pacing`] says: each piece what the hub
+/// Hands the text of `chat` on to `hub` as [`Pacing`] says, waiting on the shell's
+/// timers (`sleep`): each piece what the hub
 /// lacks, at most one per interval, the last as soon as the body is read. The call reads
 /// its body meanwhile, feeding `chat` and saying on `woken` whenever text came; `woken`
 /// ends when the body is read. Ends when the body is read and the hub has all of it,
 /// when the hub says the attempt has ended, or after too many failed hand-offs in a row
 /// (said in the log).
 pub async fn hand_on(
-    host: &dyn Host,
+    sleep: &dyn Fn(u64) -> LocalBoxFuture<'static, ()>,
     hub: &dyn HubLine,
     who: Handing<'_>,
     chat: &RefCell<ChatStream>,
@@ -67,11 +68,11 @@ pub async fn hand_on(
                 continue;
             }
             Next::ReadOn(ms) => {
-                pace.read(read_on(host, woken, ms).await);
+                pace.read(read_on(sleep, woken, ms).await);
                 continue;
             }
             Next::Sleep(ms) => {
-                host.sleep(ms).await;
+                sleep(ms).await;
                 continue;
             }
             Next::Done => return Ended::Whole(chars),
@@ -83,7 +84,7 @@ pub async fn hand_on(
         if let Some(news) = who.news {
             news.handed_off();
         }
-        let why = match select(hub.send(sent, &piece), host.sleep(HAND_OFF_MS)).await {
+        let why = match select(hub.send(sent, &piece), sleep(HAND_OFF_MS)).await {
             Either::Left((Ok(Taken::Have(have)), _)) => {
                 if pace.took(have) && !mutant::on(Mutant::HandOffQuitsAfterFirstPiece) {
                     continue;
@@ -118,8 +119,12 @@ pub async fn hand_on(
 
 /// Waits `ms` while the body is read on; `false` if its reading ends first (`woken`
 /// ends), so that the rest of the text goes at once.
-async fn read_on(host: &dyn Host, woken: &mut (dyn Stream<Item = ()> + Unpin), ms: u64) -> bool {
-    let mut timer = host.sleep(ms);
+async fn read_on(
+    sleep: &dyn Fn(u64) -> LocalBoxFuture<'static, ()>,
+    woken: &mut (dyn Stream<Item = ()> + Unpin),
+    ms: u64,
+) -> bool {
+    let mut timer = sleep(ms);
     loop {
         match select(woken.next(), &mut timer).await {
             Either::Left((Some(()), _)) => continue,

@@ -7,15 +7,16 @@
 //! provider may have done the work (or may still be doing it).
 
 use crate::outcome::CallOutcome;
-use crate::pacing::{Next, Pacing, Taken, HAND_OFF_MS};
-use futures_util::future::{select, Either};
+use crate::pacing::Taken;
+use futures_util::future::{select, Either, LocalBoxFuture};
 use futures_util::StreamExt;
 use onceclick_core::answer::{classify, classify_stream, request_body, timed_out};
+use onceclick_core::hand_on::{self, Handing, HubLine};
 use onceclick_protocol::chat::ChatStream;
 use onceclick_protocol::contract::Kind;
 use onceclick_protocol::contract::ProviderConfig;
 use onceclick_protocol::AttemptError;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::time::Duration;
 use worker::{AbortController, Delay, Fetch, Headers, Method, Request, RequestInit, Response};
 
@@ -211,12 +212,11 @@ async fn read_stream(
     read.map(|()| chat.into_inner())
 }
 
-/// Hands the text of `chat` on to `sink` as it comes, paced as `pacing.rs` decides:
-/// each piece what the hub lacks, at most one per interval, the last as soon as the body
-/// is read. Ends when the body is read and the hub has all of it, or when the hub says
-/// the attempt has ended (which `to.news` hears, so that the call is stopped at once),
-/// or after too many failed hand-offs in a row (said in the log: the stream's clients
-/// then see the rest of the text only in the result).
+/// Hands the text of `chat` on to `sink` as it comes: the core's loop
+/// (`hand_on.rs`), each piece a request to the job's hub ([`HubRequests`]). Ends when
+/// the body is read and the hub has all of it, when the hub says the attempt has ended
+/// (which `to.news` hears, so that the call is stopped at once), or after too many
+/// failed hand-offs in a row (said in the log).
 async fn hand_on(
     to: Reader<'_>,
     attempt_id: &str,
@@ -224,83 +224,34 @@ async fn hand_on(
     mut woken: futures_channel::mpsc::UnboundedReceiver<()>,
 ) {
     let Some(sink) = to.sink else { return };
-    let mut pace = Pacing::default();
-    loop {
-        // Read before the match: the reader feeds `chat` while this waits.
-        let chars = chat.borrow().chars();
-        let sent = match pace.next(chars, crate::clock::now_ms()) {
-            Next::Text => {
-                pace.read(woken.next().await.is_some());
-                continue;
-            }
-            Next::ReadOn(ms) => {
-                pace.read(read_on(&mut woken, ms).await);
-                continue;
-            }
-            Next::Sleep(ms) => {
-                delay(ms).await;
-                continue;
-            }
-            Next::Done => return,
-            Next::Hand(sent) => sent,
-        };
-        while woken.try_recv().is_ok() {}
-        let piece = onceclick_protocol::live::after_chars(chat.borrow().text(), sent).to_owned();
-        if let Some(news) = to.news {
-            news.handed_off();
-        }
-        let send = sink.hubs.text(
-            sink.job_id,
-            sink.n,
-            attempt_id,
-            sent,
-            &piece,
-            sink.next_fault(),
-        );
-        futures_util::pin_mut!(send);
-        let why = match select(send, delay(HAND_OFF_MS)).await {
-            Either::Left((Ok(Taken::Have(have)), _)) => {
-                if pace.took(have) {
-                    continue;
-                }
-                crate::log::error(json!({"event": "text_hand_off_failed",
-                    "job_id": sink.job_id, "attempt_id": attempt_id, "sent": pace.sent(),
-                    "cause": "the hub takes no more"}));
-                return;
-            }
-            Either::Left((Ok(Taken::Stop), _)) => {
-                if let Some(news) = to.news {
-                    news.ended();
-                }
-                return;
-            }
-            Either::Left((Err(e), _)) => e,
-            Either::Right(_) => format!("the hub did not answer within {HAND_OFF_MS} ms"),
-        };
-        let again = pace.failed();
-        let event = match again {
-            true => "text_hand_off_retried",
-            false => "text_hand_off_failed",
-        };
-        crate::log::error(json!({"event": event, "job_id": sink.job_id,
-            "attempt_id": attempt_id, "sent": pace.sent(), "tries": pace.tries(), "cause": why}));
-        if !again {
-            return;
-        }
-    }
+    let hub = HubRequests { sink, attempt_id };
+    let who = Handing {
+        job_id: sink.job_id,
+        attempt_id,
+        news: to.news,
+    };
+    let sleep = |ms| -> LocalBoxFuture<'static, ()> { Box::pin(delay(ms)) };
+    hand_on::hand_on(&sleep, &hub, who, chat, &mut woken).await;
 }
 
-/// Waits `ms` while the body is read on; `false` if its reading ends first (`woken`
-/// closes), so that the rest of the text goes at once.
-async fn read_on(woken: &mut futures_channel::mpsc::UnboundedReceiver<()>, ms: u64) -> bool {
-    let timer = delay(ms);
-    futures_util::pin_mut!(timer);
-    loop {
-        match select(woken.next(), &mut timer).await {
-            Either::Left((Some(()), _)) => continue,
-            Either::Left((None, _)) => return false,
-            Either::Right(_) => return true,
-        }
+/// The hub port as the Worker carries it: each piece a request to the job's Durable
+/// Object.
+struct HubRequests<'a> {
+    sink: &'a TextSink<'a>,
+    attempt_id: &'a str,
+}
+
+impl HubLine for HubRequests<'_> {
+    fn send<'a>(&'a self, sent: u64, piece: &'a str) -> LocalBoxFuture<'a, Result<Taken, String>> {
+        let sink = self.sink;
+        Box::pin(sink.hubs.text(
+            sink.job_id,
+            sink.n,
+            self.attempt_id,
+            sent,
+            piece,
+            sink.next_fault(),
+        ))
     }
 }
 

@@ -37,7 +37,7 @@ pub(crate) async fn hand_on(
         attempt_id: call.attempt_id,
         news: call.news,
     };
-    match hand_on::hand_on(host, &hub, who, chat, &mut woken).await {
+    match hand_on::hand_on(&|ms| host.sleep(ms), &hub, who, chat, &mut woken).await {
         Ended::Whole(chars) => live.check_handed(job_id, call.attempt_id, chars),
         Ended::GaveUp if hub.took_all.get() => live.gave_up_though_taken(job_id, call.attempt_id),
         Ended::GaveUp | Ended::Stopped => {}
