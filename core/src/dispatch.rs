@@ -15,7 +15,7 @@ use crate::clock;
 use crate::error::{ApiResult, AppError};
 
 pub use crate::host::send;
-use crate::host::{CallNews, Host, ProviderCall};
+use crate::host::{CallProgress, Host, ProviderCall};
 use crate::kinds;
 pub use crate::message::{Dispatch, PendingResult};
 use crate::outcome::CallOutcome;
@@ -197,7 +197,7 @@ async fn run_claimed(host: &dyn Host, store: &Store, attempt: ClaimedAttempt) ->
     let Some(prepared) = prepare_or_fail(host, store, &attempt).await? else {
         return Ok(());
     };
-    let news = CallNews::default();
+    let news = CallProgress::default();
     let own = call_and_record(host, store, &prepared, &news);
     let Some(ms) = prepared.kind.decl().hedge_after_ms else {
         return own.await;
@@ -232,7 +232,7 @@ async fn run_claimed(host: &dyn Host, store: &Store, attempt: ClaimedAttempt) ->
 /// Runs a claimed hedge attempt: its call and its outcome, with no hedge of its own.
 async fn run_hedge(host: &dyn Host, store: &Store, hedge: ClaimedAttempt) -> ApiResult<()> {
     match prepare_or_fail(host, store, &hedge).await? {
-        Some(prepared) => call_and_record(host, store, &prepared, &CallNews::default()).await,
+        Some(prepared) => call_and_record(host, store, &prepared, &CallProgress::default()).await,
         None => Ok(()),
     }
 }
@@ -271,7 +271,7 @@ async fn call_and_record(
     host: &dyn Host,
     store: &Store,
     p: &Prepared<'_>,
-    news: &CallNews,
+    news: &CallProgress,
 ) -> ApiResult<()> {
     let api_key = providers::api_key(&p.provider, host);
     let started = clock::now_ms();
@@ -330,7 +330,7 @@ async fn call_and_record(
 /// What the dispatcher watches a call with: the call's news (what it read, and the
 /// hub's word that its attempt ended), and when the call began.
 struct Watching<'a> {
-    news: &'a CallNews,
+    news: &'a CallProgress,
     started: f64,
 }
 

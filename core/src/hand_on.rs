@@ -8,9 +8,9 @@
 //! simulator hands it to its model of the hub. A shell that carries the messages
 //! otherwise (one connection per call) changes only its [`HubLine`].
 
-use crate::host::CallNews;
+use crate::host::CallProgress;
 use crate::mutant::{self, Mutant};
-use crate::pacing::{Next, Pacing, Taken, HAND_OFF_MS};
+use crate::pacing::{HubAnswer, Next, Pacing, HAND_OFF_MS};
 use futures_util::future::{select, Either, FutureExt, LocalBoxFuture};
 use futures_util::{Stream, StreamExt};
 use onceclick_protocol::chat::ChatStream;
@@ -21,7 +21,11 @@ use std::cell::RefCell;
 pub trait HubLine {
     /// Hands `piece`, the attempt's text from code point `sent` on, to the hub: what the
     /// hub answered, or why the piece did not reach it.
-    fn send<'a>(&'a self, sent: u64, piece: &'a str) -> LocalBoxFuture<'a, Result<Taken, String>>;
+    fn send<'a>(
+        &'a self,
+        sent: u64,
+        piece: &'a str,
+    ) -> LocalBoxFuture<'a, Result<HubAnswer, String>>;
 }
 
 /// How a hand-off ended.
@@ -41,7 +45,7 @@ pub struct Handing<'a> {
     pub job_id: &'a str,
     pub attempt_id: &'a str,
     /// Hears each hand-off, and that the attempt ended.
-    pub news: Option<&'a CallNews>,
+    pub news: Option<&'a CallProgress>,
 }
 
 /// Hands the text of `chat` on to `hub` as [`Pacing`] says, waiting on the shell's
@@ -85,7 +89,7 @@ pub async fn hand_on(
             news.handed_off();
         }
         let why = match select(hub.send(sent, &piece), sleep(HAND_OFF_MS)).await {
-            Either::Left((Ok(Taken::Have(have)), _)) => {
+            Either::Left((Ok(HubAnswer::Have(have)), _)) => {
                 if pace.took(have) && !mutant::on(Mutant::HandOffQuitsAfterFirstPiece) {
                     continue;
                 }
@@ -94,7 +98,7 @@ pub async fn hand_on(
                     "cause": "the hub takes no more"}));
                 return Ended::GaveUp;
             }
-            Either::Left((Ok(Taken::Stop), _)) => {
+            Either::Left((Ok(HubAnswer::Stop), _)) => {
                 if let Some(news) = who.news {
                     news.ended();
                 }

@@ -38,7 +38,7 @@ pub struct ProviderCall<'a> {
     pub job: Option<(&'a str, u32)>,
     /// Where the call tells its dispatcher what it hears while it runs (none for a
     /// certification's calls).
-    pub news: Option<&'a CallNews>,
+    pub news: Option<&'a CallProgress>,
     /// Test-only (`fault.rs`): how the job's hub answers the call's hand-offs of text,
     /// `before` (it refuses the first) or `after` (it answers each late).
     pub hand_off_fault: Option<&'static str>,
@@ -50,7 +50,7 @@ pub struct ProviderCall<'a> {
 /// because the attempt ended, so that the dispatcher looks at the store at once rather
 /// than at its next tick.
 #[derive(Default)]
-pub struct CallNews {
+pub struct CallProgress {
     chars: std::cell::Cell<u64>,
     first_text_at: std::cell::Cell<Option<f64>>,
     hand_offs: std::cell::Cell<u32>,
@@ -58,7 +58,7 @@ pub struct CallNews {
     waker: std::cell::RefCell<Option<std::task::Waker>>,
 }
 
-impl CallNews {
+impl CallProgress {
     /// The call has read `chars` code points of streamed text so far; the first time
     /// there are any, that is the time of its first text.
     pub fn read(&self, chars: u64) {
@@ -90,7 +90,7 @@ impl CallNews {
     }
 
     /// The job's hub says the attempt ended (its document says so); wakes whoever waits
-    /// in [`CallNews::heard`].
+    /// in [`CallProgress::heard`].
     pub fn ended(&self) {
         self.ended.set(true);
         let waker = self.waker.take();

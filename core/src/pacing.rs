@@ -32,7 +32,7 @@ const HAND_OFF_EVERY_MS: u64 = 50;
 
 /// What a hub answered a piece of text.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Taken {
+pub enum HubAnswer {
     /// It has this many code points of the attempt's text: send on from there.
     Have(u64),
     /// The attempt may stream no more (the job's document says it ended): send nothing.

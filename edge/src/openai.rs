@@ -7,7 +7,7 @@
 //! provider may have done the work (or may still be doing it).
 
 use crate::outcome::CallOutcome;
-use crate::pacing::Taken;
+use crate::pacing::HubAnswer;
 use futures_util::future::{select, Either, LocalBoxFuture};
 use futures_util::StreamExt;
 use onceclick_core::answer::{classify, classify_stream, request_body, timed_out};
@@ -66,7 +66,7 @@ pub(crate) async fn call(
     input: &Value,
     attempt_id: &str,
     sink: Option<TextSink<'_>>,
-    news: Option<&crate::host::CallNews>,
+    news: Option<&crate::host::CallProgress>,
 ) -> CallOutcome {
     let controller = AbortController::default();
     let signal = controller.signal();
@@ -185,7 +185,7 @@ enum Answer {
 #[derive(Clone, Copy)]
 struct Reader<'a> {
     sink: Option<&'a TextSink<'a>>,
-    news: Option<&'a crate::host::CallNews>,
+    news: Option<&'a crate::host::CallProgress>,
 }
 
 /// Reads a streamed answer's body chunk by chunk, each within `timeout_ms` of the last,
@@ -242,7 +242,11 @@ struct HubRequests<'a> {
 }
 
 impl HubLine for HubRequests<'_> {
-    fn send<'a>(&'a self, sent: u64, piece: &'a str) -> LocalBoxFuture<'a, Result<Taken, String>> {
+    fn send<'a>(
+        &'a self,
+        sent: u64,
+        piece: &'a str,
+    ) -> LocalBoxFuture<'a, Result<HubAnswer, String>> {
         let sink = self.sink;
         Box::pin(sink.hubs.text(
             sink.job_id,
@@ -263,7 +267,7 @@ async fn read_body(
     deadline: f64,
     chat: &std::cell::RefCell<ChatStream>,
     wake: futures_channel::mpsc::UnboundedSender<()>,
-    news: Option<&crate::host::CallNews>,
+    news: Option<&crate::host::CallProgress>,
 ) -> Result<(), Broke> {
     let Ok(mut body) = response.stream() else {
         return Ok(());

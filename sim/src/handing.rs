@@ -8,7 +8,7 @@ use futures_channel::mpsc::UnboundedReceiver;
 use futures_util::future::LocalBoxFuture;
 use onceclick_core::hand_on::{self, Ended, Handing, HubLine};
 use onceclick_core::host::{Host, ProviderCall};
-use onceclick_core::pacing::Taken;
+use onceclick_core::pacing::HubAnswer;
 use onceclick_protocol::chat::ChatStream;
 use std::cell::{Cell, RefCell};
 
@@ -59,7 +59,11 @@ struct ModelHub<'a> {
 }
 
 impl HubLine for ModelHub<'_> {
-    fn send<'a>(&'a self, sent: u64, piece: &'a str) -> LocalBoxFuture<'a, Result<Taken, String>> {
+    fn send<'a>(
+        &'a self,
+        sent: u64,
+        piece: &'a str,
+    ) -> LocalBoxFuture<'a, Result<HubAnswer, String>> {
         let taken = self.live.take(
             self.job_id,
             self.n,
@@ -70,7 +74,7 @@ impl HubLine for ModelHub<'_> {
         );
         let offered = sent + piece.chars().count() as u64;
         self.took_all
-            .set(matches!(taken, Ok(Taken::Have(have)) if have >= offered));
+            .set(matches!(taken, Ok(HubAnswer::Have(have)) if have >= offered));
         Box::pin(std::future::ready(taken))
     }
 }

@@ -5,7 +5,7 @@
 use super::frame::frame;
 use super::BINDING;
 use crate::error::{ApiResult, AppError};
-use crate::pacing::Taken;
+use crate::pacing::HubAnswer;
 use futures_util::future::LocalBoxFuture;
 use onceclick_protocol::live::{Place, Position};
 use wasm_bindgen::{JsCast, JsValue};
@@ -65,7 +65,7 @@ impl Hubs {
         offset: u64,
         text: &str,
         fault: Option<&str>,
-    ) -> std::result::Result<Taken, String> {
+    ) -> std::result::Result<HubAnswer, String> {
         let show = |e: JsValue| format!("{e:?}");
         let init = post(text)?;
         let mut path = format!("/text?attempt={attempt_id}&n={n}&offset={offset}");
@@ -83,8 +83,8 @@ impl Hubs {
         let body = JsFuture::from(body).await.map_err(show)?;
         let have = body.as_string().and_then(|b| Position::parse(&b));
         match (status as u16, have) {
-            (410, _) => Ok(Taken::Stop),
-            (200 | 409, Some(have)) => Ok(Taken::Have(have.0)),
+            (410, _) => Ok(HubAnswer::Stop),
+            (200 | 409, Some(have)) => Ok(HubAnswer::Have(have.0)),
             _ => Err(format!("the hub answered {status}: {body:?}")),
         }
     }

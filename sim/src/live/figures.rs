@@ -29,7 +29,7 @@ pub struct LiveFigures {
     pub kept_checks: u64,
     pub check_deleted: u64,
     /// Hand-offs the hub refused because the attempt had ended: the call then tells its
-    /// dispatcher, which reads the store at once (`host::CallNews::ended`).
+    /// dispatcher, which reads the store at once (`host::CallProgress::ended`).
     pub refused_ended: u64,
 }
 

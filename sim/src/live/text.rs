@@ -5,7 +5,7 @@
 use super::hub::HubObject;
 use super::{Live, EVICTED_ONE_IN, HAND_LOST_ONE_IN, KEEP_BYTES, KEEP_EVERY, KEEP_FAILS_ONE_IN};
 use onceclick_core::keeping::{self, Answer, Writes};
-use onceclick_core::pacing::Taken;
+use onceclick_core::pacing::HubAnswer;
 use onceclick_protocol::chat::MAX_CHARS;
 use onceclick_protocol::live::{EndChunk, Hub, Keeper};
 use onceclick_protocol::{AttemptState, Job};
@@ -52,7 +52,7 @@ impl Live {
         offset: u64,
         text: &str,
         whole: &str,
-    ) -> Result<Taken, String> {
+    ) -> Result<HubAnswer, String> {
         self.contents
             .borrow_mut()
             .insert(attempt_id.to_owned(), whole.to_owned());
@@ -77,7 +77,7 @@ impl Live {
             }
             Err(Answer::Ended) => {
                 self.count(|f| f.refused_ended += 1);
-                return Ok(Taken::Stop);
+                return Ok(HubAnswer::Stop);
             }
             Err(Answer::HasAll | Answer::Gap) => {}
         }
@@ -85,7 +85,7 @@ impl Live {
         let mut reached = self.reached.borrow_mut();
         let most = reached.entry(attempt_id.to_owned()).or_default();
         *most = (*most).max(have);
-        Ok(Taken::Have(have))
+        Ok(HubAnswer::Have(have))
     }
 
     /// The hand-off of attempt `attempt_id`'s text (of `job`) ended with the body read,
