@@ -1,8 +1,8 @@
 //! The pacing of a streamed call's text on its way to the job's hub, decided: when a
 //! piece goes, how long the call waits between two, how a failed one is tried again,
-//! and when the call stops handing on. No I/O and no clock: the Worker's shell
-//! (`openai::hand_on`) and the simulator's call wait, read and send as
-//! [`Pacing::next`] says, and tell it what came of each hand-off.
+//! and when the call stops handing on. No I/O and no clock: the core's hand-off loop
+//! (`hand_on.rs`, which the Worker's call and the simulator's both run) waits, reads and
+//! sends as [`Pacing::next`] says, and tells it what came of each hand-off.
 //!
 //! Each piece is what the hub lacks: the first at once (the time to first text), then
 //! at most one per [`HAND_OFF_EVERY_MS`], carrying all that came meanwhile, and the last

@@ -1,5 +1,5 @@
 //! The shard: a Durable Object with SQLite storage that holds the jobs whose (owner, key)
-//! hash to it (`STORE=durable`; see `store/backend.rs`).
+//! hash to it (`STORE=durable`; see `places.rs`).
 //!
 //! Each object is a single-threaded writer with its own SQLite. It applies the same
 //! migration files as D1 on its first call, runs each batch the front Worker sends as one

@@ -24,7 +24,7 @@ impl Cost {
 
 /// One statement of `sql.rs` with its parameters (text, numbers or null, bound `?1`…),
 /// in the neutral value type both shells bind: the Worker turns them into `JsValue`s at
-/// its edge (`backend.rs`), the simulator binds them in rusqlite.
+/// its edge (`edge/src/places.rs`), the simulator binds them in rusqlite.
 pub struct Stmt {
     pub sql: &'static str,
     pub params: Vec<Value>,
