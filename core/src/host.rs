@@ -115,10 +115,9 @@ impl CallProgress {
 
 /// What the core asks of its platform.
 pub trait Host {
-    /// A configuration variable (`[vars]` in `wrangler.toml`), if set.
-    fn var(&self, name: &str) -> Option<String>;
-    /// The core's configuration, typed (`config.rs`): a shell reads it once, with
-    /// `Config::read`, and keeps it (the Worker per isolate, the simulator per world).
+    /// The core's configuration, typed (`config.rs`): the vars the decisions read (the
+    /// core reads no var by name). A shell reads it once, with `Config::read`, and keeps
+    /// it (the Worker per isolate, the simulator per world).
     fn config(&self) -> std::rc::Rc<crate::config::Config>;
     /// A secret (a provider's API key), if set.
     fn secret(&self, name: &str) -> Option<String>;

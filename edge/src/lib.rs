@@ -34,7 +34,7 @@ mod worker_platform;
 // The core's modules, under the names the Worker's files use.
 use onceclick_core::{
     alarm, certification, clock, dispatch, error, fault, handoff, host, keeping, kinds, log,
-    message, outcome, pacing, platform, providers, reconcile, retention, store,
+    message, outcome, pacing, platform, providers, reconcile, store,
 };
 
 use serde_json::json;

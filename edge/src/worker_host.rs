@@ -22,15 +22,15 @@ pub(crate) struct WorkerHost<'a> {
 }
 
 impl Host for WorkerHost<'_> {
-    fn var(&self, name: &str) -> Option<String> {
-        self.env.var(name).ok().map(|v| v.to_string())
-    }
-
     /// Read once per isolate: a deployment's vars change only with a new isolate.
     fn config(&self) -> Rc<Config> {
         CONFIG.with(|config| {
             config
-                .get_or_init(|| Rc::new(Config::read(&|name| self.var(name))))
+                .get_or_init(|| {
+                    Rc::new(Config::read(&|name| {
+                        self.env.var(name).ok().map(|v| v.to_string())
+                    }))
+                })
                 .clone()
         })
     }

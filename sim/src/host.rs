@@ -19,8 +19,6 @@ use std::rc::Rc;
 /// the live channel. `World` is the one platform (`world_platform.rs`); this trait keeps
 /// the host below the world, which makes a host for every task it runs.
 pub(crate) trait Platform {
-    /// The configuration variable `name`.
-    fn var(&self, name: &str) -> Option<String>;
     /// The core's configuration, read from the vars once.
     fn config(&self) -> Rc<onceclick_core::config::Config>;
     /// The executor every isolate's tasks run on.
@@ -125,10 +123,6 @@ pub(crate) struct SimHost {
 }
 
 impl Host for SimHost {
-    fn var(&self, name: &str) -> Option<String> {
-        self.world.var(name)
-    }
-
     fn config(&self) -> Rc<onceclick_core::config::Config> {
         self.world.config()
     }

@@ -12,10 +12,6 @@ use serde_json::Value;
 use std::rc::Rc;
 
 impl Platform for World {
-    fn var(&self, name: &str) -> Option<String> {
-        self.vars.get(name).cloned()
-    }
-
     fn config(&self) -> Rc<onceclick_core::config::Config> {
         self.config.clone()
     }

@@ -123,8 +123,8 @@ pub(crate) struct World {
     places: Rc<SimPlaces>,
     layout: Cell<Layout>,
     shape: Shape,
-    pub(crate) vars: BTreeMap<String, String>,
-    /// The core's configuration, read from `vars` once, as a Worker's isolate reads it.
+    /// The core's configuration, read from the world's vars once, as a Worker's isolate
+    /// reads it.
     pub(crate) config: Rc<onceclick_core::config::Config>,
     queue: RefCell<Vec<Message>>,
     next_msg: Cell<u64>,
@@ -255,7 +255,6 @@ impl World {
             db,
             layout: Cell::new(layout_of(shape, false)),
             shape,
-            vars,
             config,
             queue: RefCell::new(Vec::new()),
             next_msg: Cell::new(0),
