@@ -310,12 +310,7 @@ impl Shard {
     }
 
     fn every_ms(&self) -> f64 {
-        use crate::host::Host;
-        let host = crate::worker_host::WorkerHost {
-            env: &self.env,
-            ctx: None,
-        };
-        host.config().reconcile_every_ms
+        crate::worker_host::config(&self.env).reconcile_every_ms
     }
 
     /// Sets the alarm `every_ms` from now unless one is already set.

@@ -14,6 +14,20 @@ thread_local! {
     static CONFIG: std::cell::OnceCell<Rc<Config>> = const { std::cell::OnceCell::new() };
 }
 
+/// The core's configuration, read once per isolate: a deployment's vars change only
+/// with a new isolate. What the Durable Objects read of it too.
+pub(crate) fn config(env: &worker::Env) -> Rc<Config> {
+    CONFIG.with(|config| {
+        config
+            .get_or_init(|| {
+                Rc::new(Config::read(&|name| {
+                    env.var(name).ok().map(|v| v.to_string())
+                }))
+            })
+            .clone()
+    })
+}
+
 /// The Worker's shell: workers-rs bindings of one request (or one queue batch, cron
 /// run or alarm, which have no response to wait for).
 pub(crate) struct WorkerHost<'a> {
@@ -22,17 +36,8 @@ pub(crate) struct WorkerHost<'a> {
 }
 
 impl Host for WorkerHost<'_> {
-    /// Read once per isolate: a deployment's vars change only with a new isolate.
     fn config(&self) -> Rc<Config> {
-        CONFIG.with(|config| {
-            config
-                .get_or_init(|| {
-                    Rc::new(Config::read(&|name| {
-                        self.env.var(name).ok().map(|v| v.to_string())
-                    }))
-                })
-                .clone()
-        })
+        config(self.env)
     }
 
     fn secret(&self, name: &str) -> Option<String> {

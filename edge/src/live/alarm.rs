@@ -108,12 +108,8 @@ impl Live {
     /// `LIVE_KEPT_CHECK_MS` if that is shorter. A job settles at the latest a retention
     /// before its purge, so the hub has read it settled, and deleted the text, by then.
     pub(super) fn check_every_ms(&self) -> u64 {
-        use crate::host::Host;
-        let host = crate::worker_host::WorkerHost {
-            env: &self.env,
-            ctx: None,
-        };
-        let retention = (host.config().retention_hours * 3_600_000.0) as u64;
+        let retention =
+            (crate::worker_host::config(&self.env).retention_hours * 3_600_000.0) as u64;
         number_var(&self.env, "LIVE_KEPT_CHECK_MS", retention)
             .min(retention)
             .max(100)
