@@ -6,26 +6,36 @@
 
 use crate::outcome::CallOutcome;
 use onceclick_protocol::chat::{ChatStream, Ending, Tokens};
-use onceclick_protocol::contract::Kind;
 use onceclick_protocol::contract::ProviderConfig;
+use onceclick_protocol::contract::{Answer, Kind};
 use onceclick_protocol::{ijson, AttemptError};
 use serde_json::{json, Value};
 
-/// The chat-completions request body for `input` under `kind`.
+/// The chat-completions request body for `input` under `kind`: its messages rendered,
+/// its parameters (`temperature` 0 unless the kind says otherwise), and for a JSON
+/// answer the output schema as a strict `json_schema` response format.
 pub fn request_body(provider: &ProviderConfig, kind: &Kind, input: &Value) -> Value {
-    let (system, user) = kind.render_prompt(input);
-    let mut body = json!({
-        "model": provider.model,
-        "temperature": 0,
-        "messages": [
-            {"role": "system", "content": system},
-            {"role": "user", "content": user},
-        ],
-        "response_format": {
+    let messages: Vec<Value> = kind
+        .render_messages(input)
+        .into_iter()
+        .map(|(role, content)| json!({"role": role.as_str(), "content": content}))
+        .collect();
+    let mut body = json!({"model": provider.model, "temperature": 0, "messages": messages});
+    let parameters = &kind.decl().parameters;
+    if parameters.temperature.is_none() {
+        body.as_object_mut().map(|b| b.remove("temperature"));
+    }
+    for (name, value) in parameters.sent() {
+        if !value.is_null() {
+            body[name.as_str()] = value;
+        }
+    }
+    if kind.answer() == Answer::Json {
+        body["response_format"] = json!({
             "type": "json_schema",
-            "json_schema": {"name": kind.name(), "strict": true, "schema": kind.decl().output_schema},
-        },
-    });
+            "json_schema": {"name": kind.name(), "strict": true, "schema": kind.output_schema()},
+        });
+    }
     if provider.stream {
         body["stream"] = json!(true);
         body["stream_options"] = json!({"include_usage": true});
@@ -77,7 +87,7 @@ pub fn classify(
             format!("{name} answered {status}"),
             true,
         )),
-        200..=299 => offer(provider, kind, input, output_of(text)),
+        200..=299 => offer(provider, kind, input, output_of(kind.answer(), text)),
         _ => CallOutcome::Failed(AttemptError::new(
             "provider_rejected",
             format!(
@@ -125,9 +135,9 @@ pub fn classify_stream(
     };
     match chat.end() {
         Ending::Complete => {
-            let parsed = ijson::parse(chat.text().as_bytes())
+            let parsed = content_output(kind.answer(), chat.text())
                 .map(|output| (output, chat.tokens()))
-                .map_err(|e| format!("the streamed content is not JSON: {e}"));
+                .map_err(|e| format!("the streamed {e}"));
             offer(provider, kind, input, parsed)
         }
         Ending::Incomplete(reason) => failed(
@@ -157,17 +167,28 @@ pub fn classify_stream(
     }
 }
 
-/// The JSON object a chat completion carries in `choices[0].message.content`, and its
-/// `usage` when it has one (two counts that are not whole numbers read as none).
-pub fn output_of(text: &str) -> Result<(Value, Option<Tokens>), String> {
+/// The output a chat completion carries in `choices[0].message.content` (for a JSON
+/// answer, the JSON it holds; for text, the text), and its `usage` when it has one (two
+/// counts that are not whole numbers read as none).
+pub fn output_of(answer: Answer, text: &str) -> Result<(Value, Option<Tokens>), String> {
     let envelope =
         ijson::parse(text.as_bytes()).map_err(|e| format!("the answer is not JSON: {e}"))?;
     let content = envelope
         .pointer("/choices/0/message/content")
         .and_then(Value::as_str)
         .ok_or("the answer has no choices[0].message.content string")?;
-    let output =
-        ijson::parse(content.as_bytes()).map_err(|e| format!("the content is not JSON: {e}"))?;
+    let output = content_output(answer, content).map_err(|e| format!("the {e}"))?;
     let tokens = envelope.get("usage").and_then(Tokens::of_usage);
     Ok((output, tokens))
+}
+
+/// An answer's content as an output: parsed for a JSON answer, as it is for text. The
+/// error begins "content …".
+fn content_output(answer: Answer, content: &str) -> Result<Value, String> {
+    match answer {
+        Answer::Json => {
+            ijson::parse(content.as_bytes()).map_err(|e| format!("content is not JSON: {e}"))
+        }
+        Answer::Text => Ok(Value::String(content.to_owned())),
+    }
 }

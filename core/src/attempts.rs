@@ -44,7 +44,7 @@ pub fn decide_attempt<'a>(
             .ok_or_else(|| job_not_found(job_id))?;
         let request_text = serde_json::to_string(body).map_err(AppError::internal)?;
         let configured = providers::configured(host)?;
-        let (kind, provider) = match choose(&stored, body, &configured) {
+        let (kind, provider) = match choose(host, &stored, body, &configured) {
             Ok(chosen) => chosen,
             // A resend is answered from what its first send made, even if a deploy has
             // since removed the provider or the kind it names.
@@ -142,11 +142,12 @@ fn key_reused(job_id: &str) -> AppError {
 /// The kind of `stored` and the provider a new attempt would run on: the one `body`
 /// names, or the kind's next after the last attempt's.
 fn choose(
+    host: &dyn Host,
     stored: &StoredJob,
     body: &NewAttempt,
     configured: &[ProviderConfig],
 ) -> ApiResult<(&'static Kind, String)> {
-    let kind = kinds::declared(&stored.job.kind)?;
+    let kind = kinds::declared(host, &stored.job.kind)?;
     let usable =
         |name: &str| kind.names_provider(name) && providers::find(configured, name).is_some();
     let provider = match &body.provider {
@@ -180,9 +181,10 @@ fn choose(
 #[serde(deny_unknown_fields)]
 pub struct Resolve {
     outcome: Outcome,
-    /// An object, as the contract says; checked against the kind's output schema.
+    /// The output: an object for a JSON kind, a string for a text kind; checked
+    /// against the kind's whole contract.
     #[serde(default)]
-    result: Option<serde_json::Map<String, Value>>,
+    result: Option<Value>,
 }
 
 /// Read from its name only: serde would also take `{"failed": null}` for a unit variant.
@@ -212,6 +214,7 @@ impl TryFrom<String> for Outcome {
 /// The decision of a resolve, after the request is read: the job as it is after.
 pub fn decide_resolve<'a>(
     store: &'a Store,
+    host: &'a dyn Host,
     attempt_id: &'a str,
     body: Resolve,
 ) -> futures_util::future::LocalBoxFuture<'a, ApiResult<StoredJob>> {
@@ -245,9 +248,8 @@ pub fn decide_resolve<'a>(
                 ))
             }
             (Outcome::Succeeded, Some(result)) => {
-                let result = Value::Object(result);
                 let stored = store.job(None, &job_id).await?.ok_or_else(not_found)?;
-                let kind = kinds::declared(&stored.job.kind)?;
+                let kind = kinds::declared(host, &stored.job.kind)?;
                 kind.check_output(&stored.job.input, &result)
                     .map_err(|v| AppError::new(ErrorCode::ContractViolation, v.0))?;
                 let completion = store

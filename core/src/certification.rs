@@ -25,7 +25,7 @@ pub fn run<'a>(
 ) -> futures_util::future::LocalBoxFuture<'a, ApiResult<Vec<Certification>>> {
     Box::pin(async move {
         let api_key = providers::api_key(provider, host);
-        let kinds = kinds::all().map_err(AppError::internal)?;
+        let kinds = kinds::all(host).map_err(AppError::internal)?;
         let mut reports = Vec::new();
         for kind in kinds.iter().filter(|k| k.names_provider(&provider.name)) {
             if let Some(report) = too_long(provider, kind) {
@@ -33,40 +33,35 @@ pub fn run<'a>(
                 reports.push(report);
                 continue;
             }
-            let calls = kind
-                .decl()
-                .golden_inputs
-                .iter()
-                .enumerate()
-                .map(|(i, input)| {
-                    let call_id = clock::new_id("cert");
-                    let api_key = api_key.as_deref();
-                    async move {
-                        let call = ProviderCall {
-                            provider,
-                            api_key,
-                            kind,
-                            input,
-                            attempt_id: &call_id,
-                            job: None,
-                            news: None,
-                            hand_off_fault: None,
-                        };
-                        match host.call(call).await {
-                            CallOutcome::Output(..) => None,
-                            CallOutcome::Failed(e) | CallOutcome::Unknown(e) => {
-                                Some(json!({"input": i, "code": e.code, "message": e.message}))
-                            }
+            let calls = kind.golden().enumerate().map(|(i, (input, _))| {
+                let call_id = clock::new_id("cert");
+                let api_key = api_key.as_deref();
+                async move {
+                    let call = ProviderCall {
+                        provider,
+                        api_key,
+                        kind,
+                        input,
+                        attempt_id: &call_id,
+                        job: None,
+                        news: None,
+                        hand_off_fault: None,
+                    };
+                    match host.call(call).await {
+                        CallOutcome::Output(..) => None,
+                        CallOutcome::Failed(e) | CallOutcome::Unknown(e) => {
+                            Some(json!({"input": i, "code": e.code, "message": e.message}))
                         }
                     }
-                });
+                }
+            });
             let failures: Vec<Value> = join_all(calls).await.into_iter().flatten().collect();
             let report = Certification {
                 provider: provider.name.clone(),
                 kind: kind.name().to_owned(),
                 contract_version: kind.contract_version().to_owned(),
                 provider_digest: provider.digest(),
-                passed: failures.is_empty() && !kind.decl().golden_inputs.is_empty(),
+                passed: failures.is_empty() && kind.golden().next().is_some(),
                 failures,
                 certified_at: clock::now_rfc3339(),
             };
@@ -115,13 +110,11 @@ pub async fn certified_for(
 fn too_long(provider: &ProviderConfig, kind: &Kind) -> Option<Certification> {
     let max = provider.max_prompt_tokens?;
     let failures: Vec<Value> = kind
-        .decl()
-        .golden_inputs
-        .iter()
+        .golden()
         .enumerate()
-        .filter_map(|(i, input)| {
-            let (system, user) = kind.render_prompt(input);
-            let bound = (system.len() + user.len()) as u64;
+        .filter_map(|(i, (input, _))| {
+            let rendered = kind.render_messages(input);
+            let bound = rendered.iter().map(|(_, m)| m.len() as u64).sum::<u64>();
             (bound > max).then(|| {
                 json!({"input": i, "code": "prompt_too_long", "message": format!(
                     "golden input {i} renders to {bound} bytes, which may be more than the {max} max_prompt_tokens of {}",

@@ -8,6 +8,7 @@
 //! API still answers.
 
 use crate::error::{ApiResult, AppError};
+use crate::kinds::Kinds;
 use onceclick_protocol::contract::ProviderConfig;
 use std::rc::Rc;
 
@@ -45,6 +46,8 @@ pub struct Config {
     /// `RECONCILE_EVERY_MS`: how often a shard with jobs reconciles itself
     /// (`alarm::every_ms`).
     pub reconcile_every_ms: f64,
+    /// The kinds: the build's, unless the shell gives its own ([`Config::with_kinds`]).
+    pub kinds: &'static Kinds,
 }
 
 impl Config {
@@ -63,7 +66,13 @@ impl Config {
                 .unwrap_or(DEFAULT_PURGE_CHUNK)
                 .clamp(1.0, 1_000.0) as u32,
             reconcile_every_ms: crate::alarm::every_ms(var("RECONCILE_EVERY_MS").as_deref()),
+            kinds: Kinds::built(),
         }
+    }
+
+    /// The same configuration, declaring `kinds` instead of the build's.
+    pub fn with_kinds(self, kinds: &'static Kinds) -> Self {
+        Self { kinds, ..self }
     }
 
     /// The providers this deployment configures. A `PROVIDERS` that does not parse is

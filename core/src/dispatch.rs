@@ -164,7 +164,7 @@ fn prepare<'a>(
     store
         .fault_at(crate::fault::Point::DispatchPrepare)
         .map_err(before_call)?;
-    let kind = kinds::declared(&attempt.kind).map_err(before_call)?;
+    let kind = kinds::declared(host, &attempt.kind).map_err(before_call)?;
     let configured = providers::configured(host).map_err(before_call)?;
     let input = serde_json::from_str(&attempt.input)
         .map_err(AppError::internal)

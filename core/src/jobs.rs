@@ -83,7 +83,7 @@ pub fn decide_create<'a>(
 
 /// The kind and the provider a new job would run on, or why the request is refused.
 fn validate<'r>(host: &dyn Host, request: &'r CreateJob) -> ApiResult<(&'static Kind, &'r str)> {
-    let kind = kinds::declared(&request.kind)?;
+    let kind = kinds::declared(host, &request.kind)?;
     kind.check_input(&request.input)
         .map_err(|e| AppError::new(ErrorCode::InvalidInput, format!("input: {e}")))?;
     let provider = request.provider.as_deref().unwrap_or(kind.primary());

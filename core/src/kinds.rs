@@ -1,51 +1,72 @@
-//! The kinds this Worker knows, compiled in from `edge/kinds/*.json`.
+//! The kinds a deployment declares. By default, the files the build found in
+//! `edge/kinds/` (`core/build.rs` checked each whole and compiled it in), compiled
+//! once per isolate. A shell may give its own set instead (the simulator's worlds, a
+//! test's copy of the directory), through its configuration.
 
 use crate::error::{ApiResult, AppError};
+use crate::host::Host;
 use onceclick_protocol::contract::Kind;
 use onceclick_protocol::ErrorCode;
 use std::sync::OnceLock;
 
-/// The kind files, compiled into the Worker. Add a kind by adding its file here.
-const KIND_FILES: &[(&str, &str)] = &[
-    (
-        "summarize.json",
-        include_str!("../../edge/kinds/summarize.json"),
-    ),
-    (
-        "summarize_hedged.json",
-        include_str!("../../edge/kinds/summarize_hedged.json"),
-    ),
-];
+mod built {
+    include!(concat!(env!("OUT_DIR"), "/kind_files.rs"));
+}
 
-static KINDS: OnceLock<Result<Vec<Kind>, String>> = OnceLock::new();
+/// A set of kinds, compiled (or why one of them does not compile).
+#[derive(Debug)]
+pub struct Kinds(Result<Vec<Kind>, String>);
 
-/// Every declared kind, compiled once per isolate.
-pub fn all() -> Result<&'static [Kind], String> {
-    KINDS
-        .get_or_init(|| {
-            KIND_FILES
+impl Kinds {
+    /// Compiles kind files, each `(file name, text)`.
+    pub fn compile(files: &[(&str, &str)]) -> Self {
+        Self(
+            files
                 .iter()
                 .map(|(file, text)| Kind::from_json(text).map_err(|e| format!("{file}: {e}")))
-                .collect()
-        })
-        .as_ref()
-        .map(Vec::as_slice)
-        .map_err(Clone::clone)
-}
-
-/// The kind called `name`, if declared.
-pub fn find(name: &str) -> Result<Option<&'static Kind>, String> {
-    Ok(all()?.iter().find(|k| k.name() == name))
-}
-
-/// The kind called `name`: `422 unknown_kind` when this Worker declares none (a kind
-/// a request names, or one a deploy has retired since its job was made), `500` when the
-/// compiled-in kind files do not compile.
-pub fn declared(name: &str) -> ApiResult<&'static Kind> {
-    find(name).map_err(AppError::internal)?.ok_or_else(|| {
-        AppError::new(
-            ErrorCode::UnknownKind,
-            format!("this Worker declares no kind called {name:?}"),
+                .collect(),
         )
-    })
+    }
+
+    /// The kinds the build found, compiled once.
+    pub fn built() -> &'static Kinds {
+        static BUILT: OnceLock<Kinds> = OnceLock::new();
+        BUILT.get_or_init(|| Kinds::compile(built::FILES))
+    }
+
+    /// The files the build found, each `(file name, text)`.
+    pub fn built_files() -> &'static [(&'static str, &'static str)] {
+        built::FILES
+    }
+
+    /// Every kind.
+    pub fn all(&self) -> Result<&[Kind], String> {
+        self.0.as_deref().map_err(Clone::clone)
+    }
+
+    /// The kind called `name`, if declared.
+    pub fn find(&self, name: &str) -> Result<Option<&Kind>, String> {
+        Ok(self.all()?.iter().find(|k| k.name() == name))
+    }
+}
+
+/// Every kind the host's configuration declares.
+pub fn all(host: &dyn Host) -> Result<&'static [Kind], String> {
+    host.config().kinds.all()
+}
+
+/// The kind called `name`: `422 unknown_kind` when the deployment declares none (a
+/// kind a request names, or one a deploy has retired since its job was made), `500`
+/// when its kind files do not compile.
+pub fn declared(host: &dyn Host, name: &str) -> ApiResult<&'static Kind> {
+    let kinds = host.config().kinds;
+    kinds
+        .find(name)
+        .map_err(AppError::internal)?
+        .ok_or_else(|| {
+            AppError::new(
+                ErrorCode::UnknownKind,
+                format!("this Worker declares no kind called {name:?}"),
+            )
+        })
 }

@@ -163,6 +163,11 @@ async fn route(req: &mut Request, ctx: &Ctx<'_>) -> ApiResult<Response> {
             caller(req, ctx).await?.require_admin()?;
             attempts::resolve(req, ctx, id).await
         }
+        ["v1", "kinds"] => {
+            allow(&method, &[Method::Get])?;
+            caller(req, ctx).await?;
+            certify::kinds(ctx)
+        }
         ["v1", "providers"] => {
             allow(&method, &[Method::Get])?;
             caller(req, ctx).await?;

@@ -92,7 +92,7 @@ pub(crate) async fn resolve(
     attempt_id: &str,
 ) -> ApiResult<Response> {
     let body: Resolve = read_json(req, "a resolution").await?;
-    let stored = decide_resolve(ctx.store, attempt_id, body).await?;
+    let stored = decide_resolve(ctx.store, ctx.host, attempt_id, body).await?;
     let headers = job_headers(&stored);
     json(200, stored.doc, headers)
 }

@@ -1,5 +1,6 @@
-//! The HTTP side of provider certification: `POST /v1/providers/{name}/certify` and
-//! `GET /v1/providers`. What certification is lives in `certification`.
+//! The HTTP side of the kinds and their providers' certification: `GET /v1/kinds`,
+//! `POST /v1/providers/{name}/certify` and `GET /v1/providers`. What certification is
+//! lives in `certification`.
 
 use crate::certification;
 use crate::error::{ApiResult, AppError};
@@ -26,7 +27,7 @@ pub(crate) async fn certify(ctx: &Ctx<'_>, name: &str) -> ApiResult<Response> {
 pub(crate) async fn list(ctx: &Ctx<'_>) -> ApiResult<Response> {
     let configured = providers::configured(ctx.host)?;
     let reports = ctx.store.certifications(Route::Any).await?;
-    let kinds = kinds::all().map_err(AppError::internal)?;
+    let kinds = kinds::all(ctx.host).map_err(AppError::internal)?;
     let providers: Vec<Value> = configured
         .iter()
         .map(|p| {
@@ -59,4 +60,28 @@ pub(crate) async fn list(ctx: &Ctx<'_>) -> ApiResult<Response> {
         json!({"providers": providers}).to_string(),
         Headers::new(),
     )
+}
+
+/// `GET /v1/kinds`: every kind this Worker declares, as a client needs it to ask for
+/// a job of it: its input schema, its answer's form and schema, its contract version,
+/// and its golden inputs as examples.
+pub(crate) fn kinds(ctx: &Ctx<'_>) -> ApiResult<Response> {
+    let kinds: Vec<Value> = kinds::all(ctx.host)
+        .map_err(AppError::internal)?
+        .iter()
+        .map(|k| {
+            let decl = k.decl();
+            json!({
+                "kind": k.name(),
+                "description": decl.description,
+                "answer": k.answer(),
+                "contract_version": k.contract_version(),
+                "input_schema": decl.input_schema,
+                "output_schema": k.output_schema(),
+                "providers": decl.providers,
+                "examples": k.golden().map(|(input, _)| input).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    json(200, json!({"kinds": kinds}).to_string(), Headers::new())
 }

@@ -470,6 +470,7 @@ mod tests {
     use super::decoded;
     use onceclick_core::answer::output_of;
     use onceclick_protocol::chat::Tokens;
+    use onceclick_protocol::contract::Answer;
 
     #[test]
     fn bytes_cut_anywhere_decode_to_the_same_text() {
@@ -501,9 +502,12 @@ mod tests {
 
     #[test]
     fn an_answer_says_what_it_billed_or_nothing() {
-        let (output, tokens) = output_of(&envelope(
-            r#", "usage": {"prompt_tokens": 31, "completion_tokens": 9, "total_tokens": 40}"#,
-        ))
+        let (output, tokens) = output_of(
+            Answer::Json,
+            &envelope(
+                r#", "usage": {"prompt_tokens": 31, "completion_tokens": 9, "total_tokens": 40}"#,
+            ),
+        )
         .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(output["summary"], "s");
         assert_eq!(
@@ -522,7 +526,8 @@ mod tests {
             // Past 2^32 - 1: no count a provider bills (the figures' sums stay whole).
             r#", "usage": {"prompt_tokens": 4294967296, "completion_tokens": 9}"#,
         ] {
-            let (_, tokens) = output_of(&envelope(usage)).unwrap_or_else(|e| panic!("{e}"));
+            let (_, tokens) =
+                output_of(Answer::Json, &envelope(usage)).unwrap_or_else(|e| panic!("{e}"));
             assert_eq!(tokens, None, "{usage}");
         }
     }

@@ -141,12 +141,17 @@ pub(crate) async fn fallback(
 }
 
 /// `POST /v1/attempts/{id}/resolve` (admin), with its JSON body.
-pub(crate) async fn resolve(store: &Store, attempt_id: &str, body: &Value) -> Answer {
+pub(crate) async fn resolve(
+    host: &dyn Host,
+    store: &Store,
+    attempt_id: &str,
+    body: &Value,
+) -> Answer {
     let body = match serde_json::from_value(body.clone()) {
         Ok(body) => body,
         Err(e) => return Answer::error(AppError::new(ErrorCode::InvalidJson, e.to_string())),
     };
-    match onceclick_core::attempts::decide_resolve(store, attempt_id, body).await {
+    match onceclick_core::attempts::decide_resolve(store, host, attempt_id, body).await {
         Ok(stored) => Answer::ok(200, stored, Some(attempt_id.to_owned())),
         Err(e) => Answer::error(e),
     }

@@ -17,7 +17,7 @@
 //! sets `ONCECLICK_NODE`, `ONCECLICK_ESBUILD` and `ONCECLICK_NODE_PATH`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use onceclick_protocol::contract::{Kind, KindDecl};
+use onceclick_protocol::contract::Kind;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -60,7 +60,8 @@ fn boon_kind(name: &str, schema: &Value) -> Kind {
     let decl = json!({
         "kind": name,
         "input_schema": schema,
-        "output_schema": true,
+        "answer": "text",
+        "output_schema": {"type": "string"},
         "prompt": {"system": "", "user": ""},
         "providers": ["p"],
     });
@@ -336,11 +337,14 @@ fn cfworker_json_schema_agrees_with_boon_on_every_kind() {
     let mut schemas: Vec<(String, Value)> = Vec::new();
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
-        let decl: KindDecl =
-            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-        for (name, schema) in [("input", decl.input_schema), ("output", decl.output_schema)] {
-            keywords_known(&schema, &format!("{}: {name}", path.display()));
-            schemas.push((format!("{}:{name}", decl.kind), schema));
+        let kind = Kind::from_json(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let decl = kind.decl();
+        for (name, schema) in [
+            ("input", &decl.input_schema),
+            ("output", kind.output_schema()),
+        ] {
+            keywords_known(schema, &format!("{}: {name}", path.display()));
+            schemas.push((format!("{}:{name}", decl.kind), schema.clone()));
         }
     }
     assert!(schemas.len() >= 4, "found {} schemas", schemas.len());

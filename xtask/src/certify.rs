@@ -14,18 +14,11 @@ use std::path::Path;
 
 /// Every kind declared under `edge/kinds/`.
 pub(crate) fn kinds(root: &Path) -> Result<Vec<Kind>> {
-    let mut kinds = Vec::new();
-    let mut paths: Vec<_> = std::fs::read_dir(root.join("edge/kinds"))?
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "json"))
-        .collect();
-    paths.sort();
-    for path in paths {
-        let text = std::fs::read_to_string(&path)?;
-        kinds.push(Kind::from_json(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?);
-    }
-    Ok(kinds)
+    let files =
+        onceclick_protocol::contract::load_dir(&root.join("edge/kinds")).map_err(|errors| {
+            anyhow::anyhow!("the kind files do not load:\n  {}", errors.join("\n  "))
+        })?;
+    Ok(files.into_iter().map(|f| f.kind).collect())
 }
 
 /// The providers `wrangler.toml` configures in its `PROVIDERS` var.
@@ -66,10 +59,12 @@ pub(crate) fn count_prompts(
     };
     let mut counts = Vec::new();
     for kind in kinds.iter().filter(|k| k.names_provider(&provider.name)) {
-        for (golden, input) in kind.decl().golden_inputs.iter().enumerate() {
-            let (system, user) = kind.render_prompt(input);
-            let tokens = bpe.encode_with_special_tokens(&system).len()
-                + bpe.encode_with_special_tokens(&user).len();
+        for (golden, (input, _)) in kind.golden().enumerate() {
+            let tokens = kind
+                .render_messages(input)
+                .iter()
+                .map(|(_, message)| bpe.encode_with_special_tokens(message).len())
+                .sum();
             counts.push(PromptCount {
                 kind: kind.name().to_owned(),
                 golden,
@@ -174,11 +169,22 @@ mod tests {
         let kinds = kinds(&project_root()).unwrap();
         let (tokenizer, counts) = count_prompts(&provider("gpt-4o", Some(10)), &kinds).unwrap();
         assert_eq!(tokenizer, "the tokenizer of gpt-4o");
-        let expected: usize = kinds.iter().map(|k| k.decl().golden_inputs.len()).sum();
+        let expected: usize = kinds.iter().map(|k| k.golden().count()).sum();
         assert_eq!(counts.len(), expected);
-        // The system prompt alone is dozens of tokens; a real count, not a char count.
+        // Every message is counted: the system message alone is a score of tokens or
+        // more, and a real count is far below the prompt's characters.
+        let chars = |c: &PromptCount| {
+            let kind = kinds.iter().find(|k| k.name() == c.kind).unwrap();
+            let input = kind.golden().nth(c.golden).unwrap().0;
+            kind.render_messages(input)
+                .iter()
+                .map(|(_, m)| m.chars().count())
+                .sum::<usize>()
+        };
         assert!(
-            counts.iter().all(|c| c.tokens > 40 && c.tokens < 400),
+            counts
+                .iter()
+                .all(|c| c.tokens > 20 && c.tokens * 2 < chars(c)),
             "{counts:?}"
         );
     }

@@ -229,7 +229,7 @@ impl World {
                     }
                     other => json!({ "outcome": other.as_str() }),
                 };
-                requests::resolve(store, attempt, &body).await
+                requests::resolve(host, store, attempt, &body).await
             }
             Request::Read { job } => requests::read(store, None, job).await,
         }

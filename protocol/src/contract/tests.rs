@@ -1,0 +1,282 @@
+//! The kind loader's tests: the shipped files, and what a declaration may not say.
+
+use super::*;
+use serde_json::json;
+
+const SUMMARIZE: &str = include_str!("../../../edge/kinds/summarize.json");
+
+fn kind() -> Kind {
+    Kind::from_json(SUMMARIZE).unwrap()
+}
+
+#[test]
+fn summarize_input_is_text_of_1_to_20000_chars() {
+    let k = kind();
+    assert!(k.check_input(&json!({"text": "hello"})).is_ok());
+    assert!(k.check_input(&json!({"text": "é".repeat(20000)})).is_ok());
+    let e = k.check_input(&json!({"text": ""})).unwrap_err();
+    assert!(e.contains("/text"), "{e}");
+    assert!(k.check_input(&json!({"text": "x".repeat(20001)})).is_err());
+    assert!(k.check_input(&json!({})).is_err());
+    assert!(k.check_input(&json!({"text": 5})).is_err());
+    assert!(k.check_input(&json!({"text": "a", "extra": 1})).is_err());
+    assert!(k.check_input(&json!("text")).is_err());
+}
+
+#[test]
+fn output_must_keep_schema_keys_and_rules() {
+    let k = kind();
+    let input = json!({"text": "a long enough text to summarize"});
+    let good = json!({"summary": "short", "sentiment": "neutral"});
+    assert!(k.check_output(&input, &good).is_ok());
+
+    let extra = json!({"summary": "short", "sentiment": "neutral", "confidence": 0.9});
+    let v = k.check_output(&input, &extra).unwrap_err();
+    assert!(v.0.contains("\"confidence\""), "{v}");
+
+    let wrong_enum = json!({"summary": "short", "sentiment": "angry"});
+    let v = k.check_output(&input, &wrong_enum).unwrap_err();
+    assert!(v.0.contains("/sentiment"), "{v}");
+
+    let missing = json!({"summary": "short"});
+    assert!(k.check_output(&input, &missing).is_err());
+
+    let too_long = json!({"summary": "x".repeat(401), "sentiment": "neutral"});
+    assert!(k
+        .check_output(&json!({"text": "y".repeat(1000)}), &too_long)
+        .is_err());
+
+    let longer = json!({"summary": "this summary is longer than the text", "sentiment": "neutral"});
+    let v = k
+        .check_output(&json!({"text": "tiny"}), &longer)
+        .unwrap_err();
+    assert!(v.0.contains("shorter_than"), "{v}");
+}
+
+/// The contract versions the shipped kinds had before kinds could say more: the
+/// upgrade must not void a deployed certification.
+const FIRST_FORM_VERSIONS: [(&str, &str); 2] = [
+    ("summarize", "a03899eae93229d7"),
+    ("summarize_hedged", "68aacb8d61541940"),
+];
+
+#[test]
+fn first_form_kinds_keep_their_contract_versions() {
+    for (name, version) in FIRST_FORM_VERSIONS {
+        let path = format!("{}/../edge/kinds/{name}.json", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(
+            Kind::from_json(&text).unwrap().contract_version(),
+            version,
+            "{name}"
+        );
+    }
+}
+
+fn version(d: &Value) -> String {
+    Kind::from_json(&d.to_string())
+        .unwrap()
+        .contract_version()
+        .to_owned()
+}
+
+#[test]
+fn contract_version_moves_with_what_the_provider_is_asked_and_held_to() {
+    let base: Value = serde_json::from_str(SUMMARIZE).unwrap();
+    let v0 = version(&base);
+    assert_eq!(v0.len(), 16);
+    let changed = |change: &dyn Fn(&mut Value)| {
+        let mut d = base.clone();
+        change(&mut d);
+        version(&d)
+    };
+    // What the provider is asked, and what its answer is held to.
+    assert_ne!(
+        changed(&|d| d["prompt"]["user"] = json!("Summarize:\n\n{{text}}")),
+        v0
+    );
+    assert_ne!(
+        changed(&|d| d["output_schema"]["properties"]["summary"]["maxLength"] = json!(300)),
+        v0
+    );
+    assert_ne!(changed(&|d| d["rules"] = json!([])), v0);
+    assert_ne!(
+        changed(&|d| d["parameters"] = json!({"temperature": 0.2})),
+        v0
+    );
+    assert_ne!(
+        changed(&|d| d["parameters"] = json!({"temperature": null})),
+        v0
+    );
+    assert_ne!(
+        changed(&|d| d["parameters"] = json!({"max_tokens": 500})),
+        v0
+    );
+    assert_ne!(changed(&|d| d["parameters"] = json!({"seed": 7})), v0);
+    assert_ne!(changed(&|d| d["parameters"] = json!({"stop": ["END"]})), v0);
+    assert_ne!(changed(&|d| d["parameters"] = json!({"top_p": 0.9})), v0);
+    // The same messages in the second form are the same request, but another
+    // declaration: a version of its own.
+    let as_messages = changed(&|d| {
+        let p = d["prompt"].take();
+        d.as_object_mut().unwrap().remove("prompt");
+        d["messages"] = json!([
+            {"role": "system", "content": p["system"]},
+            {"role": "user", "content": p["user"]},
+        ]);
+    });
+    assert_ne!(as_messages, v0);
+    // Not the order of failover, the description, the golden inputs, or the default
+    // parameters written out.
+    assert_eq!(
+        changed(&|d| d["providers"] = json!(["fallback", "primary"])),
+        v0
+    );
+    assert_eq!(changed(&|d| d["description"] = json!("another")), v0);
+    assert_eq!(
+        changed(&|d| d["golden_inputs"] = json!([{"text": "Another golden text."}])),
+        v0
+    );
+    assert_eq!(
+        changed(&|d| d["parameters"] = json!({"temperature": 0})),
+        v0
+    );
+    assert_eq!(changed(&|d| d["parameters"] = json!({})), v0);
+}
+
+#[test]
+fn next_provider_follows_failover_order_and_wraps() {
+    let k = kind();
+    assert_eq!(k.next_provider(None, |_| true), Some("primary"));
+    assert_eq!(k.next_provider(Some("primary"), |_| true), Some("fallback"));
+    assert_eq!(k.next_provider(Some("fallback"), |_| true), Some("primary"));
+    assert_eq!(
+        k.next_provider(Some("primary"), |p| p != "fallback"),
+        Some("primary")
+    );
+    assert_eq!(k.next_provider(Some("primary"), |_| false), None);
+    assert_eq!(k.next_provider(Some("unknown"), |_| true), Some("primary"));
+}
+
+#[test]
+fn every_kind_file_compiles() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../edge/kinds");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let kind = Kind::from_json(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert_eq!(
+            path.file_stem().and_then(|s| s.to_str()),
+            Some(kind.name()),
+            "a kind file is named after its kind"
+        );
+        assert!(kind.golden().count() > 0, "{}", path.display());
+        seen += 1;
+    }
+    assert!(seen >= 5, "found {seen} kind files");
+}
+
+#[test]
+fn prompt_renders_as_two_messages() {
+    let messages = kind().render_messages(&json!({"text": "The cat sat."}));
+    assert_eq!(messages.len(), 2);
+    assert_eq!(messages[0].0, Role::System);
+    assert_eq!(messages[1].0, Role::User);
+    assert!(messages[1].1.contains("The cat sat."), "{messages:?}");
+}
+
+/// A small kind in the second form, as JSON, for the refusals below.
+fn reply() -> Value {
+    json!({
+        "kind": "reply",
+        "input_schema": {"type": "object", "properties": {
+            "customer": {"type": "object", "properties": {"name": {"type": "string"}}},
+            "text": {"type": "string", "minLength": 1}},
+            "required": ["customer", "text"]},
+        "messages": [
+            {"role": "system", "content": "You draft replies."},
+            {"role": "user", "content": "Hi, I am Bo: where is my order?"},
+            {"role": "assistant", "content": "Dear Bo, it left today."},
+            {"role": "user", "content": "I am {{customer.name}}: {{text}}"}
+        ],
+        "answer": "text",
+        "output_schema": {"type": "string", "minLength": 1, "maxLength": 200},
+        "parameters": {"temperature": 0.5, "max_tokens": 300},
+        "rules": [{"rule": "shorter_than", "output": "", "input": "/text"}],
+        "providers": ["primary"],
+        "golden": [{"input": {"customer": {"name": "Ada"}, "text": "Where is my parcel, please? It is late."},
+                    "output": "Dear Ada, it is on its way."}]
+    })
+}
+
+fn refused(d: &Value) -> String {
+    Kind::from_json(&d.to_string()).unwrap_err()
+}
+
+#[test]
+fn a_text_kind_with_few_shot_messages_renders_nested_input() {
+    let k = Kind::from_json(&reply().to_string()).unwrap();
+    assert_eq!(k.answer(), Answer::Text);
+    let input = json!({"customer": {"name": "Ada"}, "text": "Where is it?"});
+    let messages = k.render_messages(&input);
+    assert_eq!(messages.len(), 4);
+    assert_eq!(
+        messages[2],
+        (Role::Assistant, "Dear Bo, it left today.".to_owned())
+    );
+    assert_eq!(messages[3].1, "I am Ada: Where is it?");
+    assert!(k.check_output(&input, &json!("Dear Ada.")).is_ok());
+    assert!(k
+        .check_output(&input, &json!("  \n"))
+        .unwrap_err()
+        .0
+        .contains("blank"));
+    assert!(k
+        .check_output(&input, &json!("x".repeat(20)))
+        .unwrap_err()
+        .0
+        .contains("shorter_than"));
+    assert!(k
+        .check_output(&input, &json!({"text": "Dear Ada."}))
+        .is_err());
+}
+
+/// A change to a declaration.
+type Change = &'static dyn Fn(&mut Value);
+
+#[test]
+fn bad_declarations_are_refused_naming_where() {
+    let e = Kind::from_json("{").unwrap_err();
+    assert!(e.contains("EOF"), "{e}");
+    let mut d: Value = serde_json::from_str(SUMMARIZE).unwrap();
+    d["providers"] = json!([]);
+    assert!(refused(&d).contains("at providers: the kind names no providers"));
+    d["providers"] = json!(["primary"]);
+    d["input_schema"] = json!({"type": 5});
+    assert!(refused(&d).starts_with("at input_schema: the schema does not compile"));
+
+    let cases: [(Change, &str); 11] = [
+        (&|d| d["messages"][3]["role"] = json!("narrator"), "at messages[3].role: unknown variant `narrator`"),
+        (&|d| d["parameters"]["temprature"] = json!(1), "at parameters.temprature: unknown field `temprature`"),
+        (&|d| d["messages"][3]["content"] = json!("{{customer.email}}"), "at messages[3].content: {{customer.email}}: the input schema has no property \"email\" at customer"),
+        (&|d| d["messages"][0]["content"] = json!("{{cutsomer}}"), "at messages[0].content: {{cutsomer}}: the input schema has no property \"cutsomer\" at the top"),
+        (&|d| d["rules"][0]["input"] = json!("/txet"), "at rules[0]: input \"/txet\": the input schema has no property \"txet\""),
+        (&|d| d["rules"][0]["output"] = json!("summary"), "at rules[0]: output \"summary\": is not a JSON Pointer"),
+        (&|d| d["output_schema"] = json!({"type": "object"}), "at output_schema.type: a text answer's schema has \"type\": \"string\""),
+        (&|d| { d["messages"].as_array_mut().unwrap().pop(); }, "at messages: the last message is the user's"),
+        (&|d| d["prompt"] = json!({"system": "s", "user": "u"}), "at messages: a kind says `prompt` or `messages`, not both"),
+        (&|d| d["golden"][0]["output"] = json!("x".repeat(40)), "at golden[0].output: rule shorter_than"),
+        (&|d| d["parameters"]["stop"] = json!(["a", "b", "c", "d", "e"]), "at parameters.stop: at most 4"),
+    ];
+    for (change, expected) in cases {
+        let mut d = reply();
+        change(&mut d);
+        let e = refused(&d);
+        assert!(e.starts_with(expected), "{e}\n  expected: {expected}");
+    }
+    let mut json_kind = reply();
+    json_kind["answer"] = json!("json");
+    json_kind.as_object_mut().unwrap().remove("output_schema");
+    assert!(refused(&json_kind).starts_with("at output_schema: a JSON answer needs"));
+}
