@@ -1,9 +1,14 @@
-// The demo page. The top half is what an app would do: one Generate button that calls
-// the SDK's `submit` on every click and follows the job with `wait`; the SDK makes a
-// double-click, a reload and a second tab land on the same job. The failure lab scripts
-// the local mock provider (tests/src/mock.rs) for the next Generate, and routes a
-// "swallowed" Generate through the fault proxy (tests/src/proxy.rs), which lets the
-// Worker answer and then drops the answer. Nothing here is needed by the API itself.
+// The demo page. The top half is what an app would do: a kind picker and its input form
+// (kinds.js, from GET /v1/kinds), and one Generate button that calls the SDK's `submit`
+// on every click and follows the job with `wait`; the SDK makes a double-click, a reload
+// and a second tab land on the same job. The failure lab scripts the local mock provider
+// (tests/src/mock.rs) for the next Generate, by a marker in the provider's prompt (the
+// input's text field), and routes a "swallowed" Generate through the fault proxy
+// (tests/src/proxy.rs), which lets the Worker answer and then drops the answer. Nothing
+// here is needed by the API itself.
+
+import * as kinds from "/kinds.js";
+import { decisionText, describe, eventLine, sentenceFor } from "/words.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -75,48 +80,7 @@ const SETTINGS = { token: "", admin: "", mock: "http://127.0.0.1:8788", proxy: "
 const setting = (name) => $(name).value.trim().replace(/\/+$/, "");
 $("admin").addEventListener("input", () => { $("resolve").disabled = !setting("admin"); });
 
-// ---------------------------------------------------------------- words
-
-/** One plain sentence per error code; the code itself is always shown beside it. */
-const SENTENCES = {
-  attempt_unresolved: "The last attempt is unknown: the provider may still be doing the work, so onceclick will not start another one until it is settled. Cancel the job, or resolve the attempt with an admin token.",
-  attempt_in_flight: "An attempt is still running; wait for it to finish before asking for another.",
-  job_finished: "This job has already finished, so there is nothing left to try.",
-  provider_not_certified: "The fallback is not certified for this kind, so onceclick will not send the job there. Certify it (admin) in the failure lab.",
-  precondition_failed: "The job changed while you were looking at it; look at it again and retry.",
-  unauthorized: "The token is missing, expired or not for this server. Paste the one that cargo xtask dev printed under Settings.",
-  forbidden: "This needs an admin token: cargo xtask token --owner ops --admin, pasted under Settings.",
-  not_found: "This server does not know that job (it may belong to another token).",
-  attempt_not_unknown: "That attempt is no longer unknown, so there is nothing to resolve.",
-  idempotency_key_reused: "That key was already used for a different request, so the server refused it and wrote nothing.",
-  invalid_input: "The input does not fit this kind: the text must be 1 to 20,000 characters.",
-  invalid_json: "The request was not valid JSON for this API.",
-  payload_too_large: "The request is too large (64 KiB at most).",
-  unknown_kind: "The server does not know this kind of job.",
-  unknown_provider: "The server does not know this provider.",
-  contract_violation: "The answer broke the kind's contract, so it was refused.",
-  service_unavailable: "The database did not answer; the same request can safely be sent again.",
-  internal: "The server failed unexpectedly.",
-  network: "The page could not reach the server.",
-  aborted: "The call was stopped.",
-  timeout: "The job took longer than the page was willing to wait.",
-  invalid_argument: "The page gave the SDK something it cannot use.",
-  invalid_response: "The server answered with something the SDK could not read.",
-  sdk_missing: "The onceclick SDK is not built into www/pkg: run cargo xtask dev, which builds it.",
-  mock_unreachable: "The local mock provider did not answer, so the failure lab cannot script it: it runs under cargo xtask dev.",
-  admin_token_missing: "Resolving needs an admin token: cargo xtask token --owner ops --admin, pasted under Settings.",
-  empty_text: "Type a text to summarize first.",
-};
-const sentenceFor = (code) => SENTENCES[code] ?? "Something went wrong.";
-
-/** Any thrown thing as `{code, detail}`: an OnceclickError, a problem, or an Error. */
-function describe(e) {
-  if (e && typeof e === "object" && typeof e.code === "string") {
-    return { code: e.code, detail: String(e.message ?? e.detail ?? "") };
-  }
-  if (e instanceof Error) return { code: "page_error", detail: e.message };
-  return { code: "page_error", detail: String(e) };
-}
+// ---------------------------------------------------------------- errors and notes (their words: words.js)
 
 function showError(e) {
   const { code, detail } = describe(e);
@@ -152,47 +116,6 @@ function announce(text) {
     $("announce").textContent = announcing.join(" ");
     announcing = [];
   }, 50);
-}
-
-/** What each event means, in words. `attempt` names the attempt ("attempt 2 on fallback"). */
-function eventLine(e, attempt) {
-  const d = e.details ?? {};
-  const who = attempt(e.attempt_id) ?? `the attempt on ${d.provider ?? "?"}`;
-  switch (e.type) {
-    case "job_created": return `Job created for ${d.kind} on ${d.provider}.`;
-    case "attempt_started": return `Attempt ${d.n} queued for ${d.provider}.`;
-    case "attempt_running": return `${cap(who)} is running: the provider was called.`;
-    case "attempt_succeeded": return `${cap(who)} succeeded.`;
-    case "attempt_failed": return `${cap(who)} failed: ${d.error?.code ?? "error"}${d.error?.retryable ? " (retryable)" : ""} — ${d.error?.message ?? ""}`;
-    case "attempt_timed_out": return `${cap(who)} is unknown: ${d.error?.message ?? "the provider did not answer in time"}.`;
-    case "attempt_resolved": return `${cap(who)} was resolved: ${d.from} → ${d.to}.`;
-    case "race_lost": return `${cap(who)} finished after the winner: superseded, its result dropped.`;
-    case "late_result_discarded": return `A late result for ${who} arrived after the job was ${d.job_status}: discarded.`;
-    case "job_cancelled": return "The job was cancelled.";
-    case "failover_skipped": return `No ${d.for ?? "failover"} started: ${d.reason ?? "no certified provider"}.`;
-    case "dispatch_ignored": return `A repeated dispatch of ${who} was ignored: no second provider call.`;
-    default: return `${e.type} ${JSON.stringify(d)}`;
-  }
-}
-const cap = (s) => s.charAt(0).toUpperCase() + s.slice(1);
-
-/** Why a job needs a decision, in one or two sentences. */
-function decisionText(job) {
-  const last = job.attempts[job.attempts.length - 1];
-  if (job.status === "unknown") {
-    return "The provider did not answer in time, so nobody knows whether it did the work: onceclick will not start another attempt until that is settled. Cancel the job, or resolve the attempt (admin) and then try the fallback.";
-  }
-  const code = last?.error?.code;
-  if (code === "contract_violation") {
-    return `The provider's answer broke the contract (${last.error.message}), so it can never win. Try the fallback: the same job gets a new attempt.`;
-  }
-  if (code === "provider_unavailable" || code === "provider_rate_limited" || code === "provider_unreachable") {
-    return `The provider failed (${code}) before doing the work, so trying again is safe. Try the fallback: the same job gets a new attempt.`;
-  }
-  if (code === "resolved_failed") {
-    return "The unknown attempt was resolved as failed. Try the fallback: the same job gets a new attempt.";
-  }
-  return `The last attempt failed (${code ?? "error"}). Try the fallback, or cancel.`;
 }
 
 // ---------------------------------------------------------------- the SDK
@@ -243,10 +166,18 @@ const script = (provider, contains, steps) => mock("/_script", { provider, conta
 // ---------------------------------------------------------------- the ticket
 
 // The ticket on screen, kept in localStorage so that a reload and a second tab find it:
-// { text, kind, jobId, status, gates: {primary?, fallback?} }.
+// { kind, input, intent, provider, jobId, status, gates: {primary?, fallback?} }, where
+// `intent` is `kinds.intentOf(kind, input)`: the same kind with the same input is the
+// same intent (a ticket from before the kind picker has `text` for its input).
 const tickets = {
   get() {
-    try { return JSON.parse(store.get("ticket")) ?? null; } catch { return null; }
+    let t;
+    try { t = JSON.parse(store.get("ticket")) ?? null; } catch { return null; }
+    if (t && !t.input && typeof t.text === "string") {
+      t.input = { text: t.text };
+      t.intent = kinds.intentOf(t.kind, t.input);
+    }
+    return t;
   },
   put(t) { store.set("ticket", JSON.stringify(t)); },
 };
@@ -281,7 +212,7 @@ function render(job) {
   $("ticket-id").textContent = job.id;
   $("job-status").replaceWith(Object.assign(badge(job.status), { id: "job-status" }));
   $("job-status").dataset.status = job.status;
-  $("job-kind").textContent = `${job.kind} · “${String(job.input?.text ?? "").slice(0, 80)}”`;
+  $("job-kind").textContent = `${job.kind} · “${kinds.briefly(job.input)}”`;
 
   // The timeline: one row per attempt.
   const rows = job.attempts.map((a) => {
@@ -296,13 +227,7 @@ function render(job) {
   });
   $("timeline").tBodies[0].replaceChildren(...rows);
 
-  // The result card.
-  $("result").hidden = !job.result;
-  if (job.result) {
-    const by = job.attempts.find((a) => a.id === job.completed_by);
-    $("result-summary").textContent = job.result.summary ?? JSON.stringify(job.result);
-    $("result-meta").textContent = `Sentiment: ${job.result.sentiment ?? "—"} · by ${by ? `attempt ${by.n} on ${by.provider}` : "?"}`;
-  }
+  renderResult(job);
 
   // What the user can do now.
   const decide = job.status === "failed" || job.status === "unknown";
@@ -313,7 +238,7 @@ function render(job) {
   $("resolve").hidden = job.status !== "unknown";
   $("cancel").hidden = !decide && !live;
   $("resolve").disabled = !setting("admin");
-  $("resolve-hint").textContent = job.status === "unknown" && !setting("admin") ? SENTENCES.admin_token_missing : "";
+  $("resolve-hint").textContent = job.status === "unknown" && !setting("admin") ? sentenceFor("admin_token_missing") : "";
 
   $("raw-job").textContent = JSON.stringify(job, null, 2);
 
@@ -338,6 +263,22 @@ function render(job) {
   // without a new version.
   const change = `${job.version}:${job.attempts.map((a) => a.state).join(",")}`;
   if (WAITS_END.has(job.status)) refreshEvents(job.id, change);
+}
+
+/** The result card: a text answer as text, a summary as today, any other JSON as JSON. */
+function renderResult(job) {
+  const result = job.result;
+  $("result").hidden = result === null || result === undefined;
+  if ($("result").hidden) return;
+  const by = job.attempts.find((a) => a.id === job.completed_by);
+  const who = `by ${by ? `attempt ${by.n} on ${by.provider}` : "?"}`;
+  const summary = typeof result === "string" ? result : result?.summary;
+  $("result-summary").hidden = typeof summary !== "string";
+  $("result-summary").textContent = typeof summary === "string" ? summary : "";
+  $("result-json").hidden = typeof summary === "string";
+  $("result-json").textContent = typeof summary === "string" ? "" : JSON.stringify(result, null, 2);
+  $("result-meta").textContent = typeof result === "string" ? `A text answer · ${who}`
+    : "sentiment" in result ? `Sentiment: ${result.sentiment ?? "—"} · ${who}` : `A JSON answer · ${who}`;
 }
 
 let eventsAsked = 0;
@@ -373,7 +314,9 @@ function follow(jobId, job) {
   if (shown?.jobId !== jobId) {
     watcher?.abort();
     watcher = null;
-    shown = { jobId, job: null, events: [], states: new Map(), texts: new Map() };
+    const t = tickets.get();
+    const kind = job?.kind ?? (t?.jobId === jobId ? t.kind : null);
+    shown = { jobId, job: null, answer: kinds.answerOf(kind), events: [], states: new Map(), texts: new Map() };
     renderText("", null);
     eventsRead = null;
     $("events").replaceChildren();
@@ -384,15 +327,24 @@ function follow(jobId, job) {
 }
 
 /** The text the SDK follows (`onText`: the first attempt to stream, then the winner):
- * raw as the provider sends it, and (`onPartial`) its summary so far. */
+ * raw as the provider sends it, and readable: a text answer itself, or (`onPartial`)
+ * what the JSON so far says. */
 function renderText(text, attemptId) {
   $("writing").hidden = !text;
   if (!text) return;
   $("writing-raw").textContent = text;
-  if ($("writing").dataset.attempt !== attemptId) $("writing-text").textContent = "";
+  if (shown?.answer === "text") $("writing-text").textContent = text;
+  else if ($("writing").dataset.attempt !== attemptId) $("writing-text").textContent = "";
   const a = shown?.job?.attempts.find((x) => x.id === attemptId);
   $("writing-by").textContent = a ? `attempt ${a.n} on ${a.provider}` : "";
   $("writing").dataset.attempt = attemptId ?? "";
+}
+
+/** A JSON answer so far: a summary's words, or what the object says so far. */
+function renderPartial(partial) {
+  if (!partial || typeof partial !== "object") return;
+  $("writing-text").textContent = typeof partial.summary === "string" ? partial.summary
+    : Object.keys(partial).length > 0 ? JSON.stringify(partial, null, 2) : "";
 }
 
 /** An attempt's streamed text, under its row of the timeline. */
@@ -422,9 +374,10 @@ async function watch(jobId) {
         renderAttemptText(d.attemptId);
       },
       onText: (text, { attemptId }) => { if (!signal.aborted && shown?.jobId === jobId) renderText(text, attemptId); },
-      onPartial: (partial) => {
-        if (!signal.aborted && shown?.jobId === jobId && typeof partial?.summary === "string") $("writing-text").textContent = partial.summary;
-      },
+      // A partial object is for JSON answers only: a text answer is its text.
+      ...(shown?.answer === "json" ? { onPartial: (partial) => {
+        if (!signal.aborted && shown?.jobId === jobId) renderPartial(partial);
+      } } : {}),
     });
     if (signal.aborted) return;
     render(job);
@@ -506,9 +459,23 @@ function rewatch() {
 
 // ---------------------------------------------------------------- Generate
 
+/** The one kind that hedges, which the hedge races run on. */
+const HEDGED = "summarize_hedged";
+const RACES = new Set(["race", "stream_race"]);
+
 const lab = {
   armed: () => document.querySelector('input[name="fault"]:checked')?.value ?? "normal",
   set(fault) {
+    if (RACES.has(fault) && kinds.picked() !== HEDGED) {
+      if (kinds.has(HEDGED)) {
+        kinds.show(HEDGED);
+        renderHint();
+        note(`A hedge race needs a kind that hedges: the picker switched to ${HEDGED}.`);
+      } else {
+        note(`This server has no ${HEDGED}, the kind that hedges: there is no race to run.`);
+        fault = "normal";
+      }
+    }
     const input = document.querySelector(`input[name="fault"][value="${fault}"]`);
     if (input) input.checked = true;
     $("lab-state").textContent = fault === "normal" ? "" : `Armed: the next Generate ${LAB_WORDS[fault]}.`;
@@ -565,37 +532,47 @@ let preparing = Promise.resolve();
 
 async function generate({ resumed = false } = {}) {
   clearError();
-  const text = $("text").value.trim();
-  if (!text) return showError({ code: "empty_text" });
   if (!app) return showError({ code: "sdk_missing" });
   let fault = resumed ? "normal" : lab.armed();
+  if (RACES.has(fault)) {
+    lab.set(fault); // the race's kind on screen, should the picker have left it
+    fault = lab.armed();
+  }
   const known = tickets.get();
-  // The race runs on the hedged kind; otherwise the text's ticket keeps its kind, so
-  // that a second click during a race is the same intent as the first.
-  const kind = fault === "race" || fault === "stream_race" ? "summarize_hedged" : known?.text === text ? known.kind : "summarize";
+  // After a reload the ticket's own kind and input are sent again: the same intent. A
+  // race's second click is the same intent too: the picker stays on the hedged kind.
+  const kind = resumed ? known.kind : kinds.picked();
+  const input = resumed ? known.input : kinds.read();
+  const intent = kinds.intentOf(kind, input);
   // The streamed faults run on the fallback, which streams (its wrangler.toml entry says
   // "stream": true); the ticket keeps the provider, so a reload is the same intent.
-  const provider = ON_FALLBACK.has(fault) ? "fallback" : known?.text === text && known.kind === kind ? known.provider : undefined;
-  const same = known && known.text === text && known.kind === kind && known.provider === provider;
+  const provider = ON_FALLBACK.has(fault) ? "fallback" : known?.intent === intent ? known.provider : undefined;
+  const same = known && known.intent === intent && known.provider === provider;
 
   if (same && known.jobId && known.status === "succeeded" && !resumed) {
     // The SDK frees a key once its job has succeeded; the page keeps the promise that
-    // the same text shows the same ticket.
-    note("Same text, same ticket: this text already has its result. Change the text for a new job.");
+    // the same input shows the same ticket.
+    note("Same input, same ticket: this input already has its result. Change it for a new job.");
     return follow(known.jobId);
   }
   const fresh = !same || known.status === "cancelled";
+  // The mock knows this job by its marker, the input's text field, in the prompt.
+  const marker = kinds.markerOf(kind, input);
   if (!fresh && fault !== "normal") {
-    note("This text already has a ticket, so no provider is called for it and the failure stays armed: change the text to try it.");
+    note("This input already has a ticket, so no provider is called for it and the failure stays armed: change the input to try it.");
     fault = "normal";
+  } else if (fault !== "normal" && fault !== "swallow" && !marker) {
+    note("The lab knows a job by its text field in the prompt, and this input has none filled in: this Generate runs normally.");
+    fault = "normal";
+    lab.set("normal");
   } else if (fault !== "normal") {
     lab.set("normal");
   }
-  const ticket = fresh ? { text, kind, provider, jobId: null, status: null, gates: {} } : known;
+  const ticket = fresh ? { kind, input, intent, provider, jobId: null, status: null, gates: {} } : known;
   if (fresh) tickets.put(ticket);
   renderHint();
 
-  const prep = fault === "normal" || fault === "swallow" ? null : arm(fault, text);
+  const prep = fault === "normal" || fault === "swallow" ? null : arm(fault, marker);
   prep?.catch(() => {}); // its failure is reported below, through `mine`
   const mine = preparing.then(() => prep);
   preparing = mine.catch(() => {});
@@ -614,11 +591,11 @@ async function generate({ resumed = false } = {}) {
       note(`This Generate goes through the fault proxy (${setting("proxy")}${path}), which lets the Worker answer and then drops the answer.`);
     }
     const onRetry = (info) => note(`${info.status ? `The server answered ${info.status}` : `No answer (${info.code})`}: the SDK sends the same request again, with the same Idempotency-Key, in ${(info.delayMs / 1000).toFixed(2)} s (try ${info.attempt}).`);
-    const job = await client.submit(kind, { text }, { onRetry, provider });
+    const job = await client.submit(kind, input, { onRetry, provider });
     const now = tickets.get();
-    if (now && now.text === text && now.kind === kind) tickets.put({ ...now, jobId: job.id, status: job.status });
-    if (resumed) note(`After the reload, the same text was sent again with the same key: ticket ${job.id}.`);
-    else if (shown?.jobId === job.id) note(`Same text, same intent: the SDK gave back ticket ${job.id}, no new job.`);
+    if (now?.intent === intent) tickets.put({ ...now, jobId: job.id, status: job.status });
+    if (resumed) note(`After the reload, the same input was sent again with the same key: ticket ${job.id}.`);
+    else if (shown?.jobId === job.id) note(`Same input, same intent: the SDK gave back ticket ${job.id}, no new job.`);
     follow(job.id, job);
   } catch (e) {
     showError(e);
@@ -634,11 +611,18 @@ $("form").addEventListener("submit", (e) => {
 });
 function renderHint() {
   const t = tickets.get();
-  $("text-hint").textContent = t && t.text !== $("text").value.trim()
-    ? "The text changed: Generate makes a new intent, and a new job."
-    : "While this text is on screen, Generate shows its ticket again. Change the text for a new job.";
+  $("intent-hint").textContent = t && t.intent !== kinds.intentOf(kinds.picked(), kinds.read())
+    ? "The kind or the input changed: Generate makes a new intent, and a new job."
+    : "While this input is on screen, Generate shows its ticket again. Change it for a new job.";
 }
-$("text").addEventListener("input", renderHint);
+kinds.onChange((why) => {
+  // The races run on the hedged kind only: picking another one disarms them.
+  if (why === "kind" && RACES.has(lab.armed()) && kinds.picked() !== HEDGED) {
+    lab.set("normal");
+    note(`The hedge races run on ${HEDGED} only, so the lab went back to normal.`);
+  }
+  renderHint();
+});
 for (const input of document.querySelectorAll('input[name="fault"]')) {
   input.addEventListener("change", () => lab.set(lab.armed()));
 }
@@ -712,7 +696,11 @@ const SAMPLES = [
   "After three weeks of rain the river rose over the path, and the town put sandbags along the bank",
   "The new trainee fixed the printer that nobody else could fix, and the whole office cheered",
 ];
-const freshText = () => `${SAMPLES[Math.floor(Math.random() * SAMPLES.length)]} (${randomId()}).`;
+/** A text made fresh: a new tag at its end, in place of an old one (a sample if empty). */
+const retag = (text) => {
+  const base = text.replace(/\s*\([0-9a-z]+-[0-9a-z]+\)\.?$/, "");
+  return `${base || SAMPLES[Math.floor(Math.random() * SAMPLES.length)]} (${randomId()})`;
+};
 
 const SCENARIOS = {
   double: ["normal", "Now double-click Generate: one ticket, one job."],
@@ -723,23 +711,27 @@ const SCENARIOS = {
   extra_key: ["extra_key", "Press Generate: the answer breaks the contract and cannot win; then press Try the fallback."],
   race: ["race", "Press Generate. When both attempts run, release the hedge's answer first, then the primary's."],
   late: ["hold", "Press Generate, cancel the job, then release the primary's answer: the late result is discarded and logged."],
-  stream: ["stream", "Press Generate: the summary is written as it comes. Reload mid-way (it goes on where it was), or cancel (the provider's connection closes, and no more text comes)."],
+  stream: ["stream", "Press Generate: the answer is written as it comes. Reload mid-way (it goes on where it was), or cancel (the provider's connection closes, and no more text comes)."],
 };
 
+/** One key sent three times with the raw API: the picked kind's input made fresh, the
+ * same again, then with its text field changed. */
 async function reusedKey() {
   const key = crypto.randomUUID();
-  const text = freshText();
-  const body = (t) => ({ kind: "summarize", input: { text: t } });
-  const first = await api("POST", "/v1/jobs", { body: body(text), key });
-  const again = await api("POST", "/v1/jobs", { body: body(text), key });
+  const kind = kinds.remark(retag) ? kinds.picked() : "summarize";
+  const field = kinds.markerName(kind) ?? "text";
+  const input = kind === kinds.picked() ? kinds.read() : { text: retag("") };
+  const body = (text) => ({ kind, input: { ...input, [field]: text } });
+  const first = await api("POST", "/v1/jobs", { body: body(input[field]), key });
+  const again = await api("POST", "/v1/jobs", { body: body(input[field]), key });
   let other;
   try {
-    await api("POST", "/v1/jobs", { body: body(`${text}!`), key });
+    await api("POST", "/v1/jobs", { body: body(`${input[field]}!`), key });
     other = "accepted (unexpected)";
   } catch (e) {
     other = `${e.status} ${e.code}`;
   }
-  note(`One key, raw API: first ${first.status}, the same request again ${again.status}${again.replayed ? " (Idempotent-Replayed)" : ""}, another text ${other}.`);
+  note(`One key, raw API: first ${first.status}, the same request again ${again.status}${again.replayed ? " (Idempotent-Replayed)" : ""}, another input ${other}.`);
   follow(first.data.id, first.data);
 }
 
@@ -773,9 +765,9 @@ document.querySelector(".scenarios").addEventListener("click", async (e) => {
     if (name === "certify") return await certify();
     if (name === "sloppy") return await sloppy();
     const [fault, hint] = SCENARIOS[name];
-    $("text").value = freshText();
-    $("text").dispatchEvent(new Event("input"));
-    lab.set(fault);
+    lab.set(fault); // first: a race switches the picker to the kind that hedges
+    if (!kinds.remark(retag)) note("This kind's input has no text field to make fresh: change the input yourself.");
+    renderHint();
     note(hint);
     $("generate").focus();
   } catch (err) {
@@ -792,13 +784,29 @@ setInterval(() => {
   }
 }, 1000);
 
-// A ticket from before a reload (or from another tab): a job that has ended is shown;
-// otherwise the same text is submitted again, and the SDK's stored key brings back
-// the same job.
+/** The server's kinds, into the picker; the kind on screen stays if the server has it. */
+async function loadKinds() {
+  const was = kinds.picked();
+  const input = was ? kinds.read() : undefined;
+  try {
+    await kinds.load(api);
+  } catch (e) {
+    if (setting("token")) showError(e); // with no token yet, Settings is open and says so
+  }
+  kinds.show(was ?? "summarize", was && kinds.has(was) ? input : undefined);
+  renderHint();
+}
+$("token").addEventListener("change", loadKinds);
+await loadKinds();
+
+// A ticket from before a reload (or from another tab): its kind and input are shown; a
+// job that has ended is shown too; otherwise the same intent is submitted again, and the
+// SDK's stored key brings back the same job.
 {
   const t = tickets.get();
-  if (t?.text && app) {
-    $("text").value = t.text;
+  if (t?.input && kinds.has(t.kind) && app) {
+    kinds.show(t.kind, t.input);
+    renderHint();
     if (t.jobId && ENDED.has(t.status)) follow(t.jobId);
     else generate({ resumed: true });
   }

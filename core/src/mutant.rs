@@ -47,6 +47,9 @@ pub enum Mutant {
     /// A call's hand-off gives up after its hub took the first piece, as if the hub took
     /// no more (`hand_on.rs`): its streams see the rest of the text only in the result.
     HandOffQuitsAfterFirstPiece,
+    /// A provider's answer is taken as an output without the kind's contract checked
+    /// (`answer::offer`): a job succeeds with a result its kind refuses.
+    OfferSkipsContract,
 }
 
 #[cfg(not(feature = "mutants"))]

@@ -14,6 +14,8 @@ use std::fmt;
 
 mod decl;
 #[cfg(not(target_arch = "wasm32"))]
+mod example;
+#[cfg(not(target_arch = "wasm32"))]
 mod files;
 mod kind;
 mod rules;

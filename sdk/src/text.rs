@@ -32,6 +32,9 @@ pub(crate) struct Show {
     /// The job's last document: only an attempt it shows still streaming is followed
     /// (none before the first document).
     last: Option<JsValue>,
+    /// `onPartial` has been given a JSON answer's partial (so a failover's empty text
+    /// gives it `{}`; a text answer's never does).
+    partial_given: std::cell::Cell<bool>,
 }
 
 impl Show {
@@ -46,6 +49,7 @@ impl Show {
             texts: Vec::new(),
             followed: None,
             last: None,
+            partial_given: Default::default(),
         }
     }
 
@@ -109,18 +113,22 @@ impl Show {
     }
 
     /// The document `wait` resolves to. A job that succeeded ends with its winner's text
-    /// whole: if the text seen is not whole JSON, the result's JSON is shown in its
-    /// place, once. That is the case when the winner did not stream, when its text was
-    /// dropped as the job settled before this wait began (a reload), and when its tail
-    /// was missed (a reconnect as it settled, or a fall-back to polling).
+    /// whole: if the text seen is not the whole answer (whole JSON; for a text answer,
+    /// the result's text), the result is shown in its place, once: a text answer's
+    /// text, a JSON answer's JSON. That is the case when the winner did not stream, when
+    /// its text was dropped as the job settled before this wait began (a reload), and
+    /// when its tail was missed (a reconnect as it settled, or a fall-back to polling).
     pub(crate) fn end(&mut self, job: &JsValue) {
         let result = js::get(job, "result");
-        if !result.is_object() || js_sys::JSON::parse(self.text()).is_ok() {
-            return;
-        }
-        if let Ok(text) = js_sys::JSON::stringify(&result) {
+        let whole = match result.as_string() {
+            Some(text) if text != self.text() => Some(text),
+            None if result.is_object() && js_sys::JSON::parse(self.text()).is_err() => {
+                js_sys::JSON::stringify(&result).ok().map(String::from)
+            }
+            _ => None,
+        };
+        if let Some(text) = whole {
             let winner = js::get_string(job, "completed_by").unwrap_or_default();
-            let text = String::from(text);
             match self.texts.iter_mut().find(|(a, _)| *a == winner) {
                 Some((_, have)) => *have = text,
                 None => self.texts.push((winner.clone(), text)),
@@ -148,17 +156,24 @@ impl Show {
     }
 
     /// `onText(text, { attemptId: attempt })`, and `onPartial` with the JSON `text`
-    /// begins (`{}` for no text).
+    /// begins: only a JSON answer's text (an object's, so one that begins with `{`), and
+    /// `{}` for no text once a JSON answer's was given. A text answer that does not
+    /// begin with `{` never reaches `onPartial` (it is for JSON kinds).
     fn tell(&self, attempt: &str, text: &str) {
         if let Some(on_text) = &self.on_text {
             let info = js::object(&[("attemptId", attempt.into())]);
             let _ = on_text.call2(&JsValue::NULL, &text.into(), &info);
         }
         if let Some(on_partial) = &self.on_partial {
-            let text = if text.is_empty() { "{" } else { text };
+            let text = match text.trim_start().chars().next() {
+                None if self.partial_given.get() => "{",
+                Some('{') => text,
+                _ => return,
+            };
             let partial = onceclick_protocol::partial::close(text)
                 .and_then(|json| js_sys::JSON::parse(&json).ok());
             if let Some(partial) = partial {
+                self.partial_given.set(true);
                 let _ = on_partial.call1(&JsValue::NULL, &partial);
             }
         }
@@ -244,6 +259,38 @@ mod tests {
             "the last onText is the whole result, not the text cut short: {:?}",
             seen.borrow()
         );
+    }
+
+    #[wasm_bindgen_test]
+    fn a_text_answers_tail_missed_is_filled_by_its_text_and_never_reaches_on_partial() {
+        let options = js_sys::Object::new();
+        let (seen, _on_text) = record(&options, "onText", text_of);
+        let (partials, _on_partial) = record(&options, "onPartial", |partial| {
+            js_sys::JSON::stringify(&partial)
+                .map(String::from)
+                .unwrap_or_default()
+        });
+        let mut show = Show::of(&options);
+        show.job(&json(RUNNING));
+        show.piece("att_a", 0.0, "Bonjour, le mon");
+        // A failover's reset, then the winner: a text answer never gives a partial.
+        show.job(&json(
+            r#"{"id": "job_1", "status": "running", "attempts": [
+                {"id": "att_a", "state": "failed"}, {"id": "att_b", "state": "running"}]}"#,
+        ));
+        show.piece("att_b", 0.0, "[Brouillon] Bonjour");
+        show.end(&json(
+            r#"{"id": "job_1", "status": "succeeded", "completed_by": "att_b",
+                "result": "[Brouillon] Bonjour, le monde.",
+                "attempts": [{"id": "att_a", "state": "failed"}, {"id": "att_b", "state": "succeeded"}]}"#,
+        ));
+        assert_eq!(
+            seen.borrow().last().map(String::as_str),
+            Some("[Brouillon] Bonjour, le monde."),
+            "the text itself, not its JSON: {:?}",
+            seen.borrow()
+        );
+        assert!(partials.borrow().is_empty(), "{:?}", partials.borrow());
     }
 
     #[wasm_bindgen_test]

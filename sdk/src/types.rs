@@ -83,14 +83,15 @@ export interface WaitOptions {
    * grows. It follows the first attempt that streams until the job names its winner,
    * then the winner (a hedge's losing text is not shown). When the attempt followed
    * ends without winning (failed, abandoned) and no other has text, it is given `""`
-   * (and `onPartial` `{}`): a failover's next attempt starts from nothing. A stop (`cancelled`) leaves the text as it was. A
+   * (and, for a JSON answer, `onPartial` `{}`): a failover's next attempt starts from nothing. A stop (`cancelled`) leaves the text as it was. A
    * wait that begins late, in a reload or another tab, gets the text so far first, as
    * soon as its first document says which attempts still stream. A job that succeeded ends
-   * with its winner's text whole: where the text seen is not whole JSON (none seen, or
-   * its tail missed on a reconnect), the result's JSON is given once in its place.
+   * with its winner's text whole: where the text seen is not the whole answer (none
+   * seen, or its tail missed on a reconnect), the result is given once in its place: a
+   * text answer's text, a JSON answer's JSON.
    */
   onText?: (text: string, info: { attemptId: string }) => void;
-  /** With `onText`'s text: the JSON it begins, closed and parsed (best effort, like a partial object). */
+  /** For a kind whose answer is JSON: with `onText`'s text, the object it begins, closed and parsed (best effort, like a partial object). A text answer's text (one that does not begin with `{`) never reaches it. */
   onPartial?: (partial: unknown) => void;
   /** Every attempt's pieces, as they come (a hedge's two attempts both). */
   onDelta?: (delta: TextDelta) => void;

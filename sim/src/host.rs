@@ -10,6 +10,7 @@ use onceclick_core::host::{Host, ProviderCall};
 use onceclick_core::message::Dispatch;
 use onceclick_core::outcome::CallOutcome;
 use onceclick_protocol::chat::ChatStream;
+use onceclick_protocol::contract::Kind;
 use onceclick_protocol::AttemptError;
 use serde_json::{json, Value};
 use std::rc::Rc;
@@ -42,10 +43,10 @@ pub(crate) trait Platform {
         chars: u64,
         outcome: &CallOutcome,
     );
-    /// A provider's output, numbered `n`.
-    fn output(&self, n: u64) -> Value;
-    /// A streamed provider's output for `input`, numbered `n`.
-    fn streamed_output(&self, n: u64, input: &Value) -> Value;
+    /// A provider's output for `input` under `kind`, numbered `n`.
+    fn output(&self, n: u64, kind: &Kind, input: &Value) -> Value;
+    /// A streamed provider's output for `input` under `kind`, numbered `n`.
+    fn streamed_output(&self, n: u64, kind: &Kind, input: &Value) -> Value;
     /// The next number of the world's serial.
     fn serial(&self) -> u64;
     /// A number below `n`, from the run's seed.
@@ -155,7 +156,8 @@ impl Host for SimHost {
     fn call<'a>(&'a self, call: ProviderCall<'a>) -> LocalBoxFuture<'a, CallOutcome> {
         let world = self.world.clone();
         if call.attempt_id.starts_with("cert_") {
-            return Box::pin(async move { CallOutcome::Output(world.output(0), None) });
+            let output = world.output(0, call.kind, call.input);
+            return Box::pin(async move { CallOutcome::Output(output, None) });
         }
         let timeout = call.provider.timeout_ms;
         let (script, delay) = world.provider_call(call.attempt_id, &call.provider.name, timeout);
@@ -182,7 +184,7 @@ impl Host for SimHost {
                 Script::Streamed(end) if delay <= timeout => {
                     streamed_answer(self, &world, &call, end, &mut stopped).await
                 }
-                _ => whole_answer(world.as_ref(), script, delay, timeout),
+                _ => whole_answer(world.as_ref(), &call, script, delay, timeout),
             }
         })
     }
@@ -199,7 +201,13 @@ impl Host for SimHost {
 
 /// The answer of a call that is not streamed (or streamed too late: silent past the
 /// limit before its first chunk), as its script says.
-fn whole_answer(world: &dyn Platform, script: Script, delay: u64, timeout: u64) -> CallOutcome {
+fn whole_answer(
+    world: &dyn Platform,
+    call: &ProviderCall<'_>,
+    script: Script,
+    delay: u64,
+    timeout: u64,
+) -> CallOutcome {
     let timed_out = |what: &str| {
         CallOutcome::Unknown(AttemptError::new(
             "provider_timeout",
@@ -207,11 +215,18 @@ fn whole_answer(world: &dyn Platform, script: Script, delay: u64, timeout: u64) 
             true,
         ))
     };
+    // An answer is classified as the Worker classifies a whole answer's content.
+    let offer = |output: Value| {
+        onceclick_core::answer::offer(call.provider, call.kind, call.input, Ok((output, None)))
+    };
     match script {
         Script::Answer if delay <= timeout => {
-            CallOutcome::Output(world.output(world.serial()), None)
+            offer(world.output(world.serial(), call.kind, call.input))
         }
-        Script::Answer => timed_out("slow"),
+        Script::BreaksContract if delay <= timeout => {
+            offer(broken(world.output(world.serial(), call.kind, call.input)))
+        }
+        Script::Answer | Script::BreaksContract => timed_out("slow"),
         Script::FailRetryable => CallOutcome::Failed(AttemptError::new(
             "provider_error",
             "the provider answered 500",
@@ -233,6 +248,18 @@ fn whole_answer(world: &dyn Platform, script: Script, delay: u64, timeout: u64) 
     }
 }
 
+/// `output` made to break any kind's contract: a JSON answer with a top-level key no
+/// schema names, a text answer blank.
+fn broken(output: Value) -> Value {
+    match output {
+        Value::Object(mut members) => {
+            members.insert("sim_extra".to_owned(), json!(true));
+            Value::Object(members)
+        }
+        _ => json!("  "),
+    }
+}
+
 /// A streamed answer ending as `end`: its body read in reads of any length, cut
 /// anywhere between characters, while the text is handed to the job's hub
 /// (`handing.rs`), as `openai::read_stream` does; the answer waits for both. Then it is
@@ -245,8 +272,12 @@ async fn streamed_answer(
     stopped: &mut Stopped,
 ) -> CallOutcome {
     let attempt_id = call.attempt_id;
-    let expected = world.streamed_output(world.serial(), call.input);
-    let content = expected.to_string();
+    let expected = world.streamed_output(world.serial(), call.kind, call.input);
+    // A text answer's content is its text; a JSON answer's, its JSON.
+    let content = match &expected {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    };
     let body = stream_body(&content, end);
     let chat = std::cell::RefCell::new(ChatStream::default());
     let (wake, woken) = futures_channel::mpsc::unbounded::<()>();

@@ -31,6 +31,7 @@ pub use onceclick_core::mutant::Mutant;
 pub use world::{Figures, Shape, Violation};
 
 use db::FaultRates;
+use onceclick_core::kinds::Kinds;
 use rng::Rng;
 use std::collections::BTreeSet;
 use world::World;
@@ -50,6 +51,9 @@ pub struct WorldSpec {
     pub mutant: Option<AnyMutant>,
     /// Operations left out (shrinking).
     pub skip: BTreeSet<u64>,
+    /// The kinds the world declares: the build's (`edge/kinds/`) unless a test gives
+    /// its own set.
+    pub kinds: &'static Kinds,
 }
 
 impl WorldSpec {
@@ -92,7 +96,14 @@ pub fn run_world(spec: &WorldSpec, trace: bool) -> WorldRun {
     crate::platform::seed(spec.seed);
     crate::platform::set_now_ms(EPOCH_MS as f64);
     let _ = crate::platform::drain_log();
-    let world = World::new(spec.seed, shape, spec.mutant, trace, WORLD_OPS / 2);
+    let world = World::new(
+        spec.seed,
+        shape,
+        spec.mutant,
+        trace,
+        WORLD_OPS / 2,
+        spec.kinds,
+    );
     world.setup(faults);
     for index in 0..spec.ops {
         if spec.skip.contains(&index) {
@@ -180,6 +191,7 @@ mod tests {
     #[test]
     fn a_world_replays_exactly_from_its_seed() {
         let spec = WorldSpec {
+            kinds: onceclick_core::kinds::Kinds::built(),
             seed: world_seed(7, 3),
             ops: 400,
             mutant: None,
@@ -192,11 +204,77 @@ mod tests {
         assert_eq!(a.figures.batches, b.figures.batches);
     }
 
+    /// A kind is one file: a kind file dropped into a copy of `edge/kinds/`, loaded as
+    /// the build loads it, runs in a world through the core's real code, no Rust
+    /// changed; its jobs succeed with answers that keep its contract.
+    #[test]
+    fn a_kind_file_dropped_in_runs_with_no_rust_changed() {
+        let dir = std::env::temp_dir().join(format!("onceclick-sim-kinds-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let shipped = concat!(env!("CARGO_MANIFEST_DIR"), "/../edge/kinds");
+        for entry in std::fs::read_dir(shipped).unwrap() {
+            let path = entry.unwrap().path();
+            std::fs::copy(&path, dir.join(path.file_name().unwrap())).unwrap();
+        }
+        std::fs::write(dir.join("reply.json"), REPLY_KIND).unwrap();
+        let files = onceclick_protocol::contract::load_dir(&dir);
+        let _ = std::fs::remove_dir_all(&dir);
+        let files = files.unwrap();
+        let named: Vec<(String, &str)> = files
+            .iter()
+            .map(|f| {
+                (
+                    f.path.file_name().unwrap().to_string_lossy().into_owned(),
+                    f.text.as_str(),
+                )
+            })
+            .collect();
+        let named: Vec<(&str, &str)> = named.iter().map(|(n, t)| (n.as_str(), *t)).collect();
+        let kinds: &'static Kinds = Box::leak(Box::new(Kinds::compile(&named)));
+        let mut succeeded = 0;
+        for n in 0..4 {
+            let spec = WorldSpec {
+                kinds,
+                seed: world_seed(45, n),
+                ops: WORLD_OPS,
+                mutant: None,
+                skip: BTreeSet::new(),
+            };
+            let run = run_world(&spec, false);
+            assert!(run.violations.is_empty(), "{:?}", run.violations);
+            succeeded += run.figures.succeeded.get("reply").copied().unwrap_or(0);
+        }
+        assert!(succeeded > 0, "no job of the dropped kind succeeded");
+    }
+
+    /// A team's own kind, in no Rust file: a text answer with few-shot messages,
+    /// nested input and its own parameters.
+    const REPLY_KIND: &str = r#"{
+        "kind": "reply",
+        "input_schema": {"type": "object", "additionalProperties": false,
+            "required": ["text", "customer"],
+            "properties": {"text": {"type": "string", "minLength": 1, "maxLength": 2000},
+                "customer": {"type": "object", "required": ["name"],
+                    "properties": {"name": {"type": "string", "minLength": 1}}}}},
+        "messages": [
+            {"role": "system", "content": "You draft short, kind replies to customers."},
+            {"role": "user", "content": "Bo asks: where is my order?"},
+            {"role": "assistant", "content": "Dear Bo, your order left today."},
+            {"role": "user", "content": "{{customer.name}} asks: {{text}}"}],
+        "answer": "text",
+        "output_schema": {"type": "string", "minLength": 1, "maxLength": 600},
+        "parameters": {"temperature": 0.7, "max_tokens": 300},
+        "providers": ["primary", "fallback"],
+        "golden": [{"input": {"text": "Can I change my delivery address?", "customer": {"name": "Ada"}},
+                    "output": "Dear Ada, yes: reply with the new address and we will update it."}]
+    }"#;
+
     /// The shrinker keeps a failure: a planted defect's world, shrunk, still fails, in
     /// fewer operations.
     #[test]
     fn a_shrunk_failure_still_fails() {
         let spec = WorldSpec {
+            kinds: onceclick_core::kinds::Kinds::built(),
             seed: world_seed(1, 0),
             ops: WORLD_OPS,
             mutant: Some(AnyMutant::Rust(Mutant::CreateSkipsFingerprint)),

@@ -59,6 +59,7 @@ fn run() -> Result<()> {
             .context("--skip: operation numbers and ranges, as 3,7-12,40")?
             .unwrap_or_default();
         let spec = WorldSpec {
+            kinds: onceclick_core::kinds::Kinds::built(),
             seed,
             ops: args.number("--ops")?.unwrap_or(WORLD_OPS),
             mutant: args.value("--mutant").map(|m| mutant(&m)).transpose()?,
@@ -81,6 +82,7 @@ fn run() -> Result<()> {
     // One world's worth or less: that world (the run's first), with its trace.
     if ops <= WORLD_OPS {
         return one_world(WorldSpec {
+            kinds: onceclick_core::kinds::Kinds::built(),
             seed: world_seed(seed, 0),
             ops,
             mutant: None,
@@ -103,7 +105,7 @@ fn run() -> Result<()> {
 /// The run's last line: what its worlds did.
 fn figures_line(seed: u64, worlds: u64, f: &Figures) -> String {
     format!(
-        "sim: seed {seed}: {} worlds, {} operations, {} requests, {} deliveries ({} redelivered), {} provider calls ({} stopped), {} shard alarms ({} attempts handed on), {} reconciler passes, {} crashes, {} clock jumps, {} store faults in {} batches, {} checks on {} jobs; live: {} streams opened, {} reconnected, {} events, {} of {} notifications lost, {} hub re-reads, {} hub restarts, {} hand-offs of text ({} failed, {} after an eviction, {} refused as ended), {} pieces of text sent, {} chunks of text kept ({} at an attempt's unknown end; {} writes failed), {} hub alarms that read a job for its kept text ({} deleted it); no promise broken",
+        "sim: seed {seed}: {} worlds, {} operations, {} requests, {} deliveries ({} redelivered), {} provider calls ({} stopped), {} shard alarms ({} attempts handed on), {} reconciler passes, {} crashes, {} clock jumps, {} store faults in {} batches, {} checks on {} jobs; live: {} streams opened, {} reconnected, {} events, {} of {} notifications lost, {} hub re-reads, {} hub restarts, {} hand-offs of text ({} failed, {} after an eviction, {} refused as ended), {} pieces of text sent, {} chunks of text kept ({} at an attempt's unknown end; {} writes failed), {} hub alarms that read a job for its kept text ({} deleted it); jobs succeeded by kind: {}; no promise broken",
         worlds,
         f.ops,
         f.requests,
@@ -137,6 +139,11 @@ fn figures_line(seed: u64, worlds: u64, f: &Figures) -> String {
         f.live.keep_failed,
         f.live.kept_checks,
         f.live.check_deleted,
+        f.succeeded
+            .iter()
+            .map(|(kind, n)| format!("{kind} {n}"))
+            .collect::<Vec<_>>()
+            .join(", "),
     )
 }
 
@@ -170,6 +177,17 @@ fn every_path_reached(ops: u64, figures: &Figures) -> Result<()> {
             || live.check_deleted == 0)
     {
         bail!("the live channel went untested in {ops} operations: {live:?}");
+    }
+    // And every kind: a kind no job of which succeeded had its answers checked for
+    // nothing (a text answer, a rule on the input, a nested answer).
+    let kinds = onceclick_core::kinds::Kinds::built().all().unwrap_or(&[]);
+    let missed: Vec<&str> = kinds
+        .iter()
+        .map(|k| k.name())
+        .filter(|k| !figures.succeeded.contains_key(*k))
+        .collect();
+    if ops >= 100_000 && !missed.is_empty() {
+        bail!("no job of {missed:?} succeeded in {ops} operations: their answers went untested");
     }
     Ok(())
 }
@@ -257,6 +275,7 @@ fn run_many(
                     return;
                 }
                 let spec = WorldSpec {
+                    kinds: onceclick_core::kinds::Kinds::built(),
                     seed: world_seed(seed, n),
                     ops: WORLD_OPS,
                     mutant,
@@ -434,6 +453,11 @@ const MUTANTS: &[Planted] = &[
         AnyMutant::Rust(Mutant::HandOffQuitsAfterFirstPiece),
         &["gave up its hand-off though its hub took every piece"],
     ),
+    (
+        "offer-skips-contract",
+        AnyMutant::Rust(Mutant::OfferSkipsContract),
+        &["breaks its kind's contract"],
+    ),
 ];
 
 fn mutant(name: &str) -> Result<AnyMutant> {
@@ -470,6 +494,7 @@ fn mutants(seed: u64, only: Option<&str>) -> Result<()> {
         let mut ran = false;
         for n in 0..200 {
             let spec = WorldSpec {
+                kinds: onceclick_core::kinds::Kinds::built(),
                 seed: world_seed(seed, n),
                 ops: WORLD_OPS,
                 mutant: Some(*m),

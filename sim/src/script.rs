@@ -7,6 +7,10 @@
 pub(crate) enum Script {
     /// Answers a valid output after the delay.
     Answer,
+    /// Answers after the delay with an output that breaks the kind's contract (a key
+    /// its schema does not name; a blank text): paid for, and a non-retryable failure
+    /// once the answer is classified as the Worker's is.
+    BreaksContract,
     /// Fails at once, retryably (a 500 or 429): no work done.
     FailRetryable,
     /// Fails for good (a 400): no work done.
@@ -43,7 +47,7 @@ impl Script {
     /// Whether the provider did (and bills) the work.
     pub(crate) fn paid(self) -> bool {
         match self {
-            Script::Answer | Script::Late | Script::CutOff => true,
+            Script::Answer | Script::BreaksContract | Script::Late | Script::CutOff => true,
             Script::Streamed(end) => end != StreamEnd::ErrorBeforeText,
             Script::FailRetryable | Script::FailForGood | Script::Hang => false,
         }

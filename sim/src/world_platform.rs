@@ -8,6 +8,7 @@ use crate::script::{Script, StreamEnd};
 use crate::world::World;
 use onceclick_core::message::Dispatch;
 use onceclick_core::outcome::CallOutcome;
+use onceclick_protocol::contract::Kind;
 use serde_json::Value;
 use std::rc::Rc;
 
@@ -51,12 +52,12 @@ impl Platform for World {
         World::check_streamed(self, attempt_id, end, expected, chars, outcome);
     }
 
-    fn output(&self, n: u64) -> Value {
-        World::output(self, n)
+    fn output(&self, n: u64, kind: &Kind, input: &Value) -> Value {
+        World::output(self, n, kind, input)
     }
 
-    fn streamed_output(&self, n: u64, input: &Value) -> Value {
-        World::streamed_output(self, n, input)
+    fn streamed_output(&self, n: u64, kind: &Kind, input: &Value) -> Value {
+        World::streamed_output(self, n, kind, input)
     }
 
     fn serial(&self) -> u64 {

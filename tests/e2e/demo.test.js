@@ -1,6 +1,7 @@
 // The demo page, end to end: Debian's Chromium (playwright-core) on the page that the
 // real Worker serves, the real mock provider behind it, jobs counted in the real D1
-// file. Each test works on a text of its own and saves a screenshot in target/e2e/.
+// file. Each test works on a text of its own (or a kind's golden input, which the mock
+// answers with its golden output) and saves a screenshot in target/e2e/.
 
 const { test, before, after } = require("node:test");
 const assert = require("node:assert/strict");
@@ -61,7 +62,7 @@ test("a real double-click on Generate shows one ticket and makes one job", { tim
     // Generate again on the text whose result is shown: the same ticket, no new job.
     const second = await h.ticket(page);
     await page.locator("#generate").click();
-    await page.locator("#notes li", { hasText: "Same text, same ticket" }).waitFor({ timeout: h.WAIT_MS });
+    await page.locator("#notes li", { hasText: "Same input, same ticket" }).waitFor({ timeout: h.WAIT_MS });
     assert.equal(await h.ticket(page), second);
     assert.equal(await h.jobsWithText(other, await h.ticket(page)), 1, "still one job for that text");
   });
@@ -405,5 +406,176 @@ test("the page passes an axe-core scan, works from the keyboard and logs no cons
     assert.equal(await page.locator("#raw").getAttribute("open"), "");
     assert.match(await page.locator("#raw-job").innerText(), /"status": "succeeded"/);
     assert.deepEqual(await scan(), [], "no serious or critical violation with a result and the raw JSON open");
+  });
+});
+
+// ---------------------------------------------------------------- the kind picker
+
+test("the kind picker shows translate's two fields from its example, and its job shows the translation as text", { timeout: TEST_MS }, async () => {
+  await h.withPage(browser, "kind-translate", {}, async (page) => {
+    const examples = h.golden("translate");
+    const [{ input, output }] = examples;
+    const offered = await page.$$eval("#kind option", (options) => options.map((o) => o.value));
+    for (const kind of ["summarize", "summarize_hedged", "translate", "classify", "extract"]) {
+      assert.ok(offered.includes(kind), `the picker offers ${kind}: ${offered}`);
+    }
+    await h.pickKind(page, "translate");
+    assert.match(await page.locator("#kind-description").innerText(), /Translate a text into another language/);
+    assert.equal(await page.locator("#fields [name]").count(), 2, "two fields: text and to");
+    assert.equal(await page.locator("#text").inputValue(), input.text, "prefilled from the first example");
+    assert.equal(await page.locator("#in-to").inputValue(), input.to);
+    assert.match(await page.locator('label[for="in-to"]').innerText(), /\(required\)/);
+    // The other examples load, and the first comes back.
+    await page.locator('#examples button[data-example="1"]').click();
+    assert.equal(await page.locator("#in-to").inputValue(), examples[1].input.to);
+    assert.equal(await page.locator("#text").inputValue(), examples[1].input.text);
+    await page.locator('#examples button[data-example="0"]').click();
+    assert.equal(await page.locator("#in-to").inputValue(), input.to);
+    assert.deepEqual(await h.axeScan(page), [], "no serious or critical violation with translate's form");
+
+    await page.locator("#generate").click();
+    await h.waitStatus(page, "succeeded");
+    assert.match(await page.locator("#job-kind").innerText(), /^translate · /);
+    assert.equal(await page.locator("#result-summary").innerText(), output, "the golden translation, shown as text");
+    assert.ok(await page.locator("#result-json").isHidden(), "a text answer is not shown as JSON");
+    assert.match(await page.locator("#result-meta").innerText(), /A text answer · by attempt 1 on primary/);
+    // The live text of a text answer is the text itself.
+    await page.waitForFunction((want) => document.getElementById("writing-text")?.textContent === want, output, { timeout: h.WAIT_MS });
+  });
+});
+
+test("classify and extract jobs succeed and show their JSON; the same kind and input again is the same ticket", { timeout: TEST_MS }, async () => {
+  await h.withPage(browser, "kind-classify-extract", {}, async (page) => {
+    for (const kind of ["classify", "extract"]) {
+      const [{ input, output }] = h.golden(kind);
+      const before = await page.locator("#ticket-id").textContent();
+      await h.pickKind(page, kind);
+      assert.equal(await page.locator("#text").inputValue(), input.text, `${kind}: prefilled from its first example`);
+      if (input.labels) {
+        assert.equal(await page.locator("#in-labels").inputValue(), input.labels.join(", "));
+        assert.match(await page.locator('label[for="in-labels"]').innerText(), /separated by commas/);
+      }
+      await page.locator("#generate").click();
+      await page.waitForFunction((old) => {
+        const id = document.querySelector("#ticket-id")?.textContent ?? "";
+        return id.startsWith("job_") && id !== old;
+      }, before, { timeout: h.WAIT_MS });
+      await h.waitStatus(page, "succeeded");
+      assert.match(await page.locator("#job-kind").innerText(), new RegExp(`^${kind} · `));
+      assert.deepEqual(JSON.parse(await page.locator("#result-json").innerText()), output, `${kind}: the golden output, as JSON`);
+      assert.ok(await page.locator("#result-summary").isHidden(), `${kind}: no text line for a JSON answer`);
+      assert.match(await page.locator("#result-meta").innerText(), /A JSON answer/);
+    }
+    const ticket = await h.ticket(page);
+    await page.locator("#generate").click();
+    await page.locator("#notes li", { hasText: "Same input, same ticket" }).waitFor({ timeout: h.WAIT_MS });
+    assert.equal(await h.ticket(page), ticket, "extract's input again: the same ticket");
+  });
+});
+
+test("a reload in mid-flight keeps the kind and its input, and shows the same ticket", { timeout: TEST_MS }, async () => {
+  await h.withPage(browser, "kind-reload", {}, async (page) => {
+    await h.pickKind(page, "classify");
+    // The scenario tags the text (the mock's marker) and arms the hold.
+    await page.locator('button[data-scenario="reload"]').click();
+    const text = await page.locator("#text").inputValue();
+    const labels = await page.locator("#in-labels").inputValue();
+    assert.match(text, /\([0-9a-z]+-[0-9a-z]+\)$/, "the scenario made the text fresh");
+    await page.locator("#generate").click();
+    await h.waitRows(page, [{ n: 1, provider: "primary", state: "running" }]);
+    const before = await h.ticket(page);
+
+    await page.reload();
+    await h.ready(page);
+    assert.equal(await h.waitTicket(page, before), before, "the same ticket after the reload");
+    await page.locator("#notes li", { hasText: "After the reload" }).waitFor({ timeout: h.WAIT_MS });
+    assert.equal(await page.locator("#kind").inputValue(), "classify", "the picker kept the kind");
+    assert.equal(await page.locator("#text").inputValue(), text);
+    assert.equal(await page.locator("#in-labels").inputValue(), labels);
+
+    await page.locator("#release-primary").click();
+    await h.waitStatus(page, "succeeded");
+    const result = JSON.parse(await page.locator("#result-json").innerText());
+    assert.ok(labels.split(", ").includes(result.label), `the label is one of the input's: ${result.label}`);
+    assert.equal(await h.jobsWithText(text, await h.ticket(page)), 1, "one job in D1");
+    assert.equal((await h.providerCalls(text)).length, 1, "one provider call");
+  });
+});
+
+test("the failure lab works on another kind: translate hangs → unknown → resolve → the fallback translates", { timeout: TEST_MS }, async () => {
+  await h.withPage(browser, "kind-translate-hang", {}, async (page) => {
+    await h.pickKind(page, "translate");
+    await page.locator('button[data-scenario="hang"]').click();
+    assert.equal(await page.locator("#kind").inputValue(), "translate", "the scenario kept the kind");
+    const text = await page.locator("#text").inputValue();
+    assert.match(text, /\([0-9a-z]+-[0-9a-z]+\)$/, "the scenario made the text fresh");
+    await page.locator("#generate").click();
+    await h.waitStatus(page, "unknown");
+    await h.waitRows(page, [{ n: 1, provider: "primary", state: "unknown" }]);
+    // The marker reached the prompt: the mock knew the call, and hung it.
+    const calls = await h.providerCalls(text);
+    assert.deepEqual(calls.map((c) => c.provider), ["primary"]);
+    assert.match(calls[0].prompt, /Translate into French/);
+
+    await page.locator("#resolve").click();
+    await h.waitStatus(page, "failed");
+    await page.locator("#fallback").click();
+    await h.waitStatus(page, "succeeded");
+    await h.waitRows(page, [
+      { n: 1, provider: "primary", state: "failed", winner: false },
+      { n: 2, provider: "fallback", state: "succeeded", winner: true },
+    ]);
+    assert.ok((await page.locator("#result-summary").innerText()).length > 0, "the fallback's translation, as text");
+    assert.ok(await page.locator("#result-json").isHidden());
+    assert.equal(await h.jobsWithText(text, await h.ticket(page)), 1, "one job, two attempts");
+  });
+});
+
+test("the input form is made from the schema: fieldsets, comma lists, numbers, checkboxes, choices, JSON", { timeout: TEST_MS }, async () => {
+  await h.withPage(browser, "kind-form", {}, async (page) => {
+    const made = await page.evaluate(async () => {
+      const kinds = await import("/kinds.js");
+      const form = kinds.formFor({
+        type: "object",
+        required: ["customer", "tags", "count"],
+        properties: {
+          customer: {
+            type: "object",
+            required: ["name"],
+            properties: { name: { type: "string", maxLength: 80 }, note: { type: ["string", "null"] } },
+          },
+          tags: { type: "array", items: { type: "string" } },
+          count: { type: "integer" },
+          urgent: { type: "boolean" },
+          tone: { enum: ["warm", "dry"] },
+          points: { type: "array", items: { type: "number" } },
+        },
+      });
+      const input = { customer: { name: "Ada", note: "Two\nlines" }, tags: ["a", "b c"], count: 3, urgent: true, tone: "dry", points: [1, 2.5] };
+      form.set(input);
+      const control = (id) => form.node.querySelector(`#${id}`);
+      return {
+        input,
+        read: form.get(),
+        legends: [...form.node.querySelectorAll("legend")].map((l) => l.textContent),
+        controls: ["in-customer-name", "in-customer-note", "in-tags", "in-count", "in-urgent", "in-tone", "in-points"]
+          .map((id) => [id, control(id)?.tagName.toLowerCase(), control(id)?.type ?? null]),
+        tags: form.node.querySelector('label[for="in-tags"]')?.textContent,
+        name: control("in-customer-name")?.required,
+      };
+    });
+    assert.deepEqual(made.read, made.input, "the form reads back what it was given");
+    assert.deepEqual(made.legends, ["customer (required)"], "a nested object is a fieldset, marked required");
+    assert.deepEqual(made.controls, [
+      ["in-customer-name", "input", "text"], // a short string
+      ["in-customer-note", "textarea", "textarea"], // a string with no small maxLength
+      ["in-tags", "input", "text"],
+      ["in-count", "input", "number"],
+      ["in-urgent", "input", "checkbox"],
+      ["in-tone", "select", "select-one"],
+      ["in-points", "textarea", "textarea"],
+    ]);
+    assert.match(made.tags, /separated by commas/);
+    assert.equal(made.name, true, "a required field is marked required");
   });
 });

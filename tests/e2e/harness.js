@@ -313,6 +313,22 @@ async function providerCalls(text) {
   return (await r.json()).calls;
 }
 
+/** Picks `kind` in the page's kind picker, and waits for its form. */
+async function pickKind(page, kind) {
+  await page.locator("#kind").selectOption(kind);
+  await page.waitForFunction(
+    (want) => document.getElementById("kind")?.value === want && document.querySelector("#fields [name]") !== null,
+    kind,
+    { timeout: WAIT_MS },
+  );
+}
+
+/** The golden inputs and outputs of `kind`, from its file in edge/kinds (the mock answers a golden input with its output). */
+function golden(kind) {
+  const file = path.join(__dirname, "../../edge/kinds", `${kind}.json`);
+  return JSON.parse(fs.readFileSync(file, "utf8")).golden;
+}
+
 /** Saves a screenshot of what is on screen now (not the whole page). */
 async function snapshot(page, name) {
   const file = path.join(OUT, `${name}.png`);
@@ -322,5 +338,5 @@ async function snapshot(page, name) {
 
 module.exports = {
   WAIT_MS, TOKEN, ADMIN, MOCK, PROXY, URL_BASE, mockPost, d1File, axeScan, watched, launch, openExample, hold, holdAll, askedOf, release, jobStatus, waitFor, certifyFallback, uniqueText, withPage, open, ready, ticket, waitTicket,
-  waitStatus, rows, waitRows, waitError, arm, jobsWithText, providerCalls, snapshot,
+  waitStatus, rows, waitRows, waitError, arm, jobsWithText, providerCalls, snapshot, pickKind, golden,
 };

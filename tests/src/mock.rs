@@ -1,10 +1,20 @@
 //! A scriptable OpenAI-compatible provider: a real HTTP server on 127.0.0.1.
 //!
 //! `POST /{provider}/v1/chat/completions` answers like a chat-completions API. By
-//! default it succeeds at once with a valid summary. Tests script it per provider and per
-//! request: a script applies to the calls of one provider whose prompt contains a marker
-//! (so tests that run side by side never share a script), and its steps are used in
-//! order, the last one repeating.
+//! default it succeeds at once with an answer that keeps the kind's contract. It knows
+//! the kinds in the directory `ONCECLICK_KINDS` names (else the repository's
+//! `edge/kinds`), and finds which one the request's messages were rendered from, and
+//! from which input (`Kind::input_of`; the kind its `response_format` names first):
+//! - `summarize`, `summarize_hedged`, and a call that fits no kind: a summary, the
+//!   first half of the user message's text after its first blank line, sentiment
+//!   `neutral`;
+//! - any other kind, a user's new one too: the golden output of a golden input, else an
+//!   output made from the kind's output schema and rules (`Kind::example_output`): its
+//!   JSON for a JSON kind, the text itself for a text kind.
+//!
+//! Tests script it per provider and per request: a script applies to the calls of one
+//! provider whose prompt contains a marker (so tests that run side by side never share a
+//! script), and its steps are used in order, the last one repeating.
 //!
 //! Control API (for tests and for the demo page):
 //! - `POST /_script` `{"provider", "contains", "steps": [Step…]}`
@@ -16,7 +26,8 @@
 //! (`text/event-stream`, chunk by chunk, as OpenAI-compatible providers send it), which
 //! its step can stall, cut off or end early (`stream_fault`).
 //!
-//! Every call is recorded with its `Idempotency-Key`, so tests can count provider calls.
+//! Every call is recorded with its `Idempotency-Key`, so tests can count provider calls,
+//! and with the kind it was found to be, so they can see what reached the provider.
 
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -29,6 +40,10 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::Notify;
+
+mod content;
+#[cfg(test)]
+mod tests;
 
 /// No scripted delay or hold lasts longer than this: the mock stops by itself.
 const MAX_HOLD: Duration = Duration::from_secs(60);
@@ -60,9 +75,16 @@ pub struct Step {
     /// (sentiment not in the enum), `long_summary` (breaks "shorter than the text"),
     /// `bad_envelope` (not a chat completion at all), `cut_off` (status 200 and the
     /// first bytes of a body, then the connection breaks: the work may have been done).
+    ///
+    /// For a kind other than the two summarize kinds: a JSON kind's `malformed` is its
+    /// answer cut in half, `extra_key` adds `"confidence": 0.9`, and `wrong_shape` puts a
+    /// value of another type (an array; an object for an array) in its first member. A
+    /// text kind's `malformed`, `extra_key` and `wrong_shape` are a blank content
+    /// (`"   "`), which the contract refuses. `long_summary` is `ok` for both.
     #[serde(default)]
     pub reply: Option<String>,
-    /// With `ok`: the summary to send (default: the first half of the text).
+    /// With `ok`, for the summarize kinds: the summary to send (default: the first
+    /// half of the text).
     #[serde(default)]
     pub summary: Option<String>,
     /// A streamed answer (the call asked `"stream": true`): the code points of content
@@ -86,7 +108,7 @@ pub struct Step {
     pub fault_after: Option<usize>,
     /// With `ok`: the content padded with JSON whitespace after its object to this many
     /// code points, which the kind's contract reads as the same answer (a longer
-    /// streamed answer of the same kind, for the bench's 2 KB figures).
+    /// streamed answer of the same kind, for the bench's 2 KB figures). JSON kinds only.
     #[serde(default)]
     pub pad_to: Option<usize>,
 }
@@ -122,6 +144,15 @@ pub struct Call {
     /// far with it, and when (ms since the Unix epoch) its last bytes left the mock.
     #[serde(default)]
     pub sent: Vec<(u64, u64)>,
+    /// The kind whose messages the call's are, if any (see the module's doc).
+    #[serde(default)]
+    pub kind: Option<String>,
+    /// The call's `max_tokens`, if it sent one.
+    #[serde(default)]
+    pub max_tokens: Option<u64>,
+    /// How many messages the call sent (few-shot examples included).
+    #[serde(default)]
+    pub messages: usize,
 }
 
 #[derive(Default)]
@@ -216,14 +247,6 @@ fn prompt_of(body: &Value) -> String {
         .unwrap_or_default()
 }
 
-/// The text after "Summarize this text:" in the user message.
-fn text_of(body: &Value) -> String {
-    let user = body["messages"][1]["content"].as_str().unwrap_or_default();
-    user.split_once("\n\n")
-        .map_or(user, |(_, text)| text)
-        .to_owned()
-}
-
 async fn chat(
     State(mock): State<Mock>,
     Path(provider): Path<String>,
@@ -231,6 +254,7 @@ async fn chat(
     Json(body): Json<Value>,
 ) -> Response {
     let prompt = prompt_of(&body);
+    let asked = content::Asked::of(&body);
     let header = |name: &str| {
         headers
             .get(name)
@@ -253,6 +277,9 @@ async fn chat(
             include_usage: body["stream_options"]["include_usage"] == true,
             closed_after_ms: None,
             sent: Vec::new(),
+            kind: asked.kind.map(|k| k.name().to_owned()),
+            max_tokens: body["max_tokens"].as_u64(),
+            messages: body["messages"].as_array().map_or(0, Vec::len),
         });
         let step = inner
             .scripts
@@ -267,9 +294,10 @@ async fn chat(
         (step.unwrap_or_default(), index)
     };
     mock.changed.notify_waiters();
+    let content = asked.content(&step);
     let stream = body["stream"] == true;
     if step.hold_open_ms > 0 && !stream {
-        return held_open(mock, index, came, &step, &text_of(&body));
+        return held_open(mock, index, came, &step, &content);
     }
 
     if step.delay_ms > 0 {
@@ -296,9 +324,10 @@ async fn chat(
             came,
             answered: false,
         };
-        return streamed(watched, &step, &text_of(&body), &prompt, usage);
+        let plan = stream_plan(&step, &content, &prompt, usage);
+        return play(plan, watched);
     }
-    answer(&step, &text_of(&body), &prompt)
+    answer(&step, content, &prompt)
 }
 
 /// Records when the client of a held-open call went away, if it did before the end.
@@ -322,23 +351,21 @@ impl Drop for Watched {
 }
 
 /// A 200 whose body stays open for `hold_open_ms` (a space every 100 ms), then the
-/// answer. The server drops the body when a write finds the connection closed, and the
-/// drop records it.
+/// answer, `content`. The server drops the body when a write finds the connection
+/// closed, and the drop records it.
 fn held_open(
     mock: Mock,
     index: usize,
     came: std::time::Instant,
     step: &Step,
-    text: &str,
+    content: &str,
 ) -> Response {
     use futures::StreamExt;
     let hold = Duration::from_millis(step.hold_open_ms).min(MAX_HOLD);
-    let half: String = text.chars().take(text.chars().count() / 2).collect();
-    let content = json!({"summary": step.summary.clone().unwrap_or(half), "sentiment": "neutral"});
     let answer = json!({
         "id": "chatcmpl-mock",
         "object": "chat.completion",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": content.to_string()}, "finish_reason": "stop"}],
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
     })
     .to_string();
     let watched = Watched {
@@ -367,7 +394,8 @@ fn held_open(
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
-fn answer(step: &Step, text: &str, prompt: &str) -> Response {
+/// The whole answer of `step`, whose content (with `ok`) is `content`.
+fn answer(step: &Step, content: String, prompt: &str) -> Response {
     if let Some(status) = step.status.filter(|s| *s != 200) {
         let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut response = (
@@ -382,8 +410,7 @@ fn answer(step: &Step, text: &str, prompt: &str) -> Response {
         }
         return response;
     }
-    let content = content_of(step, text);
-    let content = match step.reply.as_deref().unwrap_or("ok") {
+    match step.reply.as_deref().unwrap_or("ok") {
         "bad_envelope" => return Json(json!({"output": "not a chat completion"})).into_response(),
         "cut_off" => {
             use futures::StreamExt;
@@ -403,8 +430,8 @@ fn answer(step: &Step, text: &str, prompt: &str) -> Response {
                 .body(axum::body::Body::from_stream(broken))
                 .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response());
         }
-        _ => content,
-    };
+        _ => {}
+    }
     Json(json!({
         "id": "chatcmpl-mock",
         "object": "chat.completion",
@@ -412,29 +439,6 @@ fn answer(step: &Step, text: &str, prompt: &str) -> Response {
         "usage": usage(prompt, &content),
     }))
     .into_response()
-}
-
-/// The content a 200 carries for `step` (its `reply`), for the text to summarize.
-fn content_of(step: &Step, text: &str) -> String {
-    let half: String = text.chars().take(text.chars().count() / 2).collect();
-    let summary = step.summary.clone().unwrap_or(half);
-    match step.reply.as_deref().unwrap_or("ok") {
-        "malformed" => "{\"summary\": \"cut off".to_owned(),
-        "extra_key" => {
-            json!({"summary": summary, "sentiment": "neutral", "confidence": 0.9}).to_string()
-        }
-        "wrong_shape" => json!({"summary": summary, "sentiment": "ecstatic"}).to_string(),
-        "long_summary" => {
-            json!({"summary": format!("{text} and then some more"), "sentiment": "neutral"})
-                .to_string()
-        }
-        _ => {
-            let content = json!({"summary": summary, "sentiment": "neutral"}).to_string();
-            let pad = step.pad_to.unwrap_or_default();
-            let have = content.chars().count();
-            content + &" ".repeat(pad.saturating_sub(have))
-        }
-    }
 }
 
 /// One server-sent event of a streamed answer.
@@ -466,19 +470,11 @@ fn send(pause: u64, bytes: impl Into<Vec<u8>>) -> Piece {
     Piece::Send(pause, bytes.into(), None)
 }
 
-/// A streamed answer (`text/event-stream`) of `step`'s content, chunk by chunk, as an
+/// What a streamed answer (`text/event-stream`) of `content` sends, in order, as an
 /// OpenAI-compatible provider sends it: a comment, a role chunk, the content, the
 /// finish reason, the usage chunk if asked for, `[DONE]`; each chunk of content written
 /// in two halves, cut in its `data:` line. `hold_open_ms` holds it open with comments
-/// first; `stream_fault` breaks it after `fault_after` chunks of content. `watched`
-/// records a client that goes before the end.
-fn streamed(watched: Watched, step: &Step, text: &str, prompt: &str, usage: bool) -> Response {
-    let content = content_of(step, text);
-    let plan = stream_plan(step, &content, prompt, usage);
-    play(plan, watched)
-}
-
-/// What a streamed answer of `content` sends, in order.
+/// first; `stream_fault` breaks it after `fault_after` chunks of content.
 fn stream_plan(step: &Step, content: &str, prompt: &str, usage: bool) -> Vec<Piece> {
     let chars: Vec<char> = content.chars().collect();
     let pieces: Vec<String> = chars

@@ -25,6 +25,8 @@
 //!   many jobs D1 still holds, and so whether `PREVIOUS_STORE` may go (`moves.rs`).
 //! - `certify --provider NAME [--url URL]`: prompt sizes against `max_prompt_tokens`,
 //!   then certification on a running Worker (default: the one `dev` serves).
+//! - `kinds [--dir DIR]`: checks every kind file as the build will, and prints each
+//!   kind's messages rendered for its golden inputs (`kinds.rs`).
 //!
 //! Each command takes only its own flags: any other flag, or a flag without its value,
 //! is an error. `cargo xtask --help` prints every command with its flags.
@@ -45,6 +47,7 @@ mod dev;
 mod doc_links;
 mod e2e;
 mod example;
+mod kinds;
 mod load;
 mod moves;
 mod sdk;
@@ -60,7 +63,7 @@ use std::path::PathBuf;
 use tools::{project_root, Tools};
 
 /// Printed after every parse error; `usage_says_what_parses` keeps it true to the grammar.
-const USAGE: &str = "usage: cargo xtask <dev [--port N] [--store durable] | test [--browser] [--e2e] [--soak] [--only NAME] [--store d1|durable] | token --owner NAME [--admin] [--ttl SECONDS] | sim [--seed N] [--ops N] [--world N] [--skip LIST] [--mutant NAME] [--mutants] [--soak] | build-edge | lint | sdk | bench [--store durable] [--live] [--stops] [--streamed] [--render] | load | move-status [--local] [--persist DIR] | certify --provider NAME [--url URL]>";
+const USAGE: &str = "usage: cargo xtask <dev [--port N] [--store durable] | test [--browser] [--e2e] [--soak] [--only NAME] [--store d1|durable] | token --owner NAME [--admin] [--ttl SECONDS] | sim [--seed N] [--ops N] [--world N] [--skip LIST] [--mutant NAME] [--mutants] [--soak] | build-edge | lint | sdk | bench [--store durable] [--live] [--stops] [--streamed] [--render] | load | move-status [--local] [--persist DIR] | certify --provider NAME [--url URL] | kinds [--dir DIR]>";
 
 // One struct per command with its own flags, and `XtaskCmd`, the enum of them: generated
 // below from this grammar by `UPDATE_XFLAGS=1 cargo build -p xtask`.
@@ -153,6 +156,11 @@ xflags::xflags! {
             /// The Worker (default the one `dev` serves, http://127.0.0.1:8787).
             optional --url url: String
         }
+        /// Check every kind file as the build will, and show its rendered prompts.
+        cmd kinds {
+            /// The kinds' directory (default edge/kinds).
+            optional --dir dir: PathBuf
+        }
     }
 }
 
@@ -177,6 +185,7 @@ pub enum XtaskCmd {
     Load(Load),
     MoveStatus(MoveStatus),
     Certify(Certify),
+    Kinds(Kinds),
 }
 
 #[derive(Debug)]
@@ -243,6 +252,11 @@ pub struct MoveStatus {
 pub struct Certify {
     pub provider: String,
     pub url: Option<String>,
+}
+
+#[derive(Debug)]
+pub struct Kinds {
+    pub dir: Option<PathBuf>,
 }
 
 impl Xtask {
@@ -318,6 +332,12 @@ fn real_main() -> Result<()> {
             println!("{}", status.verdict());
             Ok(())
         }
+        XtaskCmd::Kinds(flags) => kinds::run(
+            &flags
+                .dir
+                .clone()
+                .unwrap_or_else(|| project_root().join("edge/kinds")),
+        ),
         XtaskCmd::Certify(flags) => {
             let root = project_root();
             let admin =

@@ -280,3 +280,151 @@ fn bad_declarations_are_refused_naming_where() {
     json_kind.as_object_mut().unwrap().remove("output_schema");
     assert!(refused(&json_kind).starts_with("at output_schema: a JSON answer needs"));
 }
+
+// What the local mock answers (`example.rs`): the input a request was rendered from, and
+// an output that keeps the contract for it.
+
+fn shipped() -> Vec<Kind> {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../edge/kinds");
+    let files = load_dir(std::path::Path::new(dir)).unwrap();
+    files.into_iter().map(|f| f.kind).collect()
+}
+
+/// The messages of a request for `input`, as the mock reads them.
+fn sent(kind: &Kind, input: &Value) -> Vec<(String, String)> {
+    let messages = kind.render_messages(input).into_iter();
+    messages.map(|(r, c)| (r.as_str().to_owned(), c)).collect()
+}
+
+/// `value` with each of its strings said otherwise: an input no golden one is.
+fn altered(value: &Value) -> Value {
+    match value {
+        Value::String(s) => json!(format!("Also, {s}")),
+        Value::Array(items) => Value::Array(items.iter().map(altered).collect()),
+        Value::Object(m) => Value::Object(m.iter().map(|(k, v)| (k.clone(), altered(v))).collect()),
+        other => other.clone(),
+    }
+}
+
+#[test]
+fn each_kinds_input_is_read_back_from_its_messages_and_answered_with_its_golden_output() {
+    for kind in shipped() {
+        let name = kind.name();
+        for (input, golden) in kind.golden() {
+            assert_eq!(
+                kind.input_of(&sent(&kind, input)).as_ref(),
+                Some(input),
+                "{name}"
+            );
+            let output = kind.example_output(input);
+            match golden {
+                Some(golden) => assert_eq!(&output, golden, "{name}"),
+                None => kind.check_output(input, &output).unwrap(),
+            }
+        }
+    }
+}
+
+#[test]
+fn an_input_no_golden_one_is_gets_an_output_that_keeps_the_contract() {
+    for kind in shipped() {
+        let input = altered(kind.golden().next().unwrap().0);
+        kind.check_input(&input).unwrap();
+        assert!(kind.golden().all(|(golden, _)| *golden != input));
+        assert_eq!(kind.input_of(&sent(&kind, &input)).as_ref(), Some(&input));
+        let output = kind.example_output(&input);
+        if let Err(v) = kind.check_output(&input, &output) {
+            panic!("{}: {output} for {input}: {v}", kind.name());
+        }
+        match kind.name() {
+            "classify" => assert_eq!(output["label"], input["labels"][0]),
+            "extract" => assert_eq!(output["contact"]["name"], "Also,"),
+            "translate" => assert_eq!(output, input["text"]),
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn messages_of_another_kind_or_changed_do_not_fit() {
+    let kinds = shipped();
+    for a in &kinds {
+        for b in kinds.iter().filter(|b| b.messages() != a.messages()) {
+            let messages = sent(a, a.golden().next().unwrap().0);
+            assert_eq!(
+                b.input_of(&messages),
+                None,
+                "{} read as {}",
+                a.name(),
+                b.name()
+            );
+        }
+    }
+    let k = kind();
+    let good = sent(&k, &json!({"text": "The cat sat."}));
+    assert_eq!(k.input_of(&good), Some(json!({"text": "The cat sat."})));
+    let mut changed = good.clone();
+    changed[1].1 = changed[1].1.replace("Summarize", "Summarise");
+    assert_eq!(k.input_of(&changed), None);
+    let mut role = good.clone();
+    role[0].0 = "user".to_owned();
+    assert_eq!(k.input_of(&role), None);
+    assert_eq!(k.input_of(&good[1..]), None);
+}
+
+#[test]
+fn an_output_is_made_from_the_schema_then_the_rules() {
+    let string = |more: Value| {
+        let mut s = json!({"type": "string"});
+        s.as_object_mut()
+            .unwrap()
+            .extend(more.as_object().unwrap().clone());
+        s
+    };
+    let properties = json!({
+        "code": string(json!({"minLength": 10, "maxLength": 12})),
+        "mood": {"enum": ["calm", "busy"]},
+        "note": {"type": ["string", "null"]},
+        "quote": string(json!({"type": ["string", "null"], "maxLength": 3})),
+        "short": string(json!({"maxLength": 2})),
+        "tag": string(json!({})),
+        "count": {"type": "integer", "minimum": 2},
+        "flags": {"type": "array", "items": {"type": "boolean"}, "minItems": 2}});
+    let required: Vec<&String> = properties.as_object().unwrap().keys().collect();
+    let d = json!({
+        "kind": "made_up",
+        "input_schema": {"type": "object", "properties": {"text": {"type": "string"},
+            "tags": {"type": "array", "items": {"type": "string"}}, "n": {"type": "integer"}}},
+        "messages": [{"role": "user", "content": "{{tags}} and {{n}}: {{text}}. Again: {{text}}"}],
+        "output_schema": {"type": "object", "properties": properties, "required": required,
+                          "additionalProperties": false},
+        "rules": [{"rule": "found_in", "output": "/quote", "input": "/text"},
+                  {"rule": "shorter_than", "output": "/short", "input": "/text"},
+                  {"rule": "one_of", "output": "/tag", "input": "/tags"}],
+        "providers": ["primary"],
+        "golden_inputs": [{"text": "Hi", "tags": ["a"], "n": 1}]
+    });
+    let k = Kind::from_json(&d.to_string()).unwrap();
+    let input = json!({"text": "Hello world again", "tags": ["x", "y"], "n": 3});
+    let said = |text: &str| vec![("user".to_owned(), text.to_owned())];
+    let text = r#"["x","y"] and 3: Hello world again. Again: Hello world again"#;
+    assert_eq!(k.input_of(&said(text)), Some(input.clone()));
+    // A hole used twice must say the same both times.
+    assert_eq!(k.input_of(&said(r#"["x"] and 3: Hello. Again: Bye"#)), None);
+    assert_eq!(k.input_of(&said("x and 3: Hello. Again: Hello")), None);
+    let output = k.example_output(&input);
+    let expected = json!({"code": "exampleexa", "mood": "calm", "note": "example",
+        "quote": "Hel", "short": "He", "tag": "x", "count": 2, "flags": [false, false]});
+    assert_eq!(output, expected);
+    k.check_output(&input, &output).unwrap();
+    let blank = json!({"text": "   ", "tags": ["x"], "n": 3});
+    let output = k.example_output(&blank);
+    assert_eq!(output["quote"], Value::Null);
+    k.check_output(&blank, &output).unwrap();
+
+    // A text answer: from the input's longest string, then its rules.
+    let reply = Kind::from_json(&reply().to_string()).unwrap();
+    let input = json!({"customer": {"name": "Ada"}, "text": "Where is it now?"});
+    assert_eq!(reply.input_of(&sent(&reply, &input)), Some(input.clone()));
+    assert_eq!(reply.example_output(&input), json!("Where is"));
+}

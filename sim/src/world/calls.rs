@@ -6,12 +6,14 @@
 use super::{column_text, World};
 use crate::script::{CallRecord, Script, StreamEnd};
 use onceclick_core::outcome::CallOutcome;
+use onceclick_protocol::contract::Kind;
 use onceclick_protocol::{AttemptState, JobStatus};
 use serde_json::{json, Value};
 
 /// What the providers' scripts are drawn from, by weight.
-const SCRIPTS: [(u32, Script); 12] = [
-    (50, Script::Answer),
+const SCRIPTS: [(u32, Script); 13] = [
+    (47, Script::Answer),
+    (3, Script::BreaksContract),
     (12, Script::FailRetryable),
     (5, Script::FailForGood),
     (8, Script::Hang),
@@ -26,16 +28,23 @@ const SCRIPTS: [(u32, Script); 12] = [
 ];
 
 impl World {
-    /// A provider's output for `input`: valid for the kind, and different every call.
-    pub(crate) fn output(&self, n: u64) -> Value {
-        json!({"summary": format!("s{n}"), "sentiment": "neutral"})
+    /// A provider's output for `input` under `kind`: valid for the kind, and different
+    /// every call where the kind leaves room (a summary always does).
+    pub(crate) fn output(&self, n: u64, kind: &Kind, input: &Value) -> Value {
+        match kind.name().starts_with("summarize") {
+            true => json!({"summary": format!("s{n}"), "sentiment": "neutral"}),
+            false => stamped(kind, input, &format!("s{n} ")),
+        }
     }
 
     /// A streamed provider's output: as [`World::output`], with text beyond ASCII, so
-    /// that the reads' cuts fall inside characters' encodings. One in three is long
-    /// (380 characters of 2 to 4 bytes) where the input's text allows it (a summary is
-    /// shorter, and at most 400): hubs keep it in many chunks.
-    pub(crate) fn streamed_output(&self, n: u64, input: &Value) -> Value {
+    /// that the reads' cuts fall inside characters' encodings. One summary in three is
+    /// long (380 characters of 2 to 4 bytes) where the input's text allows it (a
+    /// summary is shorter, and at most 400): hubs keep it in many chunks.
+    pub(crate) fn streamed_output(&self, n: u64, kind: &Kind, input: &Value) -> Value {
+        if !kind.name().starts_with("summarize") {
+            return stamped(kind, input, &format!("s{n} é会😀 "));
+        }
         let room = input
             .get("text")
             .and_then(Value::as_str)
@@ -77,7 +86,8 @@ impl World {
             delivered: false,
             orphaned: false,
             stopped_at: None,
-            failed_on_record: false,
+            // A contract broken is a failure for good: the attempt's error records it.
+            failed_on_record: script == Script::BreaksContract && delay <= timeout,
             began: crate::platform::now_ms() as u64,
             first_text: None,
         };
@@ -287,4 +297,28 @@ fn stream_fits(end: StreamEnd, expected: &Value, outcome: &CallOutcome) -> bool 
         (StreamEnd::Refusal, CallOutcome::Failed(e)) => !e.retryable && code(e, "provider_refused"),
         _ => false,
     }
+}
+
+/// An output of `kind` for `input` (the kind's example: a golden output, or one made
+/// from its schema and rules) with `tag` before its text, or before the first of its
+/// top-level strings that can take it and keep the contract; the example as it is when
+/// none can.
+pub(crate) fn stamped(kind: &Kind, input: &Value, tag: &str) -> Value {
+    let example = kind.example_output(input);
+    let candidates: Vec<Value> = match &example {
+        Value::String(text) => vec![Value::String(format!("{tag}{text}"))],
+        Value::Object(members) => members
+            .iter()
+            .filter_map(|(name, value)| {
+                let mut stamped = example.clone();
+                stamped[name.as_str()] = Value::String(format!("{tag}{}", value.as_str()?));
+                Some(stamped)
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    candidates
+        .into_iter()
+        .find(|c| kind.check_output(input, c).is_ok())
+        .unwrap_or(example)
 }

@@ -28,9 +28,19 @@ const UNSEEN_LINES: [&str; 3] = [
 pub(super) struct SeenJob {
     pub(super) place: String,
     pub(super) owner: String,
+    /// Its kind and input, as made.
+    pub(super) kind: String,
+    pub(super) input: Value,
     /// The job's change counter (`jobs.seq`) as last seen: it never goes back.
     pub(super) seq: i64,
     pub(super) job: JobRecord,
+}
+
+/// What a job was made with, as its row says.
+struct Made<'a> {
+    owner: &'a str,
+    kind: String,
+    input: Value,
 }
 
 /// An answer of the core's, as a client sees it.
@@ -188,7 +198,7 @@ impl World {
         self.figures.borrow_mut().checks += 1;
         let rows = self.db.query(
             place,
-            "SELECT owner_id, idempotency_key, status, result, completed_by, updated_at FROM jobs WHERE id = ?1",
+            "SELECT owner_id, idempotency_key, kind, input, status, result, completed_by, updated_at FROM jobs WHERE id = ?1",
             &[json!(job_id)],
         );
         let Some(row) = rows.first() else {
@@ -208,10 +218,44 @@ impl World {
         for what in view.broken(job_id) {
             self.violate(what);
         }
+        let kind = column_text(row.get("kind")).unwrap_or_default();
+        let input: Value = column_text(row.get("input"))
+            .and_then(|input| serde_json::from_str(&input).ok())
+            .unwrap_or_default();
+        self.check_result_keeps_contract(job_id, &kind, &input, view.result.as_ref());
         let owner = column_text(row.get("owner_id")).unwrap_or_default();
         let key = column_text(row.get("idempotency_key")).unwrap_or_default();
-        if self.saw_first(place, job_id, &owner, view) {
+        let made = Made {
+            owner: &owner,
+            kind,
+            input,
+        };
+        if self.saw_first(place, job_id, made, view) {
             self.check_one_job_per_key(place, &owner, &key);
+        }
+    }
+
+    /// A job's result, once it has one, keeps its kind's contract for its input: a
+    /// provider's answer that breaks it never wins.
+    fn check_result_keeps_contract(
+        &self,
+        job_id: &str,
+        kind: &str,
+        input: &Value,
+        result: Option<&Value>,
+    ) {
+        let Some(result) = result else {
+            return;
+        };
+        let Some(kind) = self.kinds().iter().find(|k| k.name() == kind) else {
+            return self.violate(format!(
+                "job {job_id} has a kind {kind:?} its world does not declare"
+            ));
+        };
+        if let Err(broken) = kind.check_output(input, result) {
+            self.violate(format!(
+                "job {job_id} has a result that breaks its kind's contract ({broken}): {result}"
+            ));
         }
     }
 
@@ -278,7 +322,7 @@ impl World {
     /// The job read as `view`, against what the model last saw of it: its change
     /// counter never goes back, its ETag moves exactly when its document does, and it
     /// became only what [`JobRecord::next`] allows. Whether the model saw it first now.
-    fn saw_first(&self, place: &str, job_id: &str, owner: &str, view: JobView) -> bool {
+    fn saw_first(&self, place: &str, job_id: &str, made: Made<'_>, view: JobView) -> bool {
         let mut seen_map = self.seen.borrow_mut();
         let first = !seen_map.contains_key(job_id);
         if first {
@@ -288,7 +332,9 @@ impl World {
             .entry(job_id.to_owned())
             .or_insert_with(|| SeenJob {
                 place: place.to_owned(),
-                owner: owner.to_owned(),
+                owner: made.owner.to_owned(),
+                kind: made.kind,
+                input: made.input,
                 seq: 0,
                 job: JobRecord::new(view.clone()),
             });

@@ -14,7 +14,7 @@ use onceclick_core::store::native::Layout;
 use onceclick_core::store::Store;
 use onceclick_protocol::shard::Shard;
 use onceclick_protocol::{AttemptState, CreateJob, NewAttempt};
-use serde_json::json;
+use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::rc::Rc;
 
@@ -27,7 +27,8 @@ const DEFAULT_PROVIDER: &str = "primary";
 #[derive(Clone, Debug)]
 pub(super) struct Intent {
     pub(super) key: Key,
-    pub(super) text: String,
+    /// The input its own request sends.
+    pub(super) input: Value,
     pub(super) provider: Option<&'static str>,
 }
 
@@ -224,7 +225,7 @@ impl World {
             Request::Resolve { attempt, outcome } => {
                 let body = match outcome {
                     Resolution::Succeeded => {
-                        let result = json!({"summary": format!("r{}", self.serial()), "sentiment": "neutral"});
+                        let result = self.resolution(attempt);
                         json!({"outcome": "succeeded", "result": result})
                     }
                     other => json!({ "outcome": other.as_str() }),
@@ -235,6 +236,22 @@ impl World {
         }
     }
 
+    /// A person's result for `attempt`: an output of its job's kind for its input,
+    /// numbered as no provider's is (a summary's when the model knows no such job).
+    fn resolution(&self, attempt: &str) -> Value {
+        let seen = self.seen.borrow();
+        let job = seen
+            .values()
+            .find(|s| s.job.view().attempts.contains_key(attempt));
+        let kind = job.and_then(|job| self.kinds().iter().find(|k| k.name() == job.kind));
+        match (kind, job) {
+            (Some(kind), Some(job)) if !kind.name().starts_with("summarize") => {
+                super::calls::stamped(kind, &job.input, &format!("r{} ", self.serial()))
+            }
+            _ => json!({"summary": format!("r{}", self.serial()), "sentiment": "neutral"}),
+        }
+    }
+
     /// The owner of a job the model saw.
     fn owner_of(&self, job: &str) -> Option<String> {
         self.seen.borrow().get(job).map(|s| s.owner.clone())
@@ -242,6 +259,43 @@ impl World {
 
     fn new_intent(self: &Rc<Self>, rng: &mut Rng) {
         let n = self.intents.borrow().len();
+        let (kind, input) = self.intent_input(rng, n);
+        let owner = OWNERS[rng.below(OWNERS.len() as u64) as usize];
+        let key = format!("k{n}-{}", rng.below(1_000_000));
+        let intent = Intent {
+            key: Key::new(owner, &key, &kind, DEFAULT_PROVIDER),
+            input,
+            provider: (rng.below(5) == 0).then_some("fallback"),
+        };
+        self.intents.borrow_mut().push(intent);
+        self.create(rng, n, false);
+    }
+
+    /// The kind and input of intent `n`. Most are the two summarize kinds (one in
+    /// three hedged), with a text one in four of long enough for a long streamed
+    /// summary; one in four is one of the world's other kinds (a text answer, a rule on
+    /// the input's labels, a nested answer, or a kind file of the test's own), on one of
+    /// its golden inputs made the intent's own.
+    fn intent_input(&self, rng: &mut Rng, n: usize) -> (String, Value) {
+        let others: Vec<&str> = self
+            .kinds()
+            .iter()
+            .map(|k| k.name())
+            .filter(|k| !k.starts_with("summarize"))
+            .collect();
+        if !others.is_empty() && rng.below(4) == 0 {
+            let kind = others[rng.below(others.len() as u64) as usize];
+            let input = self
+                .kinds()
+                .iter()
+                .find(|k| k.name() == kind)
+                .and_then(|k| {
+                    let golden: Vec<&Value> = k.golden().map(|(input, _)| input).collect();
+                    golden.get(n % golden.len().max(1)).map(|g| (*g).clone())
+                })
+                .unwrap_or_default();
+            return (kind.to_owned(), marked(input, &format!(" (intent {n})")));
+        }
         let kind = if rng.below(3) == 0 {
             "summarize_hedged"
         } else {
@@ -253,17 +307,10 @@ impl World {
         } else {
             String::new()
         };
-        let owner = OWNERS[rng.below(OWNERS.len() as u64) as usize];
-        let key = format!("k{n}-{}", rng.below(1_000_000));
-        let intent = Intent {
-            key: Key::new(owner, &key, kind, DEFAULT_PROVIDER),
-            text: format!(
-                "The text of intent number {n}, long enough to be summarized in a few words.{more}"
-            ),
-            provider: (rng.below(5) == 0).then_some("fallback"),
-        };
-        self.intents.borrow_mut().push(intent);
-        self.create(rng, n, false);
+        let text = format!(
+            "The text of intent number {n}, long enough to be summarized in a few words.{more}"
+        );
+        (kind.to_owned(), json!({ "text": text }))
     }
 
     /// A create under intent `intent`'s key: its own request, or (`mismatch`) another
@@ -272,14 +319,14 @@ impl World {
         let create = {
             let mut intents = self.intents.borrow_mut();
             let i = &mut intents[intent];
-            let (text, provider) = match (mismatch, rng.below(2)) {
-                (false, _) => (i.text.clone(), i.provider),
+            let (input, provider) = match (mismatch, rng.below(2)) {
+                (false, _) => (i.input.clone(), i.provider),
                 (true, 0) => (
-                    format!("{} Changed: {}.", i.text, rng.below(1_000)),
+                    marked(i.input.clone(), &format!(" Changed: {}.", rng.below(1_000))),
                     i.provider,
                 ),
                 (true, _) => (
-                    i.text.clone(),
+                    i.input.clone(),
                     if i.provider.is_some() {
                         None
                     } else {
@@ -288,7 +335,7 @@ impl World {
                 ),
             };
             let create = Create {
-                input: json!({ "text": text }),
+                input,
                 provider: provider.map(str::to_owned),
             };
             i.key.send(&create);
@@ -498,4 +545,16 @@ impl World {
             }
         }
     }
+}
+
+/// `input` with `mark` added to its first string member (`text` in every kind the
+/// world draws): the intent's own input, or another under the same key.
+fn marked(mut input: Value, mark: &str) -> Value {
+    if let Some(text) = input
+        .as_object_mut()
+        .and_then(|members| members.values_mut().find(|v| v.is_string()))
+    {
+        *text = Value::String(format!("{}{mark}", text.as_str().unwrap_or_default()));
+    }
+    input
 }

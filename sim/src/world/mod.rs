@@ -32,6 +32,7 @@ use crate::rng::Rng;
 use crate::script::CallRecord;
 use checks::SeenJob;
 use generate::{Intent, Request};
+use onceclick_core::kinds::Kinds;
 use onceclick_core::mutant::Mutant;
 use onceclick_core::store::native::{Layout, Places};
 use onceclick_core::store::Store;
@@ -86,6 +87,8 @@ pub struct Figures {
     pub handed_off: u64,
     /// The live channel's.
     pub live: LiveFigures,
+    /// Jobs the model saw succeed, by kind.
+    pub succeeded: BTreeMap<String, u64>,
 }
 
 impl Figures {
@@ -107,6 +110,9 @@ impl Figures {
         self.alarms += o.alarms;
         self.handed_off += o.handed_off;
         self.live.add(&o.live);
+        for (kind, n) in &o.succeeded {
+            *self.succeeded.entry(kind.clone()).or_default() += n;
+        }
     }
 }
 
@@ -235,6 +241,7 @@ impl World {
         mutant: Option<AnyMutant>,
         trace: bool,
         move_at: u64,
+        kinds: &'static Kinds,
     ) -> Rc<Self> {
         let sql_mutant = match mutant {
             Some(AnyMutant::Sql(m)) => Some(m),
@@ -246,9 +253,8 @@ impl World {
         };
         let db = Rc::new(Db::new(seed, sql_mutant));
         let vars = vars();
-        let config = Rc::new(onceclick_core::config::Config::read(&|name| {
-            vars.get(name).cloned()
-        }));
+        let config = onceclick_core::config::Config::read(&|name| vars.get(name).cloned());
+        let config = Rc::new(config.with_kinds(kinds));
         Rc::new(Self {
             exec: Rc::new(Exec::default()),
             places: Rc::new(SimPlaces(db.clone())),
@@ -357,6 +363,11 @@ impl World {
         f.store_faults = *self.db.faults_fired.borrow();
         f.polls = self.exec.polls.get();
         f.live = self.live.figures();
+        for seen in self.seen.borrow().values() {
+            if seen.job.view().status == onceclick_protocol::JobStatus::Succeeded {
+                *f.succeeded.entry(seen.kind.clone()).or_default() += 1;
+            }
+        }
         f
     }
 
@@ -367,6 +378,11 @@ impl World {
     /// A number below `n`, from the run's seed.
     pub(crate) fn below(&self, n: u64) -> u64 {
         self.rng.borrow_mut().below(n)
+    }
+
+    /// The kinds this world declares (its configuration's).
+    pub(crate) fn kinds(&self) -> &'static [onceclick_protocol::contract::Kind] {
+        self.config.kinds.all().unwrap_or(&[])
     }
 
     pub(crate) fn serial(&self) -> u64 {

@@ -1,0 +1,89 @@
+//! The mock over HTTP, with no Worker: what it answers a kind's call, whole and streamed,
+//! and what it records of it.
+
+use super::{router, Mock};
+use onceclick_protocol::contract::{load_file, Answer};
+use serde_json::{json, Value};
+
+/// Serves a fresh mock on a free port; its base URL.
+async fn serve() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router(Mock::default())).await });
+    base
+}
+
+/// A call's body for `input` under the shipped kind `name`, as the Worker sends it.
+fn body(name: &str, input: &Value) -> Value {
+    let path = format!("{}/../edge/kinds/{name}.json", env!("CARGO_MANIFEST_DIR"));
+    let kind = load_file(std::path::Path::new(&path)).unwrap().kind;
+    let messages: Vec<Value> = kind
+        .render_messages(input)
+        .into_iter()
+        .map(|(role, content)| json!({"role": role.as_str(), "content": content}))
+        .collect();
+    let mut body = json!({"model": "mock-small", "messages": messages});
+    for (name, value) in kind.decl().parameters.sent() {
+        body[name.as_str()] = value;
+    }
+    if kind.answer() == Answer::Json {
+        body["response_format"] = json!({"type": "json_schema",
+            "json_schema": {"name": name, "strict": true, "schema": kind.output_schema()}});
+    }
+    body
+}
+
+async fn call(base: &str, body: &Value) -> String {
+    let url = format!("{base}/primary/v1/chat/completions");
+    let reply = reqwest::Client::new().post(url).json(body).send().await;
+    let reply = reply.unwrap();
+    assert_eq!(reply.status(), 200);
+    reply.text().await.unwrap()
+}
+
+async fn calls(base: &str, contains: &str) -> Vec<Value> {
+    let url = format!("{base}/_calls?contains={contains}");
+    let calls: Value = reqwest::get(url).await.unwrap().json().await.unwrap();
+    calls["calls"].as_array().unwrap().clone()
+}
+
+#[tokio::test]
+async fn a_classify_call_gets_its_label_and_is_recorded_with_its_kind() {
+    let base = serve().await;
+    let input = json!({"text": "marker-classify: it crashes.", "labels": ["bug", "billing"]});
+    let mut body = body("classify", &input);
+    body["max_tokens"] = json!(50);
+    let answer: Value = serde_json::from_str(&call(&base, &body).await).unwrap();
+    let content = answer["choices"][0]["message"]["content"].as_str().unwrap();
+    let output: Value = serde_json::from_str(content).unwrap();
+    assert_eq!(output["label"], "bug");
+    let calls = calls(&base, "marker-classify").await;
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0]["kind"], "classify");
+    assert_eq!(calls[0]["max_tokens"], 50);
+    assert_eq!(calls[0]["messages"], 2);
+}
+
+#[tokio::test]
+async fn a_streamed_translate_call_streams_the_golden_text() {
+    let base = serve().await;
+    let input = json!({"text": "Where is the station?", "to": "Spanish"});
+    let mut body = body("translate", &input);
+    body["stream"] = json!(true);
+    let text = call(&base, &body).await;
+    let streamed: String = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+        .filter_map(|data| serde_json::from_str::<Value>(data).ok())
+        .filter_map(|chunk| {
+            chunk["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .collect();
+    assert_eq!(streamed, "¿Dónde está la estación?");
+    let calls = calls(&base, "station").await;
+    assert_eq!(calls[0]["kind"], "translate");
+    assert_eq!(calls[0]["max_tokens"], 4000);
+    assert_eq!(calls[0]["temperature"], 0.3);
+}

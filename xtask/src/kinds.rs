@@ -1,0 +1,155 @@
+//! `cargo xtask kinds [--dir DIR]`: checks every kind file as the build will, without
+//! building the Worker, and shows each kind's messages rendered for its golden inputs,
+//! so that an author sees what a provider will be sent. A file that does not load
+//! fails the command, named with the JSON path and what is wrong.
+
+use anyhow::{bail, Result};
+use onceclick_protocol::contract::{load_dir, Answer, KindFile};
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// Checks `dir`'s kind files and prints them rendered; an error lists every broken file.
+pub(crate) fn run(dir: &Path) -> Result<()> {
+    let files = check(dir)?;
+    for file in &files {
+        print!("{}", rendered(file));
+    }
+    println!(
+        "{} kind files in {}: every one loads, as the build will load it.",
+        files.len(),
+        dir.display()
+    );
+    Ok(())
+}
+
+/// The kind files of `dir`, or an error that names each broken one.
+pub(crate) fn check(dir: &Path) -> Result<Vec<KindFile>> {
+    match load_dir(dir) {
+        Ok(files) => Ok(files),
+        Err(errors) => bail!("the kind files do not load:\n  {}", errors.join("\n  ")),
+    }
+}
+
+/// What an author reads of one kind: its contract version, its answer's form and
+/// parameters, and for each golden input the messages as the provider gets them.
+fn rendered(file: &KindFile) -> String {
+    let kind = &file.kind;
+    let form = match kind.answer() {
+        Answer::Json => "a JSON object (strict json_schema)",
+        Answer::Text => "text",
+    };
+    let mut out = String::new();
+    let _ = writeln!(out, "== {} ({})", kind.name(), file.path.display());
+    let _ = writeln!(out, "contract version {}", kind.contract_version());
+    let _ = writeln!(out, "answer: {form}");
+    let parameters = kind.decl().parameters.sent();
+    let _ = writeln!(
+        out,
+        "parameters: {}",
+        serde_json::Value::Object(parameters.clone())
+    );
+    for (i, (input, output)) in kind.golden().enumerate() {
+        let _ = writeln!(out, "-- golden input {i}: {input}");
+        for (role, content) in kind.render_messages(input) {
+            let _ = writeln!(out, "[{}]", role.as_str());
+            let _ = writeln!(out, "{content}");
+        }
+        if let Some(output) = output {
+            let _ = writeln!(out, "-- its output: {output}");
+        }
+    }
+    out.push('\n');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::project_root;
+
+    /// A copy of the shipped kinds in a fresh directory, plus `extra` files; removed
+    /// when dropped.
+    struct Copy(std::path::PathBuf);
+
+    impl Copy {
+        fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for Copy {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn copy_with(extra: &[(&str, &str)]) -> Copy {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("onceclick-kinds-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for entry in std::fs::read_dir(project_root().join("edge/kinds")).unwrap() {
+            let path = entry.unwrap().path();
+            std::fs::copy(&path, dir.join(path.file_name().unwrap())).unwrap();
+        }
+        for (name, text) in extra {
+            std::fs::write(dir.join(name), text).unwrap();
+        }
+        Copy(dir)
+    }
+
+    #[test]
+    fn the_shipped_kinds_load_and_render_their_golden_prompts() {
+        let files = check(&project_root().join("edge/kinds")).unwrap();
+        let names: Vec<&str> = files.iter().map(|f| f.kind.name()).collect();
+        for name in ["classify", "extract", "summarize", "translate"] {
+            assert!(names.contains(&name), "{names:?}");
+        }
+        let translate = files.iter().find(|f| f.kind.name() == "translate").unwrap();
+        let text = rendered(translate);
+        assert!(text.contains("answer: text"), "{text}");
+        assert!(text.contains("\"max_tokens\":4000"), "{text}");
+        assert!(
+            text.contains("[user]\nTranslate into French:\n\nThe library opens"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_broken_file_is_named_with_its_json_path() {
+        let broken = r#"{"kind": "broken", "input_schema": {"type": "object"},
+            "messages": [{"role": "user", "content": "{{missing.path}}"}],
+            "answer": "text", "providers": ["primary"], "golden": [{"input": {}}]}"#;
+        let dir = copy_with(&[("broken.json", broken)]);
+        let e = check(dir.path()).unwrap_err().to_string();
+        assert!(
+            e.contains("broken.json: at messages[0].content: {{missing.path}}"),
+            "{e}"
+        );
+        assert!(
+            !e.contains("summarize.json"),
+            "only the broken file is named: {e}"
+        );
+
+        let typo = r#"{"kind": "typo", "input_schema": {}, "prompt": {"system": "", "user": ""},
+            "output_schema": {"type": "object"}, "providers": ["primary"],
+            "golden_inputs": [{}], "hedge_after": 5}"#;
+        let dir = copy_with(&[("typo.json", typo)]);
+        let e = check(dir.path()).unwrap_err().to_string();
+        assert!(
+            e.contains("typo.json: at hedge_after: unknown field `hedge_after`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_file_must_be_named_after_its_kind() {
+        let text = std::fs::read_to_string(project_root().join("edge/kinds/translate.json"));
+        let dir = copy_with(&[("translation.json", &text.unwrap())]);
+        let e = check(dir.path()).unwrap_err().to_string();
+        assert!(
+            e.contains("translation.json: at kind: the file declares \"translate\""),
+            "{e}"
+        );
+    }
+}
