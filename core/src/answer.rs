@@ -87,7 +87,7 @@ pub fn classify(
             format!("{name} answered {status}"),
             true,
         )),
-        200..=299 => offer(provider, kind, input, output_of(kind.answer(), text)),
+        200..=299 => whole(provider, kind, input, text),
         _ => CallOutcome::Failed(AttemptError::new(
             "provider_rejected",
             format!(
@@ -170,12 +170,45 @@ pub fn classify_stream(
     }
 }
 
+/// A whole answer (status 2xx) classified: an answer its provider ended unfinished
+/// (`finish_reason` other than `stop`: `length`, `content_filter`) fails, as a streamed
+/// one does, whatever its content; otherwise its output is offered to the contract.
+fn whole(provider: &ProviderConfig, kind: &Kind, input: &Value, text: &str) -> CallOutcome {
+    let envelope = match ijson::parse(text.as_bytes()) {
+        Ok(envelope) => envelope,
+        Err(e) => {
+            return offer(
+                provider,
+                kind,
+                input,
+                Err(format!("the answer is not JSON: {e}")),
+            )
+        }
+    };
+    let finish = envelope
+        .pointer("/choices/0/finish_reason")
+        .and_then(Value::as_str);
+    if let Some(reason) = finish.filter(|r| *r != "stop") {
+        return CallOutcome::Failed(AttemptError::new(
+            "provider_output_incomplete",
+            format!("{} ended its answer unfinished (finish_reason {reason}); an unfinished answer is never an output", provider.name),
+            false,
+        ));
+    }
+    offer(provider, kind, input, output_in(kind.answer(), &envelope))
+}
+
 /// The output a chat completion carries in `choices[0].message.content` (for a JSON
 /// answer, the JSON it holds; for text, the text), and its `usage` when it has one (two
 /// counts that are not whole numbers read as none).
 pub fn output_of(answer: Answer, text: &str) -> Result<(Value, Option<Tokens>), String> {
     let envelope =
         ijson::parse(text.as_bytes()).map_err(|e| format!("the answer is not JSON: {e}"))?;
+    output_in(answer, &envelope)
+}
+
+/// [`output_of`], from the answer already parsed.
+fn output_in(answer: Answer, envelope: &Value) -> Result<(Value, Option<Tokens>), String> {
     let content = envelope
         .pointer("/choices/0/message/content")
         .and_then(Value::as_str)
@@ -193,5 +226,83 @@ fn content_output(answer: Answer, content: &str) -> Result<Value, String> {
             ijson::parse(content.as_bytes()).map_err(|e| format!("content is not JSON: {e}"))
         }
         Answer::Text => Ok(Value::String(content.to_owned())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn provider() -> ProviderConfig {
+        ProviderConfig::parse_list(
+            r#"[{"name": "p", "base_url": "http://127.0.0.1:1", "model": "m", "timeout_ms": 1000}]"#,
+        )
+        .unwrap()
+        .remove(0)
+    }
+
+    fn translate() -> Kind {
+        Kind::from_json(include_str!("../../edge/kinds/translate.json")).unwrap()
+    }
+
+    fn completion(content: &str, finish: &str) -> String {
+        json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+                            "finish_reason": finish}]})
+        .to_string()
+    }
+
+    #[test]
+    fn a_whole_text_answer_is_its_text_and_one_cut_short_is_never_an_output() {
+        let (p, k) = (provider(), translate());
+        let input = json!({"text": "The library opens at nine.", "to": "French"});
+        match classify(
+            &p,
+            &k,
+            &input,
+            200,
+            None,
+            &completion("La bibliothèque", "stop"),
+        ) {
+            CallOutcome::Output(output, _) => assert_eq!(output, json!("La bibliothèque")),
+            other => panic!("{other:?}"),
+        }
+        for finish in ["length", "content_filter"] {
+            match classify(&p, &k, &input, 200, None, &completion("La bibli", finish)) {
+                CallOutcome::Failed(e) => {
+                    assert_eq!(e.code, "provider_output_incomplete");
+                    assert!(!e.retryable && e.message.contains(finish), "{e:?}");
+                }
+                other => panic!("{finish}: {other:?}"),
+            }
+        }
+        match classify(&p, &k, &input, 200, None, &completion(" \n", "stop")) {
+            CallOutcome::Failed(e) => assert_eq!(e.code, "contract_violation"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_text_kind_is_asked_without_a_response_format_and_with_its_parameters() {
+        let body = request_body(
+            &provider(),
+            &translate(),
+            &json!({"text": "Hi.", "to": "German"}),
+        );
+        assert_eq!(body["temperature"], json!(0.3));
+        assert_eq!(body["max_tokens"], json!(4000));
+        assert!(body.get("response_format").is_none(), "{body}");
+        assert_eq!(
+            body["messages"][1]["content"],
+            "Translate into German:\n\nHi."
+        );
+        let summarize = Kind::from_json(include_str!("../../edge/kinds/summarize.json")).unwrap();
+        let body = request_body(&provider(), &summarize, &json!({"text": "Hi there."}));
+        assert_eq!(
+            body["temperature"],
+            json!(0),
+            "the first form's request, as it was"
+        );
+        assert_eq!(body["response_format"]["json_schema"]["strict"], true);
+        assert!(body.get("max_tokens").is_none(), "{body}");
     }
 }

@@ -3,7 +3,7 @@
 //! as it is configured now. Used by the certify endpoint and by the dispatcher.
 
 use crate::clock;
-use crate::error::{ApiResult, AppError};
+use crate::error::ApiResult;
 use crate::host::{Host, ProviderCall};
 use crate::kinds;
 use crate::outcome::CallOutcome;
@@ -25,7 +25,7 @@ pub fn run<'a>(
 ) -> futures_util::future::LocalBoxFuture<'a, ApiResult<Vec<Certification>>> {
     Box::pin(async move {
         let api_key = providers::api_key(provider, host);
-        let kinds = kinds::all(host).map_err(AppError::internal)?;
+        let kinds = kinds::all(host);
         let mut reports = Vec::new();
         for kind in kinds.iter().filter(|k| k.names_provider(&provider.name)) {
             if let Some(report) = too_long(provider, kind) {

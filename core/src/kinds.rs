@@ -13,19 +13,33 @@ mod built {
     include!(concat!(env!("OUT_DIR"), "/kind_files.rs"));
 }
 
-/// A set of kinds, compiled (or why one of them does not compile).
+/// A set of kinds, compiled. A file that does not compile here (the build checked it
+/// natively; the Worker's schema validator may still refuse what boon took) is kept
+/// apart: its own kind answers an internal error, and every other kind still works.
 #[derive(Debug)]
-pub struct Kinds(Result<Vec<Kind>, String>);
+pub struct Kinds {
+    kinds: Vec<Kind>,
+    /// `(file stem, why)` for each file that does not compile.
+    broken: Vec<(String, String)>,
+}
 
 impl Kinds {
     /// Compiles kind files, each `(file name, text)`.
     pub fn compile(files: &[(&str, &str)]) -> Self {
-        Self(
-            files
-                .iter()
-                .map(|(file, text)| Kind::from_json(text).map_err(|e| format!("{file}: {e}")))
-                .collect(),
-        )
+        let mut kinds = Kinds {
+            kinds: Vec::new(),
+            broken: Vec::new(),
+        };
+        for (file, text) in files {
+            match Kind::from_json(text) {
+                Ok(kind) => kinds.kinds.push(kind),
+                Err(e) => {
+                    let stem = file.strip_suffix(".json").unwrap_or(file);
+                    kinds.broken.push((stem.to_owned(), format!("{file}: {e}")));
+                }
+            }
+        }
+        kinds
     }
 
     /// The kinds the build found, compiled once.
@@ -39,25 +53,28 @@ impl Kinds {
         built::FILES
     }
 
-    /// Every kind.
-    pub fn all(&self) -> Result<&[Kind], String> {
-        self.0.as_deref().map_err(Clone::clone)
+    /// Every kind that compiled.
+    pub fn all(&self) -> &[Kind] {
+        &self.kinds
     }
 
-    /// The kind called `name`, if declared.
+    /// The kind called `name`, if declared; why not, if its file does not compile.
     pub fn find(&self, name: &str) -> Result<Option<&Kind>, String> {
-        Ok(self.all()?.iter().find(|k| k.name() == name))
+        if let Some((_, why)) = self.broken.iter().find(|(stem, _)| stem == name) {
+            return Err(why.clone());
+        }
+        Ok(self.kinds.iter().find(|k| k.name() == name))
     }
 }
 
-/// Every kind the host's configuration declares.
-pub fn all(host: &dyn Host) -> Result<&'static [Kind], String> {
+/// Every kind the host's configuration declares (that compiled).
+pub fn all(host: &dyn Host) -> &'static [Kind] {
     host.config().kinds.all()
 }
 
 /// The kind called `name`: `422 unknown_kind` when the deployment declares none (a
 /// kind a request names, or one a deploy has retired since its job was made), `500`
-/// when its kind files do not compile.
+/// when its kind file does not compile.
 pub fn declared(host: &dyn Host, name: &str) -> ApiResult<&'static Kind> {
     let kinds = host.config().kinds;
     kinds

@@ -27,7 +27,7 @@ pub(crate) async fn certify(ctx: &Ctx<'_>, name: &str) -> ApiResult<Response> {
 pub(crate) async fn list(ctx: &Ctx<'_>) -> ApiResult<Response> {
     let configured = providers::configured(ctx.host)?;
     let reports = ctx.store.certifications(Route::Any).await?;
-    let kinds = kinds::all(ctx.host).map_err(AppError::internal)?;
+    let kinds = kinds::all(ctx.host);
     let providers: Vec<Value> = configured
         .iter()
         .map(|p| {
@@ -67,7 +67,6 @@ pub(crate) async fn list(ctx: &Ctx<'_>) -> ApiResult<Response> {
 /// and its golden inputs as examples.
 pub(crate) fn kinds(ctx: &Ctx<'_>) -> ApiResult<Response> {
     let kinds: Vec<Value> = kinds::all(ctx.host)
-        .map_err(AppError::internal)?
         .iter()
         .map(|k| {
             let decl = k.decl();

@@ -43,6 +43,8 @@ pub(crate) trait Platform {
         chars: u64,
         outcome: &CallOutcome,
     );
+    /// The call of `attempt_id` came to `outcome` (a whole answer's).
+    fn answered(&self, attempt_id: &str, outcome: &CallOutcome);
     /// A provider's output for `input` under `kind`, numbered `n`.
     fn output(&self, n: u64, kind: &Kind, input: &Value) -> Value;
     /// A streamed provider's output for `input` under `kind`, numbered `n`.
@@ -184,7 +186,11 @@ impl Host for SimHost {
                 Script::Streamed(end) if delay <= timeout => {
                     streamed_answer(self, &world, &call, end, &mut stopped).await
                 }
-                _ => whole_answer(world.as_ref(), &call, script, delay, timeout),
+                _ => {
+                    let outcome = whole_answer(world.as_ref(), &call, script, delay, timeout);
+                    world.answered(&attempt_id, &outcome);
+                    outcome
+                }
             }
         })
     }

@@ -52,6 +52,10 @@ impl Platform for World {
         World::check_streamed(self, attempt_id, end, expected, chars, outcome);
     }
 
+    fn answered(&self, attempt_id: &str, outcome: &CallOutcome) {
+        World::answered(self, attempt_id, outcome);
+    }
+
     fn output(&self, n: u64, kind: &Kind, input: &Value) -> Value {
         World::output(self, n, kind, input)
     }

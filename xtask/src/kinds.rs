@@ -142,6 +142,33 @@ mod tests {
         );
     }
 
+    /// The build itself refuses a broken kind file, naming the file and the JSON path:
+    /// `core/build.rs` over a copy of the kinds with one broken file (in a target
+    /// directory of its own, so that the workspace's build is not disturbed).
+    #[test]
+    fn a_broken_file_fails_the_build() {
+        let broken = r#"{"kind": "broken", "input_schema": {"type": "object"},
+            "messages": [{"role": "user", "content": "hello"}],
+            "answer": "txt", "providers": ["primary"], "golden": [{"input": {}}]}"#;
+        let dir = copy_with(&[("broken.json", broken)]);
+        let out = std::process::Command::new(env!("CARGO"))
+            .args(["check", "--quiet", "-p", "onceclick-core"])
+            .env("ONCECLICK_KINDS", dir.path())
+            .env(
+                "CARGO_TARGET_DIR",
+                project_root().join("target/kinds-build-check"),
+            )
+            .current_dir(project_root())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "the build passed: {stderr}");
+        assert!(
+            stderr.contains("broken.json: at answer: unknown variant `txt`"),
+            "{stderr}"
+        );
+    }
+
     #[test]
     fn a_file_must_be_named_after_its_kind() {
         let text = std::fs::read_to_string(project_root().join("edge/kinds/translate.json"));

@@ -218,8 +218,8 @@ pub enum Rule {
         /// Pointer into the input.
         input: String,
     },
-    /// The string at `output`, unless it is `null`, occurs in the string at `input`
-    /// (a value extracted word for word).
+    /// The string at `output`, unless it is `null`, is not empty and occurs in the
+    /// string at `input` (a value extracted word for word).
     FoundIn {
         /// Pointer into the output.
         output: String,

@@ -51,6 +51,7 @@ pub fn load_dir(dir: &Path) -> Result<Vec<KindFile>, Vec<String>> {
 pub fn load_file(path: &Path) -> Result<KindFile, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read it: {e}"))?;
     let kind = Kind::from_json(&text)?;
+    kind.check_golden()?;
     if kind.golden().next().is_none() {
         return Err("at golden: the kind has no golden inputs to certify a provider with".into());
     }

@@ -40,6 +40,14 @@ impl Kind {
     /// Compiles a declaration: every check a kind file must pass.
     pub fn compile(decl: KindDecl) -> Result<Self, String> {
         let at = |path: &str, what: String| format!("at {path}: {what}");
+        let name_ok = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+        if decl.kind.is_empty() || decl.kind.len() > 64 || !decl.kind.chars().all(name_ok) {
+            // Sent as `response_format.json_schema.name`, which providers limit so.
+            return Err(at(
+                "kind",
+                "a kind's name is 1 to 64 of A-Z, a-z, 0-9, _ and -".into(),
+            ));
+        }
         if decl.providers.is_empty() {
             return Err(at("providers", "the kind names no providers".into()));
         }
@@ -158,8 +166,10 @@ impl Kind {
     }
 
     /// Each golden input passes the input schema, and each golden output keeps the
-    /// contract for its input.
-    fn check_golden(&self) -> Result<(), String> {
+    /// contract for its input. The build checks it (`files.rs`); the Worker does not,
+    /// so that a value its validator reads otherwise than boon (a `format`) cannot
+    /// take the kind down at run time.
+    pub fn check_golden(&self) -> Result<(), String> {
         for (i, (input, output)) in self.golden().enumerate() {
             self.check_input(input)
                 .map_err(|e| format!("at golden[{i}].input: {e}"))?;

@@ -46,7 +46,7 @@ pub(super) fn check(rule: &Rule, input: &Value, output: &Value) -> Result<(), Vi
         },
         Rule::FoundIn { .. } => match (out, inp.as_str()) {
             (Value::Null, _) => Ok(()),
-            (Value::String(o), Some(i)) if i.contains(o.as_str()) => Ok(()),
+            (Value::String(o), Some(i)) if !o.is_empty() && i.contains(o.as_str()) => Ok(()),
             (Value::String(_), Some(_)) => broken(format!(
                 "output {out_ptr} ({out}) does not occur in input {in_ptr}"
             )),
@@ -82,6 +82,10 @@ mod tests {
         assert!(check(&r, &input, &json!({"name": "Ada Lovelace"})).is_ok());
         assert!(check(&r, &input, &json!({"name": null})).is_ok());
         assert!(check(&r, &input, &json!({"name": "Grace"})).is_err());
+        assert!(
+            check(&r, &input, &json!({"name": ""})).is_err(),
+            "null says none, not \"\""
+        );
         assert!(check(&r, &input, &json!({"name": 5})).is_err());
     }
 

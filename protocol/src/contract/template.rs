@@ -91,7 +91,7 @@ pub fn pointer_path(pointer: &str) -> Result<Vec<String>, String> {
         return Ok(Vec::new());
     }
     let Some(rest) = pointer.strip_prefix('/') else {
-        return Err("is not a JSON Pointer: it starts with '/'".to_owned());
+        return Err("is not a JSON Pointer: it does not start with '/'".to_owned());
     };
     Ok(rest
         .split('/')

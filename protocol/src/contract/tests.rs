@@ -210,8 +210,11 @@ fn reply() -> Value {
     })
 }
 
+/// Why `d` does not load, as the build loads a kind file (golden outputs checked).
 fn refused(d: &Value) -> String {
-    Kind::from_json(&d.to_string()).unwrap_err()
+    Kind::from_json(&d.to_string())
+        .and_then(|k| k.check_golden())
+        .unwrap_err()
 }
 
 #[test]
@@ -256,7 +259,8 @@ fn bad_declarations_are_refused_naming_where() {
     d["input_schema"] = json!({"type": 5});
     assert!(refused(&d).starts_with("at input_schema: the schema does not compile"));
 
-    let cases: [(Change, &str); 11] = [
+    let cases: [(Change, &str); 12] = [
+        (&|d| d["kind"] = json!("v1.reply"), "at kind: a kind's name is 1 to 64 of"),
         (&|d| d["messages"][3]["role"] = json!("narrator"), "at messages[3].role: unknown variant `narrator`"),
         (&|d| d["parameters"]["temprature"] = json!(1), "at parameters.temprature: unknown field `temprature`"),
         (&|d| d["messages"][3]["content"] = json!("{{customer.email}}"), "at messages[3].content: {{customer.email}}: the input schema has no property \"email\" at customer"),

@@ -86,8 +86,7 @@ impl World {
             delivered: false,
             orphaned: false,
             stopped_at: None,
-            // A contract broken is a failure for good: the attempt's error records it.
-            failed_on_record: script == Script::BreaksContract && delay <= timeout,
+            failed_on_record: false,
             began: crate::platform::now_ms() as u64,
             first_text: None,
         };
@@ -126,18 +125,24 @@ impl World {
         chars: u64,
         outcome: &CallOutcome,
     ) {
+        self.answered(attempt_id, outcome);
+        let retried_paid = matches!(outcome, CallOutcome::Failed(e) if e.retryable && chars > 0);
+        if !stream_fits(end, expected, outcome) || retried_paid {
+            self.violate(format!(
+                "streamed answer of {attempt_id} ending {end:?} after {chars} characters was classified {outcome:?}"
+            ));
+        }
+    }
+
+    /// The call of `attempt_id` came to `outcome`: a failure for good is on its
+    /// attempt's record (its error), so its paid work is not lost.
+    pub(crate) fn answered(&self, attempt_id: &str, outcome: &CallOutcome) {
         if let CallOutcome::Failed(e) = outcome {
             if !e.retryable {
                 if let Some(call) = self.calls.borrow_mut().get_mut(attempt_id) {
                     call.failed_on_record = true;
                 }
             }
-        }
-        let retried_paid = matches!(outcome, CallOutcome::Failed(e) if e.retryable && chars > 0);
-        if !stream_fits(end, expected, outcome) || retried_paid {
-            self.violate(format!(
-                "streamed answer of {attempt_id} ending {end:?} after {chars} characters was classified {outcome:?}"
-            ));
         }
     }
 

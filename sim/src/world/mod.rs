@@ -382,7 +382,7 @@ impl World {
 
     /// The kinds this world declares (its configuration's).
     pub(crate) fn kinds(&self) -> &'static [onceclick_protocol::contract::Kind] {
-        self.config.kinds.all().unwrap_or(&[])
+        self.config.kinds.all()
     }
 
     pub(crate) fn serial(&self) -> u64 {
