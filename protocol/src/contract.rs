@@ -12,6 +12,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fmt;
 
+#[cfg(not(target_arch = "wasm32"))]
+mod checks;
 mod decl;
 #[cfg(not(target_arch = "wasm32"))]
 mod example;

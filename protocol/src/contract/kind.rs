@@ -27,9 +27,6 @@ impl fmt::Debug for Kind {
     }
 }
 
-/// The most `stop` sequences the chat-completions API takes.
-const MAX_STOP: usize = 4;
-
 impl Kind {
     /// Parses and compiles a kind file. Errors name what is wrong with the declaration
     /// and where (a JSON path into the file where the parser gives one).
@@ -37,29 +34,13 @@ impl Kind {
         Self::compile(super::parse_decl(text)?)
     }
 
-    /// Compiles a declaration: every check a kind file must pass.
+    /// Compiles a declaration. Natively (the build, `cargo xtask kinds`, the
+    /// simulator) every check a kind file must pass comes first (`checks.rs`); the
+    /// Worker loads only files the build passed, and keeps those checks out of its wasm.
     pub fn compile(decl: KindDecl) -> Result<Self, String> {
-        let at = |path: &str, what: String| format!("at {path}: {what}");
-        let name_ok = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
-        if decl.kind.is_empty() || decl.kind.len() > 64 || !decl.kind.chars().all(name_ok) {
-            // Sent as `response_format.json_schema.name`, which providers limit so.
-            return Err(at(
-                "kind",
-                "a kind's name is 1 to 64 of A-Z, a-z, 0-9, _ and -".into(),
-            ));
-        }
-        if decl.providers.is_empty() {
-            return Err(at("providers", "the kind names no providers".into()));
-        }
-        let messages = match (&decl.prompt, decl.messages.is_empty()) {
-            (Some(_), false) => {
-                return Err(at(
-                    "messages",
-                    "a kind says `prompt` or `messages`, not both".into(),
-                ))
-            }
-            (None, true) => return Err(at("messages", "the kind has no messages".into())),
-            (Some(p), true) => vec![
+        let at = |path: &str, what: &str| format!("at {path}: {what}");
+        let messages = match &decl.prompt {
+            Some(p) => vec![
                 Message {
                     role: Role::System,
                     content: p.system.clone(),
@@ -69,89 +50,24 @@ impl Kind {
                     content: p.user.clone(),
                 },
             ],
-            (None, false) => decl.messages.clone(),
+            None => decl.messages.clone(),
         };
-        if messages.last().map(|m| m.role) != Some(Role::User) {
-            return Err(at("messages", "the last message is the user's".into()));
-        }
         let output_schema = match (decl.answer, &decl.output_schema) {
-            (Answer::Json, None) => {
-                return Err(at(
-                    "output_schema",
-                    "a JSON answer needs an output schema".into(),
-                ))
-            }
-            (Answer::Text, None) => json!({"type": "string", "minLength": 1}),
             (_, Some(schema)) => schema.clone(),
+            (Answer::Text, None) => json!({"type": "string", "minLength": 1}),
+            (Answer::Json, None) => {
+                return Err(at("output_schema", "a JSON answer needs an output schema"))
+            }
         };
-        let root = match decl.answer {
-            Answer::Json => "object",
-            Answer::Text => "string",
-        };
-        if output_schema.get("type").and_then(Value::as_str) != Some(root) {
-            return Err(at(
-                "output_schema.type",
-                format!(
-                    "a {} answer's schema has \"type\": {root:?}",
-                    answer_name(decl.answer)
-                ),
-            ));
-        }
         let compile = |name: &str, schema: &Value| {
             let url = format!("urn:onceclick:{}:{name}", decl.kind);
-            schema::Schema::compile(&url, schema).map_err(|e| {
-                at(
-                    &format!("{name}_schema"),
-                    format!("the schema does not compile: {e}"),
-                )
-            })
+            schema::Schema::compile(&url, schema)
+                .map_err(|e| format!("at {name}_schema: the schema does not compile: {e}"))
         };
         let input = compile("input", &decl.input_schema)?;
         let output = compile("output", &output_schema)?;
-        let where_ = |i: usize| match decl.prompt {
-            Some(_) => ["prompt.system", "prompt.user"][i.min(1)].to_owned(),
-            None => format!("messages[{i}].content"),
-        };
-        for (i, message) in messages.iter().enumerate() {
-            for piece in template::pieces(&message.content) {
-                if let template::Piece::Hole(path) = piece {
-                    template::check_path(&decl.input_schema, &path).map_err(|e| {
-                        at(
-                            &where_(i),
-                            format!("{{{{{}}}}}: the input schema {e}", path.join(".")),
-                        )
-                    })?;
-                }
-            }
-        }
-        let p = &decl.parameters;
-        if p.stop.len() > MAX_STOP {
-            return Err(at(
-                "parameters.stop",
-                format!("at most {MAX_STOP} sequences"),
-            ));
-        }
-        if p.temperature.is_some_and(|t| !(0.0..=2.0).contains(&t)) {
-            return Err(at("parameters.temperature", "from 0 to 2".into()));
-        }
-        if p.top_p.is_some_and(|t| !(0.0..=1.0).contains(&t)) {
-            return Err(at("parameters.top_p", "from 0 to 1".into()));
-        }
-        if p.max_tokens == Some(0) {
-            return Err(at("parameters.max_tokens", "at least 1".into()));
-        }
-        for (i, rule) in decl.rules.iter().enumerate() {
-            let (_, output, input) = rule.parts();
-            let held = |pointer: &str, side: &str, schema: &Value| {
-                let path = template::pointer_path(pointer)
-                    .map_err(|e| format!("{side} {pointer:?}: {e}"))?;
-                path_in(schema, &path)
-                    .map_err(|e| format!("{side} {pointer:?}: the {side} schema {e}"))
-            };
-            let out = held(output, "output", &output_schema);
-            let inp = held(input, "input", &decl.input_schema);
-            out.and(inp).map_err(|e| at(&format!("rules[{i}]"), e))?;
-        }
+        #[cfg(not(target_arch = "wasm32"))]
+        super::checks::declaration(&decl, &messages, &output_schema)?;
         let contract_version = contract_version(&decl, &output_schema);
         let kind = Self {
             decl,
@@ -295,19 +211,6 @@ impl Kind {
     /// The messages as written (the first form's two, as messages).
     pub fn messages(&self) -> &[Message] {
         &self.messages
-    }
-}
-
-/// Whether a value that `schema` accepts may have something at `path`.
-fn path_in(schema: &Value, path: &[String]) -> Result<(), String> {
-    let path: Vec<&str> = path.iter().map(String::as_str).collect();
-    template::check_path(schema, &path)
-}
-
-fn answer_name(answer: Answer) -> &'static str {
-    match answer {
-        Answer::Json => "JSON",
-        Answer::Text => "text",
     }
 }
 
