@@ -1,6 +1,7 @@
 // The operator's page: the queue of unknown attempts (GET /v1/attempts), the ways out of
-// each (POST /v1/attempts/{id}/resolve, POST /v1/jobs/{id}/cancel), and the figures
-// (GET /v1/stats), all with an admin token. Plain fetch: there is no intent to protect
+// each (POST /v1/attempts/{id}/resolve, POST /v1/jobs/{id}/cancel), the figures
+// (GET /v1/stats), and the providers with their certifications (GET /v1/providers),
+// all with an admin token. Plain fetch: there is no intent to protect
 // here, and every decision the page sends is refused by the API if it no longer applies
 // (a resolved attempt is not unknown any more: 409 attempt_not_unknown).
 
@@ -251,6 +252,106 @@ async function loadFigures() {
   document.body.dataset.figures = "yes";
 }
 
+// ---------------------------------------------------------------- providers
+
+function code(text) {
+  const c = document.createElement("code");
+  c.textContent = text;
+  return c;
+}
+
+/** `items` with ", " between them, for `append`. */
+function joined(items) {
+  return items.flatMap((item, i) => (i ? [", ", item] : [item]));
+}
+
+/** A cell of the providers table; `field` names it for the tests. */
+function cell(field, ...content) {
+  const td = document.createElement("td");
+  td.dataset.field = field;
+  td.append(...content);
+  return td;
+}
+
+/** The provider for one kind: primary or not, certified or why not (failover and hedges skip it until it is). */
+function kindItem(kind, k, provider) {
+  const li = document.createElement("li");
+  li.dataset.kind = kind;
+  li.dataset.primary = String(k.primary);
+  li.dataset.certified = String(k.certified);
+  const name = document.createElement("strong");
+  name.textContent = kind;
+  const badge = document.createElement("span");
+  // A failed report is a refusal; no report yet (or a secret missing) is a wait.
+  badge.className = `state ${k.certified ? "state-succeeded" : k.report ? "state-failed" : "state-unknown"}`;
+  badge.textContent = k.certified ? "certified" : "not certified";
+  li.append(name, ` · ${k.primary ? "primary" : "failover"} · `, badge);
+  if (k.model !== provider.model) li.append(" · model ", code(k.model));
+  if (k.report) {
+    const at = document.createElement("time");
+    at.dateTime = k.report.certified_at;
+    at.textContent = new Date(k.report.certified_at).toLocaleString();
+    li.append(` (${k.certified ? "certified" : "tried"} `, at, ")");
+  }
+  if (!k.certified) {
+    const why = document.createElement("p");
+    why.className = "why";
+    const text = k.why ?? "it is not certified for this contract version.";
+    why.textContent = `${text.charAt(0).toUpperCase()}${text.slice(1)}${/[.!?]$/.test(text) ? "" : "."}`;
+    li.append(why);
+  }
+  return li;
+}
+
+function providerRow(p) {
+  const tr = document.createElement("tr");
+  tr.dataset.provider = p.name;
+  const name = document.createElement("th");
+  name.scope = "row";
+  name.textContent = p.name;
+  if (p.missing_secrets.length) {
+    const mark = document.createElement("span");
+    mark.className = "missing";
+    mark.textContent = " (secrets not set)";
+    name.append(mark);
+  }
+  const kinds = Object.entries(p.kinds);
+  let list;
+  if (kinds.length) {
+    list = document.createElement("ul");
+    list.className = "kinds";
+    for (const [kind, k] of kinds) list.append(kindItem(kind, k, p));
+  } else {
+    list = "No kind names it.";
+  }
+  const headers = p.headers.length ? joined(p.headers.map(code)) : ["none"];
+  tr.append(name, cell("model", p.model), cell("json_form", code(p.json_form)), cell("headers", ...headers), cell("kinds", list));
+  return tr;
+}
+
+/** A provider whose secrets are not set: every call of it fails until they are. */
+function missingWarning(p) {
+  const li = document.createElement("li");
+  li.dataset.provider = p.name;
+  const name = document.createElement("strong");
+  name.textContent = p.name;
+  const one = p.missing_secrets.length === 1;
+  li.append(name, `: the ${one ? "secret" : "secrets"} `, ...joined(p.missing_secrets.map(code)),
+    ` ${one ? "is" : "are"} not set in this deployment, so its calls fail with `,
+    code("provider_misconfigured"), `. Set ${one ? "it" : "each"} with `, code("wrangler secret put"), ".");
+  return li;
+}
+
+async function loadProviders() {
+  const { providers } = await call("GET", "/v1/providers");
+  $("providers").tBodies[0].replaceChildren(...providers.map(providerRow));
+  const missing = providers.filter((p) => p.missing_secrets.length);
+  $("providers-warnings").replaceChildren(...missing.map(missingWarning));
+  $("providers-warnings").hidden = missing.length === 0;
+  $("providers-empty").hidden = providers.length > 0;
+  document.body.dataset.providers = "yes";
+}
+
 // ---------------------------------------------------------------- wiring
 
 async function refresh() {
@@ -259,7 +360,7 @@ async function refresh() {
     return;
   }
   try {
-    await Promise.all([loadQueue(), loadFigures()]);
+    await Promise.all([loadQueue(), loadFigures(), loadProviders()]);
   } catch (e) {
     showError(e);
   }

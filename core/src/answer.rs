@@ -7,20 +7,23 @@
 use crate::outcome::CallOutcome;
 use onceclick_protocol::chat::{ChatStream, Ending, Tokens};
 use onceclick_protocol::contract::ProviderConfig;
-use onceclick_protocol::contract::{Answer, Kind};
+use onceclick_protocol::contract::{Answer, JsonForm, Kind};
 use onceclick_protocol::{ijson, AttemptError};
 use serde_json::{json, Value};
 
-/// The chat-completions request body for `input` under `kind`: its messages rendered,
-/// its parameters (`temperature` 0 unless the kind says otherwise), and for a JSON
-/// answer the output schema as a strict `json_schema` response format.
+/// The chat-completions request body for `input` under `kind`: the provider's model for
+/// the kind, the kind's messages rendered, its parameters (`temperature` 0 unless the
+/// kind says otherwise), and for a JSON answer the response format the provider's
+/// `json_form` takes (the output schema as a strict `json_schema`, `json_object`, or
+/// none: the prompt alone).
 pub fn request_body(provider: &ProviderConfig, kind: &Kind, input: &Value) -> Value {
     let messages: Vec<Value> = kind
         .render_messages(input)
         .into_iter()
         .map(|(role, content)| json!({"role": role.as_str(), "content": content}))
         .collect();
-    let mut body = json!({"model": provider.model, "temperature": 0, "messages": messages});
+    let model = provider.model_for(kind.name());
+    let mut body = json!({"model": model, "temperature": 0, "messages": messages});
     let parameters = &kind.decl().parameters;
     if parameters.temperature.is_none() {
         body.as_object_mut().map(|b| b.remove("temperature"));
@@ -30,11 +33,17 @@ pub fn request_body(provider: &ProviderConfig, kind: &Kind, input: &Value) -> Va
             body[name.as_str()] = value;
         }
     }
-    if kind.answer() == Answer::Json {
-        body["response_format"] = json!({
-            "type": "json_schema",
-            "json_schema": {"name": kind.name(), "strict": true, "schema": kind.output_schema()},
-        });
+    match (kind.answer(), provider.json_form) {
+        (Answer::Json, JsonForm::Strict) => {
+            body["response_format"] = json!({
+                "type": "json_schema",
+                "json_schema": {"name": kind.name(), "strict": true, "schema": kind.output_schema()},
+            });
+        }
+        (Answer::Json, JsonForm::JsonObject) => {
+            body["response_format"] = json!({"type": "json_object"});
+        }
+        (Answer::Json, JsonForm::Prompt) | (Answer::Text, _) => {}
     }
     if provider.stream {
         body["stream"] = json!(true);
@@ -304,5 +313,14 @@ mod tests {
         );
         assert_eq!(body["response_format"]["json_schema"]["strict"], true);
         assert!(body.get("max_tokens").is_none(), "{body}");
+        let mut loose = provider();
+        loose.json_form = JsonForm::JsonObject;
+        loose.models.insert("summarize".into(), "m-summary".into());
+        let body = request_body(&loose, &summarize, &json!({"text": "Hi there."}));
+        assert_eq!(body["response_format"], json!({"type": "json_object"}));
+        assert_eq!(body["model"], "m-summary");
+        loose.json_form = JsonForm::Prompt;
+        let body = request_body(&loose, &summarize, &json!({"text": "Hi there."}));
+        assert!(body.get("response_format").is_none(), "{body}");
     }
 }

@@ -69,7 +69,7 @@ pub fn decide_attempt<'a>(
         };
 
         let attempt_id = store.new_attempt_id(job_id);
-        let digest = providers::digest(&configured, &provider);
+        let digest = providers::digest(&configured, &provider, kind.name());
         let next = NextAttempt {
             new_id: &attempt_id,
             job_id,

@@ -14,61 +14,115 @@ use onceclick_protocol::contract::Kind;
 use serde_json::{json, Value};
 use std::collections::HashSet;
 
-/// Runs every golden input of every kind that names `provider` through it at
-/// temperature 0, checks each full round trip against the kind's contract, and stores
-/// one report per kind. A kind whose golden prompts may not fit the provider's
-/// `max_prompt_tokens` fails without a call.
+/// Certifies `provider` for every kind that names it ([`run_kind`]): one report per
+/// kind, each stored.
 pub fn run<'a>(
     store: &'a Store,
     host: &'a dyn Host,
     provider: &'a ProviderConfig,
 ) -> futures_util::future::LocalBoxFuture<'a, ApiResult<Vec<Certification>>> {
     Box::pin(async move {
-        let api_key = providers::api_key(provider, host);
-        let kinds = kinds::all(host);
         let mut reports = Vec::new();
-        for kind in kinds.iter().filter(|k| k.names_provider(&provider.name)) {
-            if let Some(report) = too_long(provider, kind) {
-                store.save_certification(&report).await?;
-                reports.push(report);
-                continue;
-            }
-            let calls = kind.golden().enumerate().map(|(i, (input, _))| {
+        for kind in kinds::all(host)
+            .iter()
+            .filter(|k| k.names_provider(&provider.name))
+        {
+            reports.push(run_kind(store, host, provider, kind).await?);
+        }
+        Ok(reports)
+    })
+}
+
+/// Runs every golden input of `kind` through `provider`, with the kind's own messages
+/// and parameters, checks each full round trip against the kind's contract, and stores
+/// the report. Golden prompts that may not fit the provider's `max_prompt_tokens`, or a
+/// secret it names that is not set, fail it without a call.
+async fn run_kind(
+    store: &Store,
+    host: &dyn Host,
+    provider: &ProviderConfig,
+    kind: &'static Kind,
+) -> ApiResult<Certification> {
+    let report = |failures: Vec<Value>| Certification {
+        provider: provider.name.clone(),
+        kind: kind.name().to_owned(),
+        contract_version: kind.contract_version().to_owned(),
+        provider_digest: provider.digest_for(kind.name()),
+        passed: failures.is_empty() && kind.golden().next().is_some(),
+        failures,
+        certified_at: clock::now_rfc3339(),
+    };
+    let report = match (too_long(provider, kind), providers::headers(provider, host)) {
+        (Some(failures), _) => report(failures),
+        (None, Err(e)) => report(vec![
+            json!({"input": null, "code": e.code, "message": e.message}),
+        ]),
+        (None, Ok(headers)) => {
+            let headers = &headers;
+            let calls = kind.golden().enumerate().map(|(i, (input, _))| async move {
                 let call_id = clock::new_id("cert");
-                let api_key = api_key.as_deref();
-                async move {
-                    let call = ProviderCall {
-                        provider,
-                        api_key,
-                        kind,
-                        input,
-                        attempt_id: &call_id,
-                        job: None,
-                        news: None,
-                        hand_off_fault: None,
-                    };
-                    match host.call(call).await {
-                        CallOutcome::Output(..) => None,
-                        CallOutcome::Failed(e) | CallOutcome::Unknown(e) => {
-                            Some(json!({"input": i, "code": e.code, "message": e.message}))
-                        }
+                let call = ProviderCall {
+                    provider,
+                    headers,
+                    kind,
+                    input,
+                    attempt_id: &call_id,
+                    job: None,
+                    news: None,
+                    hand_off_fault: None,
+                };
+                match host.call(call).await {
+                    CallOutcome::Output(..) => None,
+                    CallOutcome::Failed(e) | CallOutcome::Unknown(e) => {
+                        Some(json!({"input": i, "code": e.code, "message": e.message}))
                     }
                 }
             });
-            let failures: Vec<Value> = join_all(calls).await.into_iter().flatten().collect();
-            let report = Certification {
-                provider: provider.name.clone(),
-                kind: kind.name().to_owned(),
-                contract_version: kind.contract_version().to_owned(),
-                provider_digest: provider.digest(),
-                passed: failures.is_empty() && kind.golden().next().is_some(),
-                failures,
-                certified_at: clock::now_rfc3339(),
-            };
-            store.save_certification(&report).await?;
-            reports.push(report);
+            report(join_all(calls).await.into_iter().flatten().collect())
         }
-        Ok(reports)
+    };
+    store.save_certification(&report).await?;
+    Ok(report)
+}
+
+/// The most (kind, provider) certifications one background pass runs: each costs a
+/// kind's golden calls, and the next pass takes the rest.
+pub const AUTO_PER_PASS: usize = 4;
+
+/// The background pass (the cron's): certifies each provider that a kind names (its
+/// failover, hedge or fallback may go there) and that has no report, passed or not, for
+/// the kind's current contract version and its own digest now: once per (contract
+/// version, provider digest), at most [`AUTO_PER_PASS`] a pass, each logged. A
+/// provider that fails stays failed until its kind or its configuration changes, or an
+/// operator certifies it again. Returns the reports it made.
+pub fn auto<'a>(
+    store: &'a Store,
+    host: &'a dyn Host,
+) -> futures_util::future::LocalBoxFuture<'a, ApiResult<Vec<Certification>>> {
+    Box::pin(async move {
+        let configured = providers::configured(host)?;
+        let reports = store.certifications(Route::Any).await?;
+        let due: Vec<(&ProviderConfig, &'static Kind)> = kinds::all(host)
+            .iter()
+            .flat_map(|kind| {
+                configured
+                    .iter()
+                    .filter(|p| kind.names_provider(&p.name))
+                    .map(move |p| (p, kind))
+            })
+            .filter(|(p, kind)| !reports.iter().any(|r| is_current(r, kind, p)))
+            .take(AUTO_PER_PASS)
+            .collect();
+        let mut made = Vec::new();
+        for (provider, kind) in due {
+            let report = run_kind(store, host, provider, kind).await?;
+            crate::log::info(json!({"event": "certified_in_background",
+                "provider": report.provider, "kind": report.kind,
+                "contract_version": report.contract_version, "passed": report.passed,
+                "failures": report.failures.len()}));
+            made.push(report);
+        }
+        Ok(made)
     })
 }
 
@@ -78,7 +132,7 @@ pub fn is_current(report: &Certification, kind: &Kind, provider: &ProviderConfig
     report.provider == provider.name
         && report.kind == kind.name()
         && report.contract_version == kind.contract_version()
-        && report.provider_digest == provider.digest()
+        && report.provider_digest == provider.digest_for(kind.name())
 }
 
 /// The providers certified for `kind` at its current contract version, as `configured`
@@ -107,7 +161,7 @@ pub async fn certified_for(
 /// above by the prompt's UTF-8 length (a byte-level BPE token is at least one byte):
 /// a prompt passes here only if it fits for certain. `cargo xtask certify` counts with
 /// the model's own tokenizer before it calls this endpoint.
-fn too_long(provider: &ProviderConfig, kind: &Kind) -> Option<Certification> {
+fn too_long(provider: &ProviderConfig, kind: &Kind) -> Option<Vec<Value>> {
     let max = provider.max_prompt_tokens?;
     let failures: Vec<Value> = kind
         .golden()
@@ -123,13 +177,5 @@ fn too_long(provider: &ProviderConfig, kind: &Kind) -> Option<Certification> {
             })
         })
         .collect();
-    (!failures.is_empty()).then(|| Certification {
-        provider: provider.name.clone(),
-        kind: kind.name().to_owned(),
-        contract_version: kind.contract_version().to_owned(),
-        provider_digest: provider.digest(),
-        passed: false,
-        failures,
-        certified_at: clock::now_rfc3339(),
-    })
+    (!failures.is_empty()).then_some(failures)
 }

@@ -132,6 +132,8 @@ struct Prepared<'a> {
     configured: std::rc::Rc<Vec<ProviderConfig>>,
     /// The attempt's provider, as configured now.
     provider: ProviderConfig,
+    /// The headers its call carries (its secrets read).
+    headers: Vec<(String, String)>,
     input: Value,
     attempt: &'a ClaimedAttempt,
 }
@@ -179,10 +181,13 @@ fn prepare<'a>(
             cause: None,
         });
     };
+    let headers =
+        providers::headers(&provider, host).map_err(|error| NotCalled { error, cause: None })?;
     Ok(Prepared {
         kind,
         configured,
         provider,
+        headers,
         input,
         attempt,
     })
@@ -273,11 +278,10 @@ async fn call_and_record(
     p: &Prepared<'_>,
     news: &CallProgress,
 ) -> ApiResult<()> {
-    let api_key = providers::api_key(&p.provider, host);
     let started = clock::now_ms();
     let call = host.call(ProviderCall {
         provider: &p.provider,
-        api_key: api_key.as_deref(),
+        headers: &p.headers,
         kind: p.kind,
         input: &p.input,
         attempt_id: &p.attempt.id,
@@ -494,7 +498,7 @@ async fn start_hedge(
         return Ok(None);
     };
     let hedge_id = store.new_attempt_id(&attempt.job_id);
-    let digest = providers::digest(&running.configured, &next);
+    let digest = providers::digest(&running.configured, &next, running.kind.name());
     let inserted = store
         .insert_hedge(
             &NextAttempt {
@@ -549,7 +553,7 @@ async fn fail(
         return Ok(());
     };
     let new_id = store.new_attempt_id(&attempt.job_id);
-    let digest = providers::digest(&failed.configured, &next);
+    let digest = providers::digest(&failed.configured, &next, failed.kind.name());
     let failover = NextAttempt {
         new_id: &new_id,
         job_id: &attempt.job_id,

@@ -28,7 +28,9 @@ pub fn send(host: &dyn Host, message: Dispatch) -> LocalBoxFuture<'_, bool> {
 /// One provider call, as the dispatcher makes it.
 pub struct ProviderCall<'a> {
     pub provider: &'a ProviderConfig,
-    pub api_key: Option<&'a str>,
+    /// The headers the call carries beyond its body's: the key, and the provider's
+    /// extra headers, secrets read (`providers::headers`).
+    pub headers: &'a [(String, String)],
     pub kind: &'static Kind,
     pub input: &'a Value,
     /// The attempt: the call's `Idempotency-Key`.

@@ -22,8 +22,10 @@ pub(crate) async fn certify(ctx: &Ctx<'_>, name: &str) -> ApiResult<Response> {
     json(200, body.to_string(), Headers::new())
 }
 
-/// `GET /v1/providers`: every configured provider, with its certification for the
-/// current contract version of each kind that names it.
+/// `GET /v1/providers`: every configured provider, with what it is asked (its JSON
+/// form, its headers' names, the secrets it lacks), and for each kind that names it,
+/// its certification for the kind's current contract version and, when it is not
+/// certified, why (so that the operator's page can say why failover skips it).
 pub(crate) async fn list(ctx: &Ctx<'_>) -> ApiResult<Response> {
     let configured = providers::configured(ctx.host)?;
     let reports = ctx.store.certifications(Route::Any).await?;
@@ -31,15 +33,31 @@ pub(crate) async fn list(ctx: &Ctx<'_>) -> ApiResult<Response> {
     let providers: Vec<Value> = configured
         .iter()
         .map(|p| {
+            let missing = providers::missing_secrets(p, ctx.host);
             let per_kind: serde_json::Map<String, Value> = kinds
                 .iter()
                 .filter(|k| k.names_provider(&p.name))
                 .map(|k| {
                     let current = reports.iter().find(|r| certification::is_current(r, k, p));
+                    let why = match current {
+                        Some(r) if r.passed => None,
+                        Some(r) => Some(format!(
+                            "its certification for this contract version failed: {}",
+                            r.failures.first().and_then(|f| f["message"].as_str()).unwrap_or("no golden input")
+                        )),
+                        None if !missing.is_empty() => {
+                            Some(format!("the secrets it names are not set: {}", missing.join(", ")))
+                        }
+                        None => Some(
+                            "no certification for this contract version and configuration yet: the background pass (the cron) certifies it".to_owned(),
+                        ),
+                    };
                     let entry = json!({
                         "contract_version": k.contract_version(),
+                        "model": p.model_for(k.name()),
                         "certified": current.is_some_and(|r| r.passed),
                         "primary": k.primary() == p.name,
+                        "why": why,
                         "report": current,
                     });
                     (k.name().to_owned(), entry)
@@ -48,6 +66,10 @@ pub(crate) async fn list(ctx: &Ctx<'_>) -> ApiResult<Response> {
             json!({
                 "name": p.name,
                 "model": p.model,
+                "json_form": p.json_form,
+                "key_header": p.key_header.as_deref().unwrap_or("Authorization"),
+                "headers": p.headers.keys().collect::<Vec<_>>(),
+                "missing_secrets": missing,
                 "timeout_ms": p.timeout_ms,
                 "abandon_after_ms": p.abandon_after_ms,
                 "max_prompt_tokens": p.max_prompt_tokens,

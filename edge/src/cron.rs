@@ -12,13 +12,26 @@ use worker::Env;
 /// The cron: the one database's pass. Sharded, each shard runs its own pass from its
 /// alarm (`shard.rs`), and the cron only sweeps the previous layout's database, if the
 /// deployment keeps one.
+///
+/// Then, on either store, the background certification pass (`certification::auto`):
+/// each provider a kind names that has no report for the kind's current contract
+/// version and its own digest is certified, a few a pass, its reports written where
+/// every report is (D1, or every shard).
 pub(crate) async fn cron(env: &Env) -> ApiResult<()> {
     let store = crate::places::from_env(env)?.with_live(crate::live::notifier(env));
     let host = WorkerHost { env, ctx: None };
-    if !store.is_sharded() {
-        return run(&host, &store).await;
+    match store.is_sharded() {
+        false => run(&host, &store).await?,
+        true => run_previous(env, &store).await?,
     }
-    run_previous(env, &store).await
+    certify_due(&host, &store).await
+}
+
+/// The background certification pass: a store that fails it fails the cron's run,
+/// and the next run takes it up again (nothing due is marked done until its report is
+/// written).
+async fn certify_due(host: &WorkerHost<'_>, store: &Store) -> ApiResult<()> {
+    crate::certification::auto(store, host).await.map(drop)
 }
 
 /// The pass over the previous layout's D1, when a sharded deployment keeps one.
@@ -32,7 +45,8 @@ async fn run_previous(env: &Env, store: &Store) -> ApiResult<()> {
     Ok(())
 }
 
-/// The test-only `POST /v1/_reconcile`: one pass now, with the request's faults. Sharded:
+/// The test-only `POST /v1/_reconcile`: one pass now, with the request's faults, and the
+/// background certification pass. Sharded:
 /// every shard's own pass, concurrently (each with the same faults), and the previous
 /// layout's database's; or, with `alarm_in_ms`, every shard's alarm moved that close, so
 /// that a test can watch the alarms do the work.
@@ -42,10 +56,13 @@ pub(crate) async fn run_now(
     fault: Option<&str>,
     alarm_in_ms: Option<i64>,
 ) -> ApiResult<()> {
+    let host = WorkerHost { env, ctx: None };
     let Some(shards) = crate::places::Shards::from_env(env)? else {
-        return run(&WorkerHost { env, ctx: None }, store).await;
+        run(&host, store).await?;
+        return certify_due(&host, store).await;
     };
     run_previous(env, store).await?;
+    certify_due(&host, store).await?;
     let calls = shards.all().map(|shard| {
         let body =
             json!({"shard": shard.object_name(), "fault": fault, "alarm_in_ms": alarm_in_ms});

@@ -61,7 +61,7 @@ impl TextSink<'_> {
 /// fetch ([`AbortOnDrop`]).
 pub(crate) async fn call(
     provider: &ProviderConfig,
-    api_key: Option<&str>,
+    headers: &[(String, String)],
     kind: &Kind,
     input: &Value,
     attempt_id: &str,
@@ -78,7 +78,7 @@ pub(crate) async fn call(
     let read_over = std::cell::Cell::new(false);
     let exchange = async {
         let request =
-            build_request(provider, api_key, kind, input, attempt_id).map_err(Definite)?;
+            build_request(provider, headers, kind, input, attempt_id).map_err(Definite)?;
         let fetch = Fetch::Request(request);
         let sent = fetch.send_with_signal(&signal);
         futures_util::pin_mut!(sent);
@@ -431,7 +431,7 @@ fn stream_cut_short(
 
 fn build_request(
     provider: &ProviderConfig,
-    api_key: Option<&str>,
+    extra: &[(String, String)],
     kind: &Kind,
     input: &Value,
     attempt_id: &str,
@@ -448,10 +448,8 @@ fn build_request(
         .set("Content-Type", "application/json")
         .map_err(setup)?;
     headers.set("Idempotency-Key", attempt_id).map_err(setup)?;
-    if let Some(key) = api_key {
-        headers
-            .set("Authorization", &format!("Bearer {key}"))
-            .map_err(setup)?;
+    for (name, value) in extra {
+        headers.set(name, value).map_err(setup)?;
     }
     let body = request_body(provider, kind, input).to_string();
     let mut init = RequestInit::new();

@@ -86,7 +86,7 @@ impl Host for WorkerHost<'_> {
             });
         Box::pin(crate::openai::call(
             call.provider,
-            call.api_key,
+            call.headers,
             call.kind,
             call.input,
             call.attempt_id,

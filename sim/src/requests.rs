@@ -174,20 +174,3 @@ pub(crate) async fn reconcile(host: &dyn Host, store: &Store) -> Result<(), Erro
         .await
         .map_err(|e| e.code)
 }
-
-/// Certifies `provider` for every kind that names it (`POST
-/// /v1/providers/{name}/certify`): whether every report passed.
-pub(crate) async fn certify(
-    host: &dyn Host,
-    store: &Store,
-    provider: &str,
-) -> Result<bool, ErrorCode> {
-    let configured = onceclick_core::providers::configured(host).map_err(|e| e.code)?;
-    let config = onceclick_core::providers::find(&configured, provider)
-        .ok_or(ErrorCode::NotFound)?
-        .clone();
-    let reports = onceclick_core::certification::run(store, host, &config)
-        .await
-        .map_err(|e| e.code)?;
-    Ok(reports.iter().all(|r| r.passed))
-}

@@ -1,7 +1,7 @@
 // The operator's page (www/ops.html) in Chromium against the real Worker: the queue of
 // unknown attempts, each way out of one (resolve as failed, as succeeded with a pasted
-// result checked against the contract, cancel the job), the figures, an axe-core scan
-// and the keyboard.
+// result checked against the contract, cancel the job), the figures, the providers with
+// their certifications, an axe-core scan and the keyboard.
 
 const { test, before, after } = require("node:test");
 const assert = require("node:assert/strict");
@@ -134,5 +134,57 @@ test("the operator finds every unknown attempt and resolves each one from the pa
     const unknowns = Number(await page.locator('#figures tr[data-figure="attempts_unknown"] td').innerText());
     assert.ok(unknowns >= 3, `the figures count the unknown attempts: ${unknowns}`);
     assert.deepEqual(await h.axeScan(page), [], "no serious or critical violation after the decisions");
+  });
+});
+
+test("the operator sees each provider, how it is asked, and why failover skips it for a kind", { timeout: TEST_MS }, async () => {
+  await h.withPage(browser, "ops-providers", { opener: openOps }, async (page) => {
+    await page.waitForFunction(() => document.body.dataset.providers === "yes", null, { timeout: h.WAIT_MS });
+    const provider = (name) => page.locator(`#providers tbody tr[data-provider="${name}"]`);
+    const field = (name, f) => provider(name).locator(`td[data-field="${f}"]`).innerText();
+    const names = await page.$$eval("#providers tbody tr", (trs) => trs.map((tr) => tr.dataset.provider));
+    assert.deepEqual(names.sort(), ["fallback", "primary"]);
+
+    // The test Worker's fallback is of the other shape (tests/src/mock.rs providers_var):
+    // JSON asked as json_object, its key in api-key, two more headers (one a secret's).
+    assert.equal(await field("fallback", "json_form"), "json_object");
+    assert.equal(await field("fallback", "model"), "mock-large");
+    const headers = await provider("fallback").locator('td[data-field="headers"] code').allInnerTexts();
+    assert.deepEqual(headers.sort(), ["X-Tenant", "X-Title"], "its headers' names (never their values)");
+    assert.doesNotMatch(await field("fallback", "headers"), /onceclick tests/, "a header's value is not shown");
+    assert.equal(await field("primary", "json_form"), "strict", "today's form is the default");
+    assert.equal(await field("primary", "headers"), "none");
+    // Every secret the test Worker's providers name is set.
+    assert.ok(await page.locator("#providers-warnings").isHidden());
+    assert.equal(await page.locator("#providers .missing").count(), 0);
+
+    // primary is summarize's primary; no golden prompt fits its max_prompt_tokens (10), so
+    // it is not certified for any kind: a failed report says prompt too long, and until
+    // the background pass has run, the page says it is to come.
+    const summarize = provider("primary").locator('li[data-kind="summarize"]');
+    assert.equal(await summarize.getAttribute("data-primary"), "true");
+    assert.match(await summarize.innerText(), /primary/);
+    const refused = provider("primary").locator('li[data-certified="false"]');
+    assert.ok((await refused.count()) > 0, "primary is not certified for some kind");
+    assert.equal(await provider("primary").locator('li[data-certified="true"]').count(), 0);
+    for (const why of await refused.locator(".why").allInnerTexts()) {
+      assert.match(why, /max_prompt_tokens of primary|background pass/, `a reason is shown: ${why}`);
+    }
+    assert.equal(await refused.locator(".why").count(), await refused.count(), "each refusal has its reason");
+    assert.match(await refused.first().innerText(), /not certified/);
+
+    // Refresh reads the providers again: once fallback is certified, the page says so.
+    // (The page marks each load of GET /v1/providers it has shown.)
+    await h.certifyFallback();
+    await page.evaluate(() => { delete document.body.dataset.providers; });
+    await page.locator("#refresh").click();
+    await page.waitForFunction(() => document.body.dataset.providers === "yes", null, { timeout: h.WAIT_MS });
+    const fallbackSummarize = provider("fallback").locator('li[data-kind="summarize"]');
+    assert.equal(await fallbackSummarize.getAttribute("data-certified"), "true");
+    assert.match(await fallbackSummarize.innerText(), /certified/);
+    assert.equal(await fallbackSummarize.getAttribute("data-primary"), "false");
+    assert.equal(await provider("fallback").locator('li[data-certified="false"]').count(), 0, "certified for every kind");
+    assert.equal(await provider("fallback").locator(".why").count(), 0, "no reason where none is due");
+    assert.deepEqual(await h.axeScan(page), [], "no serious or critical violation");
   });
 });

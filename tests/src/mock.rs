@@ -19,6 +19,8 @@
 //! Control API (for tests and for the demo page):
 //! - `POST /_script` `{"provider", "contains", "steps": [Step…]}`
 //! - `POST /_release` `{"gate"}` — lets every call held at that gate answer
+//! - `POST /_expect` `{"provider", "headers"}` — the headers that provider requires
+//!   (`expect.rs`): a call without one is a `401`
 //! - `GET /_calls?contains=M` — every call whose prompt contains M
 //! - `GET /_calls/wait?contains=M&count=N&timeout_ms=T` — waits for N such calls
 //!
@@ -42,6 +44,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 mod content;
+mod expect;
 #[cfg(test)]
 mod tests;
 
@@ -130,6 +133,9 @@ pub struct Call {
     pub temperature: Option<f64>,
     pub prompt: String,
     pub has_response_format: bool,
+    /// `response_format.type`, if it has one (`json_schema`, `json_object`).
+    #[serde(default)]
+    pub response_format: Option<String>,
     /// Whether the call asked for a streamed answer (`"stream": true`), and for its
     /// usage chunk (`stream_options.include_usage`).
     #[serde(default)]
@@ -144,6 +150,9 @@ pub struct Call {
     /// far with it, and when (ms since the Unix epoch) its last bytes left the mock.
     #[serde(default)]
     pub sent: Vec<(u64, u64)>,
+    /// Its headers, but the transport's (names in lower case).
+    #[serde(default)]
+    pub headers: std::collections::BTreeMap<String, String>,
     /// The kind whose messages the call's are, if any (see the module's doc).
     #[serde(default)]
     pub kind: Option<String>,
@@ -160,6 +169,7 @@ struct Inner {
     scripts: Vec<(Script, usize)>,
     calls: Vec<Call>,
     released: HashSet<String>,
+    expected: expect::Expected,
 }
 
 #[derive(Clone, Default)]
@@ -180,6 +190,7 @@ fn router(mock: Mock) -> Router {
         .route("/{provider}/v1/chat/completions", post(chat))
         .route("/_script", post(script))
         .route("/_release", post(release))
+        .route("/_expect", post(expect::expect))
         .route("/_calls", get(calls))
         .route("/_calls/wait", get(wait_calls))
         .fallback(preflight)
@@ -215,7 +226,37 @@ async fn preflight(method: axum::http::Method) -> StatusCode {
 }
 
 /// Starts the mock on its own thread and runtime; returns once it is listening.
+/// The secrets the tests' `fallback` reads, as the test Workers set them.
+pub const FALLBACK_SECRETS: [(&str, &str); 2] = [
+    ("FALLBACK_API_KEY", "test-key"),
+    ("FALLBACK_TENANT", "tenant-7"),
+];
+
+/// The mock as the suites run it: `fallback`'s calls must carry the headers that
+/// [`providers_var`] configures, or they are refused (`401`).
+pub fn spawn_for_tests(port: u16) -> std::io::Result<()> {
+    let mock = Mock::default();
+    let required = [
+        ("api-key", "test-key"),
+        ("x-title", "onceclick tests"),
+        ("x-tenant", "tenant-7"),
+    ];
+    mock.lock().expected.insert(
+        "fallback".to_owned(),
+        required
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    );
+    serve(port, mock)
+}
+
+/// The mock with no provider requiring a header (`cargo xtask dev`).
 pub fn spawn(port: u16) -> std::io::Result<()> {
+    serve(port, Mock::default())
+}
+
+fn serve(port: u16, mock: Mock) -> std::io::Result<()> {
     let listener = std::net::TcpListener::bind(("127.0.0.1", port))?;
     listener.set_nonblocking(true)?;
     std::thread::Builder::new()
@@ -228,7 +269,7 @@ pub fn spawn(port: u16) -> std::io::Result<()> {
             let Ok(runtime) = runtime else { return };
             runtime.block_on(async move {
                 if let Ok(listener) = tokio::net::TcpListener::from_std(listener) {
-                    let _ = axum::serve(listener, router(Mock::default())).await;
+                    let _ = axum::serve(listener, router(mock)).await;
                 }
             });
         })?;
@@ -273,6 +314,7 @@ async fn chat(
             temperature: body["temperature"].as_f64(),
             prompt: prompt.clone(),
             has_response_format: body["response_format"]["json_schema"]["schema"].is_object(),
+            response_format: body["response_format"]["type"].as_str().map(str::to_owned),
             stream: body["stream"] == true,
             include_usage: body["stream_options"]["include_usage"] == true,
             closed_after_ms: None,
@@ -280,7 +322,13 @@ async fn chat(
             kind: asked.kind.map(|k| k.name().to_owned()),
             max_tokens: body["max_tokens"].as_u64(),
             messages: body["messages"].as_array().map_or(0, Vec::len),
+            headers: expect::recorded(&headers),
         });
+        if let Some(refused) = expect::refused(&inner.expected, &provider, &headers) {
+            drop(inner);
+            mock.changed.notify_waiters();
+            return refused;
+        }
         let step = inner
             .scripts
             .iter_mut()
@@ -732,8 +780,13 @@ pub fn providers_var(
     // within two `timeout_ms` in all (a limit a test reaches in seconds),
     // `primary` the whole answer (unless `primary_streams`: the demo page's end-to-end
     // tests, where a hedge race has two streams).
+    // `fallback` is also a provider of the other shape: its key in an `api-key` header
+    // (as Azure's), two more headers (one a secret's), and JSON asked as `json_object`.
+    // The mock refuses its calls without them ([`spawn_for_tests`]).
     let mut fallback = json!({"name": "fallback", "base_url": format!("http://127.0.0.1:{port}/fallback/v1"),
                               "model": "mock-large", "timeout_ms": timeout_ms, "api_key_secret": "FALLBACK_API_KEY",
+                              "key_header": "api-key", "json_form": "json_object",
+                              "headers": {"X-Title": "onceclick tests", "X-Tenant": {"secret": "FALLBACK_TENANT"}},
                               "stream": true, "total_timeout_ms": timeout_ms * 2});
     if let Some(ms) = fallback_abandon_after_ms {
         fallback["abandon_after_ms"] = json!(ms);

@@ -55,7 +55,9 @@ async fn every_provider_call_carries_the_attempt_id_as_its_key() {
         "primary names no key secret"
     );
 
-    // The fallback's key comes from the secret its config names.
+    // The fallback's key comes from the secret its config names, in the header its
+    // config names, with its other headers (one a secret's); it is asked for JSON as
+    // `json_object`, the output schema only in the prompt.
     let marker = unique("keys-fallback");
     let job = create(&api, &token, "summarize", &marker, Some("fallback")).await;
     let done = api
@@ -63,7 +65,12 @@ async fn every_provider_call_carries_the_attempt_id_as_its_key() {
         .await;
     let calls = mock.calls(&marker).await;
     assert_eq!(calls[0]["idempotency_key"], attempt(&done, 1)["id"]);
-    assert_eq!(calls[0]["authorization"], "Bearer test-key");
+    assert_eq!(calls[0]["authorization"], Value::Null);
+    let headers = &calls[0]["headers"];
+    assert_eq!(headers["api-key"], "test-key", "{headers}");
+    assert_eq!(headers["x-title"], "onceclick tests", "{headers}");
+    assert_eq!(headers["x-tenant"], "tenant-7", "{headers}");
+    assert_eq!(calls[0]["has_response_format"], false, "{}", calls[0]);
 
     let events = types(&api.events(&token, &id(&job)).await);
     for expected in [

@@ -278,7 +278,9 @@ async fn only_certified_providers_receive_failover_hedges_and_fallbacks() {
 
     // Changing a kind's declaration makes a new contract version, which has no
     // certification: seen from the database, a stored report for another version no
-    // longer counts, and certifying again restores the gate.
+    // longer counts (as after a deploy that changed the kind). No one certifies by
+    // hand: the cron's background pass certifies what is due, a few a pass, and the
+    // gate opens again.
     let moved = db::execute(
         "UPDATE certifications SET contract_version = 'an-old-version' WHERE provider = ?1",
         "fallback",
@@ -293,7 +295,18 @@ async fn only_certified_providers_receive_failover_hedges_and_fallbacks() {
     ))
     .await;
     assert_eq!(refused.problem_code(), "provider_not_certified");
-    api.ensure_certified("fallback").await;
+    for _ in 0..4 {
+        if certified(&api, &token, "fallback", "summarize").await {
+            break;
+        }
+        api.run_cron().await;
+    }
+    assert!(certified(&api, &token, "fallback", "summarize").await);
+    let line = onceclick_tests::log::wait_event("certified_in_background", 10, |l| {
+        l["provider"] == "fallback" && l["kind"] == "summarize" && l["passed"] == true
+    })
+    .await;
+    assert!(line.is_some(), "the background pass logs what it certified");
     let allowed = send(api.post_json(
         &token,
         &format!("/v1/jobs/{job}/attempts"),

@@ -23,14 +23,23 @@ pub(crate) fn kinds(root: &Path) -> Result<Vec<Kind>> {
 
 /// The providers `wrangler.toml` configures in its `PROVIDERS` var.
 pub(crate) fn providers(root: &Path) -> Result<Vec<ProviderConfig>> {
-    let text = std::fs::read_to_string(root.join("wrangler.toml"))?;
-    let config: toml::Table = text.parse().context("wrangler.toml does not parse")?;
-    let providers = config
+    providers_of(&root.join("wrangler.toml"))
+}
+
+/// The providers a wrangler configuration's `[vars] PROVIDERS` declares, each checked as
+/// the Worker loads it (an unknown field is refused, named).
+pub(crate) fn providers_of(config: &Path) -> Result<Vec<ProviderConfig>> {
+    let name = config.display();
+    let text = std::fs::read_to_string(config)?;
+    let table: toml::Table = text
+        .parse()
+        .with_context(|| format!("{name} does not parse"))?;
+    let providers = table
         .get("vars")
         .and_then(|v| v.get("PROVIDERS"))
         .and_then(|v| v.as_str())
-        .context("wrangler.toml has no [vars] PROVIDERS")?;
-    ProviderConfig::parse_list(providers).map_err(anyhow::Error::msg)
+        .with_context(|| format!("{name} has no [vars] PROVIDERS"))?;
+    ProviderConfig::parse_list(providers).map_err(|e| anyhow::anyhow!("{name}: {e}"))
 }
 
 /// How a prompt was counted.
@@ -145,6 +154,29 @@ pub(crate) fn run(root: &Path, name: &str, url: &str, admin_token: &str) -> Resu
     Ok(())
 }
 
+/// Runs the Worker's cron `passes` times (`GET /__scheduled`, which `wrangler dev
+/// --test-scheduled` serves): each pass certifies a few of the (kind, provider) pairs
+/// due, as the deployed cron does once a minute.
+pub(crate) fn scheduled_passes(url: &str, passes: u32) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let http = reqwest::Client::new();
+        for _ in 0..passes {
+            let reply = http
+                .get(format!("{url}/__scheduled"))
+                .query(&[("cron", "* * * * *")])
+                .send()
+                .await?;
+            if !reply.status().is_success() {
+                bail!("the cron answered {}", reply.status());
+            }
+        }
+        Ok(())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -161,6 +193,10 @@ mod tests {
             max_prompt_tokens: max,
             stream: false,
             total_timeout_ms: None,
+            models: Default::default(),
+            key_header: None,
+            headers: Default::default(),
+            json_form: Default::default(),
         }
     }
 

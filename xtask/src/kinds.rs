@@ -9,7 +9,9 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 /// Checks `dir`'s kind files and prints them rendered; an error lists every broken file.
-pub(crate) fn run(dir: &Path) -> Result<()> {
+/// Then the providers of `root`'s configurations: each loads, every provider a kind
+/// names is configured, and the local one's secrets are in `.dev.vars`.
+pub(crate) fn run(root: &Path, dir: &Path) -> Result<()> {
     let files = check(dir)?;
     for file in &files {
         print!("{}", rendered(file));
@@ -19,7 +21,65 @@ pub(crate) fn run(dir: &Path) -> Result<()> {
         files.len(),
         dir.display()
     );
+    let kinds: Vec<_> = files.iter().map(|f| &f.kind).collect();
+    let local = std::fs::read_to_string(root.join(".dev.vars")).unwrap_or_default();
+    for (config, secrets) in [
+        ("wrangler.toml", Some(local.as_str())),
+        ("wrangler.production.toml", None),
+    ] {
+        for line in providers_check(&root.join(config), &kinds, secrets)? {
+            println!("{config}: {line}");
+        }
+    }
     Ok(())
+}
+
+/// The providers `config` declares, checked against the kinds: every provider a kind
+/// names is configured; with `secrets` (a `.dev.vars` text), every secret a provider
+/// names is set there. What it needs, one line each; an error names what is wrong.
+pub(crate) fn providers_check(
+    config: &Path,
+    kinds: &[&onceclick_protocol::contract::Kind],
+    secrets: Option<&str>,
+) -> Result<Vec<String>> {
+    let providers = crate::certify::providers_of(config)?;
+    let mut lines = Vec::new();
+    for kind in kinds {
+        for name in &kind.decl().providers {
+            if !providers.iter().any(|p| &p.name == name) {
+                bail!(
+                    "{}: kind {} names provider {name:?}, which it does not configure",
+                    config.display(),
+                    kind.name()
+                );
+            }
+        }
+    }
+    for provider in &providers {
+        let needed: Vec<&str> = provider.secrets().collect();
+        if let Some(vars) = secrets {
+            let set = |name: &str| {
+                vars.lines()
+                    .any(|l| l.trim_start().starts_with(&format!("{name}=")))
+            };
+            if let Some(missing) = needed.iter().find(|name| !set(name)) {
+                bail!(
+                    "{}: provider {} names the secret {missing}, which .dev.vars does not set",
+                    config.display(),
+                    provider.name
+                );
+            }
+        }
+        lines.push(match needed.is_empty() {
+            true => format!("provider {} needs no secret", provider.name),
+            false => format!(
+                "provider {} needs the secrets {}",
+                provider.name,
+                needed.join(", ")
+            ),
+        });
+    }
+    Ok(lines)
 }
 
 /// The kind files of `dir`, or an error that names each broken one.
@@ -166,6 +226,75 @@ mod tests {
         assert!(
             stderr.contains("broken.json: at answer: unknown variant `txt`"),
             "{stderr}"
+        );
+    }
+
+    #[test]
+    fn a_provider_whose_secret_is_not_set_is_refused() {
+        let files = check(&project_root().join("edge/kinds")).unwrap();
+        let kinds: Vec<_> = files.iter().map(|f| &f.kind).collect();
+        let production = project_root().join("wrangler.production.toml");
+        let lines = providers_check(&production, &kinds, None).unwrap();
+        assert!(
+            lines.iter().any(|l| l.contains("OPENROUTER_API_KEY")),
+            "{lines:?}"
+        );
+        let e = providers_check(
+            &production,
+            &kinds,
+            Some("AUTH_SECRET=x\nOPENAI_API_KEY=k\n"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("provider fallback names the secret OPENROUTER_API_KEY"),
+            "{e}"
+        );
+        assert!(providers_check(
+            &production,
+            &kinds,
+            Some("OPENAI_API_KEY=k\nOPENROUTER_API_KEY=k\n")
+        )
+        .is_ok());
+    }
+
+    /// The production configuration binds what the local one binds (the Worker reads
+    /// the same bindings and vars), and publishes no page.
+    #[test]
+    fn the_production_configuration_binds_what_the_local_one_does() {
+        let read = |name: &str| -> toml::Table {
+            std::fs::read_to_string(project_root().join(name))
+                .unwrap()
+                .parse()
+                .unwrap()
+        };
+        let (local, production) = (read("wrangler.toml"), read("wrangler.production.toml"));
+        for key in [
+            "main",
+            "compatibility_date",
+            "build",
+            "durable_objects",
+            "migrations",
+            "queues",
+            "triggers",
+            "ratelimits",
+            "d1_databases",
+        ] {
+            assert_eq!(local.get(key), production.get(key), "{key}");
+        }
+        let names = |t: &toml::Table| -> Vec<String> {
+            t["vars"].as_table().unwrap().keys().cloned().collect()
+        };
+        let production_vars = names(&production);
+        for var in names(&local) {
+            assert!(
+                production_vars.contains(&var),
+                "{var} is not set in wrangler.production.toml"
+            );
+        }
+        assert!(
+            production.get("assets").is_none(),
+            "no page is published in production"
         );
     }
 

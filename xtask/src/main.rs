@@ -23,10 +23,12 @@
 //! - `lint`: `cargo fmt --check` and clippy (`-D warnings`) on every crate.
 //! - `move-status [--local [--persist DIR]]`: during a move from D1 to the shards, how
 //!   many jobs D1 still holds, and so whether `PREVIOUS_STORE` may go (`moves.rs`).
-//! - `certify --provider NAME [--url URL]`: prompt sizes against `max_prompt_tokens`,
-//!   then certification on a running Worker (default: the one `dev` serves).
+//! - `certify --provider NAME [--url URL] [--token TOKEN]`: prompt sizes against
+//!   `max_prompt_tokens`, then certification on a running Worker (default: the one `dev`
+//!   serves), with any admin token (default: one minted from `.dev.vars`).
 //! - `kinds [--dir DIR]`: checks every kind file as the build will, and prints each
-//!   kind's messages rendered for its golden inputs (`kinds.rs`).
+//!   kind's messages rendered for its golden inputs; then the providers of
+//!   `wrangler.toml` and `wrangler.production.toml` (`kinds.rs`).
 //!
 //! Each command takes only its own flags: any other flag, or a flag without its value,
 //! is an error. `cargo xtask --help` prints every command with its flags.
@@ -63,7 +65,7 @@ use std::path::PathBuf;
 use tools::{project_root, Tools};
 
 /// Printed after every parse error; `usage_says_what_parses` keeps it true to the grammar.
-const USAGE: &str = "usage: cargo xtask <dev [--port N] [--store durable] | test [--browser] [--e2e] [--soak] [--only NAME] [--store d1|durable] | token --owner NAME [--admin] [--ttl SECONDS] | sim [--seed N] [--ops N] [--world N] [--skip LIST] [--mutant NAME] [--mutants] [--soak] | build-edge | lint | sdk | bench [--store durable] [--live] [--stops] [--streamed] [--render] | load | move-status [--local] [--persist DIR] | certify --provider NAME [--url URL] | kinds [--dir DIR]>";
+const USAGE: &str = "usage: cargo xtask <dev [--port N] [--store durable] | test [--browser] [--e2e] [--soak] [--only NAME] [--store d1|durable] | token --owner NAME [--admin] [--ttl SECONDS] | sim [--seed N] [--ops N] [--world N] [--skip LIST] [--mutant NAME] [--mutants] [--soak] | build-edge | lint | sdk | bench [--store durable] [--live] [--stops] [--streamed] [--render] | load | move-status [--local] [--persist DIR] | certify --provider NAME [--url URL] [--token TOKEN] | kinds [--dir DIR]>";
 
 // One struct per command with its own flags, and `XtaskCmd`, the enum of them: generated
 // below from this grammar by `UPDATE_XFLAGS=1 cargo build -p xtask`.
@@ -155,6 +157,9 @@ xflags::xflags! {
             required --provider name: String
             /// The Worker (default the one `dev` serves, http://127.0.0.1:8787).
             optional --url url: String
+            /// An admin token (default: $ONCECLICK_ADMIN_TOKEN, else one minted from the
+            /// AUTH_SECRET in .dev.vars).
+            optional --token token: String
         }
         /// Check every kind file as the build will, and show its rendered prompts.
         cmd kinds {
@@ -252,6 +257,7 @@ pub struct MoveStatus {
 pub struct Certify {
     pub provider: String,
     pub url: Option<String>,
+    pub token: Option<String>,
 }
 
 #[derive(Debug)]
@@ -333,6 +339,7 @@ fn real_main() -> Result<()> {
             Ok(())
         }
         XtaskCmd::Kinds(flags) => kinds::run(
+            &project_root(),
             &flags
                 .dir
                 .clone()
@@ -340,8 +347,17 @@ fn real_main() -> Result<()> {
         ),
         XtaskCmd::Certify(flags) => {
             let root = project_root();
-            let admin =
-                onceclick_tests::auth::mint(&dev::secret(&root)?, "xtask-certify", true, 600)?;
+            // Any admin token: one an identity provider issued, or one minted from the
+            // local secret (`.dev.vars`) when none is given.
+            let admin = match flags
+                .token
+                .or_else(|| std::env::var("ONCECLICK_ADMIN_TOKEN").ok())
+            {
+                Some(token) => token,
+                None => {
+                    onceclick_tests::auth::mint(&dev::secret(&root)?, "xtask-certify", true, 600)?
+                }
+            };
             let url = flags
                 .url
                 .unwrap_or_else(|| "http://127.0.0.1:8787".to_owned());

@@ -34,6 +34,10 @@ pub(crate) fn suites(flags: &crate::Test) -> Result<()> {
             bundle.wasm_gzip + bundle.js_gzip,
             WORKER_BUDGET,
         )?;
+        // The production configuration deploys too (its own providers, no pages).
+        eprintln!("xtask: wrangler deploy --dry-run --config wrangler.production.toml");
+        let production = root.join("wrangler.production.toml");
+        bench_sizes::bundle(&tools, "worker-production", Some(&production))?;
         // Fails over the SDK's own budget.
         sdk::build(&tools)?;
     }

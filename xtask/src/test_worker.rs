@@ -79,7 +79,7 @@ impl StoreKind {
 
 /// The vars every Worker the suites start needs: its secret, the mock's providers (each
 /// timing out after `timeout_ms`; `fallback` abandoned after `abandon_ms`), and the
-/// fallback's API key.
+/// fallback's secrets (its key, and a header's).
 pub(crate) fn base_vars(
     secret: &str,
     mock_port: u16,
@@ -98,8 +98,14 @@ pub(crate) fn base_vars(
                 primary_streams,
             ),
         ),
-        ("FALLBACK_API_KEY".into(), "test-key".into()),
     ]
+    .into_iter()
+    .chain(
+        onceclick_tests::mock::FALLBACK_SECRETS
+            .iter()
+            .map(|(name, value)| (name.to_string(), value.to_string())),
+    )
+    .collect()
 }
 
 /// What a suite that starts Workers of its own begins with (the crash suite, the move
@@ -117,7 +123,7 @@ impl Scratch {
         let _ = std::fs::remove_dir_all(&persist);
         wrangler::migrate(tools, &persist, true)?;
         let mock_port = wrangler::free_port()?;
-        onceclick_tests::mock::spawn(mock_port)?;
+        onceclick_tests::mock::spawn_for_tests(mock_port)?;
         Ok(Self {
             persist,
             secret: tools::random_secret()?,
@@ -201,7 +207,7 @@ impl TestWorker {
         }
         let secret = tools::random_secret()?;
         let mock_port = wrangler::free_port()?;
-        onceclick_tests::mock::spawn(mock_port)?;
+        onceclick_tests::mock::spawn_for_tests(mock_port)?;
         let log = scratch.join(format!("wrangler-{port}.log"));
         eprintln!(
             "xtask: starting wrangler dev on 127.0.0.1:{port} (log: {})",

@@ -1,7 +1,7 @@
 //! The kind loader's tests: the shipped files, and what a declaration may not say.
 
 use super::*;
-use serde_json::json;
+use serde_json::{json, Value};
 
 const SUMMARIZE: &str = include_str!("../../../edge/kinds/summarize.json");
 

@@ -468,12 +468,22 @@ impl World {
     }
 
     /// Runs a reconciler pass over `layout` on the reconciler's isolate.
+    /// The pass over the whole store (the cron's, or D1's) is followed by the background
+    /// certification pass, as the cron runs it: with every pair certified at set-up it
+    /// finds nothing due, but reads the reports under the world's faults.
     pub(super) fn spawn_reconcile(self: &Rc<Self>, layout: Layout) {
         let world = self.clone();
+        let whole = self.layout.get();
         self.exec.spawn(RECONCILER, Role::Reconcile, async move {
             let host = world.host(RECONCILER);
             let store = world.notifying_store(layout, "/v1/_reconcile");
             let _ = requests::reconcile(&host, &store).await;
+            if layout == Layout::One {
+                let store = world.store(whole, "cron");
+                if let Ok(made) = onceclick_core::certification::auto(&store, &host).await {
+                    world.certified_in_background(&made);
+                }
+            }
         });
     }
 

@@ -312,13 +312,20 @@ impl World {
         db::clear_writes();
     }
 
-    /// Certifies the fallback provider in `layout`, on the reconciler's isolate.
+    /// Certifies the providers in `layout` as a deployment's cron does, on the
+    /// reconciler's isolate: background passes (`certification::auto`) until one finds
+    /// nothing due (each certifies a few pairs).
     fn certify_fallback(self: &Rc<Self>, layout: Layout) {
         let world = self.clone();
         self.exec.spawn(RECONCILER, Role::Setup, async move {
             let host = world.host(RECONCILER);
             let store = world.store(layout, "setup");
-            let _ = requests::certify(&host, &store, "fallback").await;
+            for _ in 0..8 {
+                match onceclick_core::certification::auto(&store, &host).await {
+                    Ok(made) if !made.is_empty() => continue,
+                    _ => break,
+                }
+            }
         });
     }
 
@@ -378,6 +385,17 @@ impl World {
     /// A number below `n`, from the run's seed.
     pub(crate) fn below(&self, n: u64) -> u64 {
         self.rng.borrow_mut().below(n)
+    }
+
+    /// The cron's background certification pass made `made`: with every pair
+    /// certified at set-up, a report it makes is a pair it found due that was not.
+    pub(crate) fn certified_in_background(&self, made: &[onceclick_core::store::Certification]) {
+        for report in made {
+            self.violate(format!(
+                "the background pass certified {} for {} again, though set-up certified every pair: {report:?}",
+                report.provider, report.kind
+            ));
+        }
     }
 
     /// The kinds this world declares (its configuration's).

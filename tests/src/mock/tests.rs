@@ -87,3 +87,40 @@ async fn a_streamed_translate_call_streams_the_golden_text() {
     assert_eq!(calls[0]["max_tokens"], 4000);
     assert_eq!(calls[0]["temperature"], 0.3);
 }
+
+/// A provider that requires headers (`POST /_expect`) refuses a call without them, and
+/// answers one with them: a test fails when a provider's headers do not reach it.
+#[tokio::test]
+async fn a_call_without_a_required_header_is_refused() {
+    let base = serve().await;
+    let http = reqwest::Client::new();
+    let expect = json!({"provider": "gateway", "headers": {"api-key": "k", "X-Title": "t"}});
+    let set = http
+        .post(format!("{base}/_expect"))
+        .json(&expect)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(set.status(), 204);
+    let input = json!({"text": "Where is the station? (expect)", "to": "Spanish"});
+    let url = format!("{base}/gateway/v1/chat/completions");
+    let send = |headers: &[(&str, &str)]| {
+        let mut request = http.post(&url).json(&body("translate", &input));
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        request.send()
+    };
+    let refused = send(&[("api-key", "k")]).await.unwrap();
+    assert_eq!(refused.status(), 401);
+    assert!(refused.text().await.unwrap().contains("x-title"));
+    let wrong = send(&[("api-key", "other"), ("x-title", "t")])
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), 401);
+    let answered = send(&[("api-key", "k"), ("x-title", "t")]).await.unwrap();
+    assert_eq!(answered.status(), 200);
+    let recorded = calls(&base, "(expect)").await;
+    assert_eq!(recorded.len(), 3, "every call is recorded, refused or not");
+    assert_eq!(recorded[2]["headers"]["x-title"], "t");
+}

@@ -1,0 +1,225 @@
+//! One OpenAI-compatible provider, as the `PROVIDERS` var declares it, and what a
+//! certification is bound to (its digest).
+
+use crate::fingerprint::canonical_sha256;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+
+/// One OpenAI-compatible provider: `POST {base_url}/chat/completions`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderConfig {
+    /// The name kinds use in their failover order.
+    pub name: String,
+    /// `POST {base_url}/chat/completions` is called.
+    pub base_url: String,
+    /// The model asked for (unless `models` names another for the kind).
+    pub model: String,
+    /// A model per kind, by the kind's name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub models: BTreeMap<String, String>,
+    /// The name of the wrangler secret holding the API key, if the provider needs one.
+    #[serde(default)]
+    pub api_key_secret: Option<String>,
+    /// The header that carries the key: `Authorization` (the default) as `Bearer KEY`,
+    /// or another (Azure's `api-key`), which carries the key alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_header: Option<String>,
+    /// More headers on every call (OpenRouter's `HTTP-Referer`): a value, or
+    /// `{"secret": NAME}` for a wrangler secret's.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, HeaderValue>,
+    /// How it is asked for a JSON answer: `strict` (the default: the output schema as a
+    /// strict `json_schema`), `json_object` (`response_format: json_object`, the schema
+    /// only in the prompt) or `prompt` (no response format at all).
+    #[serde(default)]
+    pub json_form: JsonForm,
+    /// How long one call may take before the attempt becomes `unknown`; for a provider
+    /// that streams, how long it may stay silent (before its answer's head, or between
+    /// two chunks).
+    pub timeout_ms: u64,
+    /// The provider streams its answers: its calls send `"stream": true` (and ask for
+    /// the usage chunk), and their text is read as it comes.
+    #[serde(default)]
+    pub stream: bool,
+    /// With `stream`: how long one streamed call may take in all, however often it
+    /// speaks (default: [`ProviderConfig::DEFAULT_STREAM_TOTAL_TIMEOUTS`] times
+    /// `timeout_ms`).
+    #[serde(default)]
+    pub total_timeout_ms: Option<u64>,
+    /// The provider promises to stop all work this long after a call.
+    #[serde(default)]
+    pub abandon_after_ms: Option<u64>,
+    /// The largest prompt the provider takes, in its own tokens.
+    #[serde(default)]
+    pub max_prompt_tokens: Option<u64>,
+}
+
+/// A header's value: as written, or a wrangler secret's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum HeaderValue {
+    /// The value itself.
+    Text(String),
+    /// The value of the wrangler secret `secret`.
+    Secret {
+        /// The secret's name.
+        secret: String,
+    },
+}
+
+/// How a provider is asked for a JSON answer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JsonForm {
+    /// `response_format: {type: json_schema, json_schema: {strict: true, schema}}`.
+    #[default]
+    Strict,
+    /// `response_format: {type: json_object}`: valid JSON, its shape asked by the prompt.
+    JsonObject,
+    /// No response format: the prompt alone asks for the JSON.
+    Prompt,
+}
+
+impl ProviderConfig {
+    /// A streamed call's total limit, in `timeout_ms`, when `total_timeout_ms` is unset.
+    pub const DEFAULT_STREAM_TOTAL_TIMEOUTS: u64 = 10;
+
+    /// How long one call may take in all: `timeout_ms`, or for a provider that streams,
+    /// `total_timeout_ms`.
+    pub fn total_ms(&self) -> u64 {
+        match self.stream {
+            false => self.timeout_ms,
+            true => self.total_timeout_ms.unwrap_or(
+                self.timeout_ms
+                    .saturating_mul(Self::DEFAULT_STREAM_TOTAL_TIMEOUTS),
+            ),
+        }
+    }
+
+    /// Parses the `PROVIDERS` var: a JSON array of providers. An entry with a field
+    /// this Worker does not know is refused, named.
+    pub fn parse_list(text: &str) -> Result<Vec<ProviderConfig>, String> {
+        serde_json::from_str(text).map_err(|e| format!("PROVIDERS does not parse: {e}"))
+    }
+
+    /// The model asked for a job of `kind`.
+    pub fn model_for(&self, kind: &str) -> &str {
+        self.models.get(kind).unwrap_or(&self.model)
+    }
+
+    /// The secrets its calls read: the key's, and each secret header's.
+    pub fn secrets(&self) -> impl Iterator<Item = &str> {
+        let headers = self.headers.values().filter_map(|v| match v {
+            HeaderValue::Secret { secret } => Some(secret.as_str()),
+            HeaderValue::Text(_) => None,
+        });
+        self.api_key_secret.as_deref().into_iter().chain(headers)
+    }
+
+    /// What a certification for `kind` is bound to: SHA-256 of the canonical
+    /// `{base_url, model}` (the kind's model), with whatever else changes what the
+    /// provider is asked: its JSON form (unless `strict`), the names of its extra
+    /// headers and the header that carries its key (lower case). Another model, another
+    /// address, another form is another provider; an entry in the first form keeps the
+    /// digest it had.
+    pub fn digest_for(&self, kind: &str) -> String {
+        let mut what = Map::new();
+        what.insert("base_url".to_owned(), Value::String(self.base_url.clone()));
+        what.insert("model".to_owned(), self.model_for(kind).into());
+        if self.json_form != JsonForm::Strict {
+            what.insert("json_form".to_owned(), serde_json::json!(self.json_form));
+        }
+        if !self.headers.is_empty() {
+            let mut names: Vec<String> = self
+                .headers
+                .keys()
+                .map(|k| k.to_ascii_lowercase())
+                .collect();
+            names.sort();
+            what.insert("headers".to_owned(), names.into());
+        }
+        if let Some(header) = &self.key_header {
+            what.insert("key_header".to_owned(), header.to_ascii_lowercase().into());
+        }
+        canonical_sha256(&Value::Object(what))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one(entry: &str) -> ProviderConfig {
+        ProviderConfig::parse_list(&format!("[{entry}]"))
+            .unwrap()
+            .remove(0)
+    }
+
+    const FIRST_FORM: &str = r#"{"name": "fallback", "base_url": "https://api.example/v1", "model": "m-large", "timeout_ms": 1000}"#;
+
+    #[test]
+    fn an_entry_in_the_first_form_keeps_its_digest() {
+        // SHA-256 of the canonical {"base_url","model"}, as every deployed
+        // certification was bound.
+        let p = one(FIRST_FORM);
+        let first = canonical_sha256(&serde_json::json!({
+            "base_url": "https://api.example/v1", "model": "m-large"}));
+        assert_eq!(p.digest_for("summarize"), first);
+        let strict = one(&FIRST_FORM.replace('}', r#", "json_form": "strict"}"#));
+        assert_eq!(strict.digest_for("summarize"), first);
+    }
+
+    #[test]
+    fn what_changes_the_request_changes_the_digest_and_a_value_does_not() {
+        let base = one(FIRST_FORM).digest_for("summarize");
+        let with = |extra: &str| one(&FIRST_FORM.replace('}', &format!(", {extra}}}")));
+        let form = with(r#""json_form": "json_object""#);
+        assert_ne!(form.digest_for("summarize"), base);
+        assert_ne!(
+            with(r#""json_form": "prompt""#).digest_for("summarize"),
+            form.digest_for("summarize")
+        );
+        assert_ne!(
+            with(r#""key_header": "api-key""#).digest_for("summarize"),
+            base
+        );
+        let header = with(r#""headers": {"X-Title": "a"}"#).digest_for("summarize");
+        assert_ne!(header, base);
+        assert_eq!(
+            with(r#""headers": {"x-title": "b"}"#).digest_for("summarize"),
+            header
+        );
+        let models = with(r#""models": {"translate": "m-small"}"#);
+        assert_eq!(models.digest_for("summarize"), base, "another kind's model");
+        assert_ne!(models.digest_for("translate"), base);
+        assert_eq!(models.model_for("translate"), "m-small");
+        assert_eq!(models.model_for("summarize"), "m-large");
+    }
+
+    #[test]
+    fn secrets_are_the_keys_and_the_secret_headers() {
+        let p = one(&FIRST_FORM.replace(
+            '}',
+            r#", "api_key_secret": "KEY", "headers": {"X-A": "a", "X-B": {"secret": "B_SECRET"}}}"#,
+        ));
+        assert_eq!(p.secrets().collect::<Vec<_>>(), ["KEY", "B_SECRET"]);
+    }
+
+    #[test]
+    fn an_unknown_field_is_refused_by_name() {
+        let e = ProviderConfig::parse_list(&format!(
+            "[{}]",
+            FIRST_FORM.replace('}', r#", "hedaers": {}}"#)
+        ))
+        .unwrap_err();
+        assert!(e.contains("unknown field `hedaers`"), "{e}");
+        let e = ProviderConfig::parse_list(&format!(
+            "[{}]",
+            FIRST_FORM.replace('}', r#", "json_form": "loose"}"#)
+        ))
+        .unwrap_err();
+        assert!(e.contains("loose"), "{e}");
+    }
+}
