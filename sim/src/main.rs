@@ -105,7 +105,7 @@ fn run() -> Result<()> {
 /// The run's last line: what its worlds did.
 fn figures_line(seed: u64, worlds: u64, f: &Figures) -> String {
     format!(
-        "sim: seed {seed}: {} worlds, {} operations, {} requests, {} deliveries ({} redelivered), {} provider calls ({} stopped), {} shard alarms ({} attempts handed on), {} reconciler passes, {} crashes, {} clock jumps, {} store faults in {} batches, {} checks on {} jobs; live: {} streams opened, {} reconnected, {} events, {} of {} notifications lost, {} hub re-reads, {} hub restarts, {} hand-offs of text ({} failed, {} after an eviction, {} refused as ended), {} pieces of text sent, {} chunks of text kept ({} at an attempt's unknown end; {} writes failed), {} hub alarms that read a job for its kept text ({} deleted it); jobs succeeded by kind: {}; no promise broken",
+        "sim: seed {seed}: {} worlds, {} operations, {} requests, {} deliveries ({} redelivered), {} provider calls ({} stopped), {} shard alarms ({} attempts handed on), {} reconciler passes, {} crashes, {} clock jumps, {} store faults in {} batches, {} checks on {} jobs; live: {} streams opened, {} reconnected, {} events, {} of {} notifications lost, {} hub re-reads, {} hub restarts, {} hand-offs of text ({} failed, {} after an eviction, {} refused as ended), {} pieces of text sent, {} chunks of text kept ({} at an attempt's unknown end; {} writes failed), {} hub alarms that read a job for its kept text ({} deleted it); jobs succeeded by kind: {}; {} certifications made again after a redeploy; no promise broken",
         worlds,
         f.ops,
         f.requests,
@@ -144,6 +144,7 @@ fn figures_line(seed: u64, worlds: u64, f: &Figures) -> String {
             .map(|(kind, n)| format!("{kind} {n}"))
             .collect::<Vec<_>>()
             .join(", "),
+        f.recertified,
     )
 }
 
@@ -186,6 +187,9 @@ fn every_path_reached(ops: u64, figures: &Figures) -> Result<()> {
         .map(|k| k.name())
         .filter(|k| !figures.succeeded.contains_key(*k))
         .collect();
+    if ops >= 100_000 && figures.recertified == 0 {
+        bail!("no redeploy's voided certification was made again in {ops} operations: the background pass went untested");
+    }
     if ops >= 100_000 && !missed.is_empty() {
         bail!("no job of {missed:?} succeeded in {ops} operations: their answers went untested");
     }

@@ -14,7 +14,7 @@ use std::rc::Rc;
 
 impl Platform for World {
     fn config(&self) -> Rc<onceclick_core::config::Config> {
-        self.config.clone()
+        self.config.borrow().clone()
     }
 
     fn exec(&self) -> &Rc<Exec> {

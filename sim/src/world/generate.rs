@@ -84,10 +84,12 @@ enum Operation {
     Live,
     /// Only tasks run.
     TasksRun,
+    /// A deploy changes the fallback's configuration (`World::redeploy`).
+    Redeploy,
 }
 
 /// The operations by weight, in the order drawn.
-const OPERATIONS: [(u32, Operation); 17] = [
+const OPERATIONS: [(u32, Operation); 18] = [
     (14, Operation::NewIntent),
     (8, Operation::Resend),
     (3, Operation::Mismatch),
@@ -105,6 +107,7 @@ const OPERATIONS: [(u32, Operation); 17] = [
     (6, Operation::HandOff),
     (8, Operation::Live),
     (30, Operation::TasksRun),
+    (1, Operation::Redeploy),
 ];
 
 impl World {
@@ -141,6 +144,7 @@ impl World {
                     .act(&mut rng, job, &|id| self.read_job_document(id));
             }
             Operation::TasksRun => {}
+            Operation::Redeploy => self.redeploy(),
         }
         for _ in 0..rng.below(6) {
             self.step(&mut rng);
@@ -469,8 +473,8 @@ impl World {
 
     /// Runs a reconciler pass over `layout` on the reconciler's isolate.
     /// The pass over the whole store (the cron's, or D1's) is followed by the background
-    /// certification pass, as the cron runs it: with every pair certified at set-up it
-    /// finds nothing due, but reads the reports under the world's faults.
+    /// certification pass, as the cron runs it: it certifies again what a redeploy
+    /// voided, under the world's faults.
     pub(super) fn spawn_reconcile(self: &Rc<Self>, layout: Layout) {
         let world = self.clone();
         let whole = self.layout.get();
@@ -480,8 +484,9 @@ impl World {
             let _ = requests::reconcile(&host, &store).await;
             if layout == Layout::One {
                 let store = world.store(whole, "cron");
+                let config = onceclick_core::host::Host::config(&host);
                 if let Ok(made) = onceclick_core::certification::auto(&store, &host).await {
-                    world.certified_in_background(&made);
+                    world.certified_in_background(&config, &made);
                 }
             }
         });

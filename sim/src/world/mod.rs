@@ -89,6 +89,8 @@ pub struct Figures {
     pub live: LiveFigures,
     /// Jobs the model saw succeed, by kind.
     pub succeeded: BTreeMap<String, u64>,
+    /// Pairs the cron's pass certified again after a redeploy changed their digest.
+    pub recertified: u64,
 }
 
 impl Figures {
@@ -110,6 +112,7 @@ impl Figures {
         self.alarms += o.alarms;
         self.handed_off += o.handed_off;
         self.live.add(&o.live);
+        self.recertified += o.recertified;
         for (kind, n) in &o.succeeded {
             *self.succeeded.entry(kind.clone()).or_default() += n;
         }
@@ -131,7 +134,12 @@ pub(crate) struct World {
     shape: Shape,
     /// The core's configuration, read from the world's vars once, as a Worker's isolate
     /// reads it.
-    pub(crate) config: Rc<onceclick_core::config::Config>,
+    pub(crate) config: RefCell<Rc<onceclick_core::config::Config>>,
+    /// The digest each (provider, kind) pair was last certified under, by the cron's
+    /// pass or at set-up: a pass's report under another is one a redeploy made due.
+    certified: RefCell<BTreeMap<(String, String), String>>,
+    /// Redeploys so far (each flips the fallback's JSON form).
+    redeploys: Cell<u64>,
     queue: RefCell<Vec<Message>>,
     next_msg: Cell<u64>,
     /// Deliveries in flight: task → message.
@@ -210,6 +218,15 @@ fn column_text(v: Option<&Value>) -> Option<String> {
     })
 }
 
+/// The core's configuration from the world's vars, declaring `kinds`.
+fn config_of(
+    vars: &BTreeMap<String, String>,
+    kinds: &'static Kinds,
+) -> Rc<onceclick_core::config::Config> {
+    let config = onceclick_core::config::Config::read(&|name| vars.get(name).cloned());
+    Rc::new(config.with_kinds(kinds))
+}
+
 /// The Worker's configuration in every world.
 fn vars() -> BTreeMap<String, String> {
     [
@@ -253,8 +270,7 @@ impl World {
         };
         let db = Rc::new(Db::new(seed, sql_mutant));
         let vars = vars();
-        let config = onceclick_core::config::Config::read(&|name| vars.get(name).cloned());
-        let config = Rc::new(config.with_kinds(kinds));
+        let config = RefCell::new(config_of(&vars, kinds));
         Rc::new(Self {
             exec: Rc::new(Exec::default()),
             places: Rc::new(SimPlaces(db.clone())),
@@ -262,6 +278,8 @@ impl World {
             layout: Cell::new(layout_of(shape, false)),
             shape,
             config,
+            certified: RefCell::new(BTreeMap::new()),
+            redeploys: Cell::new(0),
             queue: RefCell::new(Vec::new()),
             next_msg: Cell::new(0),
             delivering: RefCell::new(BTreeMap::new()),
@@ -322,7 +340,7 @@ impl World {
             let store = world.store(layout, "setup");
             for _ in 0..8 {
                 match onceclick_core::certification::auto(&store, &host).await {
-                    Ok(made) if !made.is_empty() => continue,
+                    Ok(made) if !made.is_empty() => world.set_up_certified(&made),
                     _ => break,
                 }
             }
@@ -387,20 +405,66 @@ impl World {
         self.rng.borrow_mut().below(n)
     }
 
-    /// The cron's background certification pass made `made`: with every pair
-    /// certified at set-up, a report it makes is a pair it found due that was not.
-    pub(crate) fn certified_in_background(&self, made: &[onceclick_core::store::Certification]) {
+    /// The cron's background certification pass, run under `config`, made `made`: each
+    /// report is bound to the pair's digest under that configuration (a pass that ran
+    /// on after a redeploy must not certify the configuration it no longer has). (That
+    /// it certifies only what is due is not checked here: a pass whose store failed
+    /// midway has written reports it could not tell of.)
+    pub(crate) fn certified_in_background(
+        &self,
+        config: &onceclick_core::config::Config,
+        made: &[onceclick_core::store::Certification],
+    ) {
+        let providers = config.providers().unwrap_or_default();
         for report in made {
-            self.violate(format!(
-                "the background pass certified {} for {} again, though set-up certified every pair: {report:?}",
-                report.provider, report.kind
-            ));
+            let digest =
+                onceclick_core::providers::digest(&providers, &report.provider, &report.kind);
+            if report.provider_digest != digest {
+                self.violate(format!(
+                    "the background pass certified {} for {} under a digest its configuration does not have: {report:?}",
+                    report.provider, report.kind
+                ));
+            }
+            let pair = (report.provider.clone(), report.kind.clone());
+            let before = self.certified.borrow_mut().insert(pair, digest.clone());
+            if before.is_some_and(|before| before != digest) {
+                self.figures.borrow_mut().recertified += 1;
+            }
         }
+    }
+
+    /// What set-up certified (a moved world certifies each pair in both layouts).
+    fn set_up_certified(&self, made: &[onceclick_core::store::Certification]) {
+        for report in made {
+            let pair = (report.provider.clone(), report.kind.clone());
+            self.certified
+                .borrow_mut()
+                .insert(pair, report.provider_digest.clone());
+        }
+    }
+
+    /// A deploy that changes the fallback's configuration (its JSON form, strict or
+    /// `json_object`): every isolate reads the new one from now on, and every
+    /// certification of the fallback is void until the cron's pass certifies it again.
+    pub(crate) fn redeploy(&self) {
+        let n = self.redeploys.get() + 1;
+        self.redeploys.set(n);
+        let mut vars = vars();
+        if n % 2 == 1 {
+            let providers = vars["PROVIDERS"].replace(
+                r#""name":"fallback","#,
+                r#""name":"fallback","json_form":"json_object","#,
+            );
+            vars.insert("PROVIDERS".to_owned(), providers);
+        }
+        let kinds = self.config.borrow().kinds;
+        *self.config.borrow_mut() = config_of(&vars, kinds);
+        self.note(|| format!("redeploy {n}: the fallback's JSON form changes"));
     }
 
     /// The kinds this world declares (its configuration's).
     pub(crate) fn kinds(&self) -> &'static [onceclick_protocol::contract::Kind] {
-        self.config.kinds.all()
+        self.config.borrow().kinds.all()
     }
 
     pub(crate) fn serial(&self) -> u64 {

@@ -139,7 +139,7 @@ impl World {
     /// The shard's reconciler pass, if due by `alarm::pass`: when the next one is due
     /// (platform ms).
     async fn alarm_pass(self: &Rc<Self>, host: &SimHost, at: &str) -> f64 {
-        let every = self.config.reconcile_every_ms;
+        let every = self.config.borrow().reconcile_every_ms;
         let kept = self.db.pass_due.borrow().get(at).copied();
         let pass = alarm::pass(kept, crate::platform::now_ms(), every);
         if pass.keep {
