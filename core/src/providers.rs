@@ -1,6 +1,5 @@
 //! Provider configuration: the `PROVIDERS` var, a JSON array.
 
-use onceclick_protocol::contract::HeaderValue;
 pub use onceclick_protocol::contract::ProviderConfig;
 use onceclick_protocol::AttemptError;
 
@@ -44,11 +43,10 @@ pub fn headers(
         });
     }
     for (name, value) in &provider.headers {
-        let value = match value {
-            HeaderValue::Text(text) => text.clone(),
-            HeaderValue::Secret { secret: name } => secret(name)?,
-        };
-        headers.push((name.clone(), value));
+        headers.push((name.clone(), value.clone()));
+    }
+    for (name, secret_name) in &provider.secret_headers {
+        headers.push((name.clone(), secret(secret_name)?));
     }
     Ok(headers)
 }

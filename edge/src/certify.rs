@@ -68,7 +68,7 @@ pub(crate) async fn list(ctx: &Ctx<'_>) -> ApiResult<Response> {
                 "model": p.model,
                 "json_form": p.json_form,
                 "key_header": p.key_header.as_deref().unwrap_or("Authorization"),
-                "headers": p.headers.keys().collect::<Vec<_>>(),
+                "headers": p.header_names().collect::<Vec<_>>(),
                 "missing_secrets": missing,
                 "timeout_ms": p.timeout_ms,
                 "abandon_after_ms": p.abandon_after_ms,

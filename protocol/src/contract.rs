@@ -26,7 +26,7 @@ pub use files::{load_dir, load_file, KindFile};
 
 pub use decl::{Answer, AutoFailover, Golden, KindDecl, Message, Parameters, Prompt, Role, Rule};
 pub use kind::Kind;
-pub use provider::{HeaderValue, JsonForm, ProviderConfig};
+pub use provider::{JsonForm, ProviderConfig};
 
 // The JSON Schema validator: boon natively (xtask, tests), @cfworker/json-schema in the
 // Worker. Both offer `Schema::compile(url, schema)` and `Schema::check(value)`, whose

@@ -345,13 +345,21 @@ mod tests {
         });
         let mut show = Show::of(&options);
         show.job(&json(RUNNING));
-        show.piece("att_a", 0.0, "cut");
+        // A JSON answer's text: it reaches `onPartial` as the object it begins.
+        show.piece("att_a", 0.0, r#"{"s": "cut"#);
+        assert_eq!(
+            partials.borrow().last().map(String::as_str),
+            Some(r#"{"s":"cut"}"#)
+        );
         // A failover: the attempt followed failed, the next has no text yet.
         show.job(&json(
             r#"{"id": "job_1", "status": "running", "attempts": [
                 {"id": "att_a", "state": "failed"}, {"id": "att_c", "state": "starting"}]}"#,
         ));
-        assert_eq!(*seen.borrow(), vec!["cut".to_owned(), String::new()]);
+        assert_eq!(
+            *seen.borrow(),
+            vec![r#"{"s": "cut"#.to_owned(), String::new()]
+        );
         assert_eq!(partials.borrow().last().map(String::as_str), Some("{}"));
         // The failed attempt's tail, resent by a reconnect: its text does not come back.
         show.piece("att_a", 3.0, " off");

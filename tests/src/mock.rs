@@ -786,7 +786,7 @@ pub fn providers_var(
     let mut fallback = json!({"name": "fallback", "base_url": format!("http://127.0.0.1:{port}/fallback/v1"),
                               "model": "mock-large", "timeout_ms": timeout_ms, "api_key_secret": "FALLBACK_API_KEY",
                               "key_header": "api-key", "json_form": "json_object",
-                              "headers": {"X-Title": "onceclick tests", "X-Tenant": {"secret": "FALLBACK_TENANT"}},
+                              "headers": {"X-Title": "onceclick tests"}, "secret_headers": {"X-Tenant": "FALLBACK_TENANT"},
                               "stream": true, "total_timeout_ms": timeout_ms * 2});
     if let Some(ms) = fallback_abandon_after_ms {
         fallback["abandon_after_ms"] = json!(ms);

@@ -196,6 +196,7 @@ mod tests {
             models: Default::default(),
             key_header: None,
             headers: Default::default(),
+            secret_headers: Default::default(),
             json_form: Default::default(),
         }
     }

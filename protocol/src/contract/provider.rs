@@ -26,10 +26,13 @@ pub struct ProviderConfig {
     /// or another (Azure's `api-key`), which carries the key alone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_header: Option<String>,
-    /// More headers on every call (OpenRouter's `HTTP-Referer`): a value, or
-    /// `{"secret": NAME}` for a wrangler secret's.
+    /// More headers on every call, each with its value (OpenRouter's `HTTP-Referer`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub headers: BTreeMap<String, HeaderValue>,
+    pub headers: BTreeMap<String, String>,
+    /// More headers on every call, each with the name of the wrangler secret that holds
+    /// its value.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub secret_headers: BTreeMap<String, String>,
     /// How it is asked for a JSON answer: `strict` (the default: the output schema as a
     /// strict `json_schema`), `json_object` (`response_format: json_object`, the schema
     /// only in the prompt) or `prompt` (no response format at all).
@@ -54,19 +57,6 @@ pub struct ProviderConfig {
     /// The largest prompt the provider takes, in its own tokens.
     #[serde(default)]
     pub max_prompt_tokens: Option<u64>,
-}
-
-/// A header's value: as written, or a wrangler secret's.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum HeaderValue {
-    /// The value itself.
-    Text(String),
-    /// The value of the wrangler secret `secret`.
-    Secret {
-        /// The secret's name.
-        secret: String,
-    },
 }
 
 /// How a provider is asked for a JSON answer.
@@ -111,11 +101,16 @@ impl ProviderConfig {
 
     /// The secrets its calls read: the key's, and each secret header's.
     pub fn secrets(&self) -> impl Iterator<Item = &str> {
-        let headers = self.headers.values().filter_map(|v| match v {
-            HeaderValue::Secret { secret } => Some(secret.as_str()),
-            HeaderValue::Text(_) => None,
-        });
+        let headers = self.secret_headers.values().map(String::as_str);
         self.api_key_secret.as_deref().into_iter().chain(headers)
+    }
+
+    /// The names of its extra headers, both kinds.
+    pub fn header_names(&self) -> impl Iterator<Item = &str> {
+        self.headers
+            .keys()
+            .chain(self.secret_headers.keys())
+            .map(String::as_str)
     }
 
     /// What a certification for `kind` is bound to: SHA-256 of the canonical
@@ -202,7 +197,7 @@ mod tests {
     fn secrets_are_the_keys_and_the_secret_headers() {
         let p = one(&FIRST_FORM.replace(
             '}',
-            r#", "api_key_secret": "KEY", "headers": {"X-A": "a", "X-B": {"secret": "B_SECRET"}}}"#,
+            r#", "api_key_secret": "KEY", "headers": {"X-A": "a"}, "secret_headers": {"X-B": "B_SECRET"}}"#,
         ));
         assert_eq!(p.secrets().collect::<Vec<_>>(), ["KEY", "B_SECRET"]);
     }
