@@ -86,15 +86,44 @@ async fn run_kind(
 }
 
 /// The most (kind, provider) certifications one background pass runs: each costs a
-/// kind's golden calls, and the next pass takes the rest.
+/// kind's golden calls and a write to every place, and the next pass takes the rest.
+/// On the shards, fewer, so that a pass stays well inside an invocation's subrequests
+/// (4 pairs on up to 512 shards, 1 on 2,048 or more: [`pairs_per_pass`]).
 pub const AUTO_PER_PASS: usize = 4;
 
+/// The pairs one pass may certify when a report is written to `places` places.
+pub fn pairs_per_pass(places: u32) -> usize {
+    (2_048 / places.max(1) as usize).clamp(1, AUTO_PER_PASS)
+}
+
+/// A failed report whose failures say nothing of the provider's answers is tried again
+/// this long after it was made.
+const RETRY_AFTER_MS: f64 = 15.0 * 60_000.0;
+
+/// Whether `report` failed on what the provider answered (its contract, an unfinished
+/// or refused answer, a prompt too long for it): a verdict that a later try of the same
+/// configuration would only repeat.
+fn broke_contract(report: &Certification) -> bool {
+    const VERDICTS: [&str; 4] = [
+        "contract_violation",
+        "provider_output_incomplete",
+        "provider_refused",
+        "prompt_too_long",
+    ];
+    report
+        .failures
+        .iter()
+        .any(|f| f["code"].as_str().is_some_and(|c| VERDICTS.contains(&c)))
+}
+
 /// The background pass (the cron's): certifies each provider that a kind names (its
-/// failover, hedge or fallback may go there) and that has no report, passed or not, for
-/// the kind's current contract version and its own digest now: once per (contract
-/// version, provider digest), at most [`AUTO_PER_PASS`] a pass, each logged. A
-/// provider that fails stays failed until its kind or its configuration changes, or an
-/// operator certifies it again. Returns the reports it made.
+/// failover, hedge or fallback may go there) and that has no report for the kind's
+/// current contract version and its own digest now: once per (contract version,
+/// provider digest), at most [`AUTO_PER_PASS`] a pass, each logged. A provider that
+/// failed on its answers stays failed until its kind or its configuration changes, or
+/// an operator certifies it again; one that failed otherwise (down, rate limited, a
+/// timeout) is tried again [`RETRY_AFTER_MS`] later; one whose secret is not set is
+/// skipped. Returns the reports it made.
 pub fn auto<'a>(
     store: &'a Store,
     host: &'a dyn Host,
@@ -102,17 +131,26 @@ pub fn auto<'a>(
     Box::pin(async move {
         let configured = providers::configured(host)?;
         let reports = store.certifications(Route::Any).await?;
-        let due: Vec<(&ProviderConfig, &'static Kind)> = kinds::all(host)
-            .iter()
-            .flat_map(|kind| {
-                configured
-                    .iter()
-                    .filter(|p| kind.names_provider(&p.name))
-                    .map(move |p| (p, kind))
-            })
-            .filter(|(p, kind)| !reports.iter().any(|r| is_current(r, kind, p)))
-            .take(AUTO_PER_PASS)
-            .collect();
+        // A failure that says nothing of the provider's answers (it was down, slow, or
+        // refused the call) is tried again after a while; one that broke the contract
+        // stands until the kind or the configuration changes.
+        let retry_before = clock::rfc3339(clock::now_ms() - RETRY_AFTER_MS);
+        let most = pairs_per_pass(store.places());
+        let mut due = Vec::new();
+        for kind in kinds::all(host) {
+            for provider in configured.iter() {
+                let settled = reports.iter().any(|r| {
+                    is_current(r, kind, provider)
+                        && (r.passed || r.certified_at > retry_before || broke_contract(r))
+                });
+                // A provider whose secret is not set is skipped, with no report: its
+                // `GET /v1/providers` entry says why, and it is certified once set.
+                let ready = providers::missing_secrets(provider, host).is_empty();
+                if kind.names_provider(&provider.name) && !settled && ready && due.len() < most {
+                    due.push((provider, kind));
+                }
+            }
+        }
         let mut made = Vec::new();
         for (provider, kind) in due {
             let report = run_kind(store, host, provider, kind).await?;
@@ -178,4 +216,24 @@ fn too_long(provider: &ProviderConfig, kind: &Kind) -> Option<Vec<Value>> {
         })
         .collect();
     (!failures.is_empty()).then_some(failures)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pairs_per_pass;
+
+    #[test]
+    fn a_pass_certifies_fewer_pairs_the_more_places_each_report_is_written_to() {
+        for (places, pairs) in [
+            (1, 4),
+            (256, 4),
+            (513, 3),
+            (1_024, 2),
+            (2_049, 1),
+            (4_097, 1),
+            (0, 4),
+        ] {
+            assert_eq!(pairs_per_pass(places), pairs, "{places}");
+        }
+    }
 }

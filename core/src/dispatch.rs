@@ -130,12 +130,20 @@ async fn run(host: &dyn Host, store: &Store, attempt_id: &str) -> ApiResult<()> 
 struct Prepared<'a> {
     kind: &'static Kind,
     configured: std::rc::Rc<Vec<ProviderConfig>>,
-    /// The attempt's provider, as configured now.
-    provider: ProviderConfig,
+    /// The attempt's provider, as configured now: its place in `configured` (not a
+    /// copy: a `ProviderConfig` clone costs the Worker its maps' clone code).
+    provider_at: usize,
     /// The headers its call carries (its secrets read).
     headers: Vec<(String, String)>,
     input: Value,
     attempt: &'a ClaimedAttempt,
+}
+
+impl Prepared<'_> {
+    /// The attempt's provider, as configured now.
+    fn provider(&self) -> &ProviderConfig {
+        &self.configured[self.provider_at]
+    }
 }
 
 /// Why a claimed attempt could not be called: what its record says, and (for the log)
@@ -171,7 +179,7 @@ fn prepare<'a>(
     let input = serde_json::from_str(&attempt.input)
         .map_err(AppError::internal)
         .map_err(before_call)?;
-    let Some(provider) = providers::find(&configured, &attempt.provider).cloned() else {
+    let Some(provider_at) = configured.iter().position(|p| p.name == attempt.provider) else {
         return Err(NotCalled {
             error: AttemptError::new(
                 "provider_misconfigured",
@@ -181,12 +189,12 @@ fn prepare<'a>(
             cause: None,
         });
     };
-    let headers =
-        providers::headers(&provider, host).map_err(|error| NotCalled { error, cause: None })?;
+    let headers = providers::headers(&configured[provider_at], host)
+        .map_err(|error| NotCalled { error, cause: None })?;
     Ok(Prepared {
         kind,
         configured,
-        provider,
+        provider_at,
         headers,
         input,
         attempt,
@@ -280,7 +288,7 @@ async fn call_and_record(
 ) -> ApiResult<()> {
     let started = clock::now_ms();
     let call = host.call(ProviderCall {
-        provider: &p.provider,
+        provider: p.provider(),
         headers: &p.headers,
         kind: p.kind,
         input: &p.input,
@@ -294,7 +302,7 @@ async fn call_and_record(
     // What a streamed call cost on the way (the bench reads it): its requests to the
     // job's hub, the text they carried, and the time to its first text (null if none
     // came).
-    if p.provider.stream {
+    if p.provider().stream {
         let first_text_ms = news
             .first_text_at()
             .map(|at| (at - started).max(0.0) as u64);
@@ -314,14 +322,14 @@ async fn call_and_record(
     host.count_call(
         event,
         p.kind.name(),
-        &p.provider.name,
+        &p.provider().name,
         clock::now_ms() - started,
     );
     // The provider's bill for the answer, as it states it: usually the larger cost of a
     // job, and the user's own (`cargo xtask bench` reads it).
     if let CallOutcome::Output(_, Some(tokens)) = &outcome {
         crate::log::info(json!({"event": "call_tokens", "job_id": p.attempt.job_id,
-                                "attempt_id": p.attempt.id, "provider": p.provider.name,
+                                "attempt_id": p.attempt.id, "provider": p.provider().name,
                                 "prompt_tokens": tokens.prompt,
                                 "completion_tokens": tokens.completion}));
     }
@@ -398,9 +406,9 @@ async fn unless_stopped(
         }
     };
     let ms = clock::now_ms() - started;
-    host.count_call("call_stopped", p.kind.name(), &p.provider.name, ms);
+    host.count_call("call_stopped", p.kind.name(), &p.provider().name, ms);
     crate::log::info(json!({"event": "call_stopped", "job_id": attempt.job_id,
-                            "attempt_id": attempt.id, "provider": p.provider.name,
+                            "attempt_id": attempt.id, "provider": p.provider().name,
                             "reason": match stop {
                                 Stop::Cancelled => "cancelled",
                                 Stop::LostRace => "lost_race",

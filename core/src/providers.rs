@@ -42,11 +42,11 @@ pub fn headers(
             _ => ("Authorization".to_owned(), format!("Bearer {key}")),
         });
     }
-    for (name, value) in &provider.headers {
-        headers.push((name.clone(), value.clone()));
+    for (name, value) in provider.header_values() {
+        headers.push((name.to_owned(), value.to_owned()));
     }
-    for (name, secret_name) in &provider.secret_headers {
-        headers.push((name.clone(), secret(secret_name)?));
+    for (name, secret_name) in provider.secret_header_names() {
+        headers.push((name.to_owned(), secret(secret_name)?));
     }
     Ok(headers)
 }

@@ -33,7 +33,7 @@ impl MoveStatus {
     /// The verdict in words, for an operator.
     pub fn verdict(&self) -> String {
         if self.previous_may_go() {
-            return "D1 may go: it holds no job; remove PREVIOUS_STORE, then the [[d1_databases]] block and the cron".to_owned();
+            return "D1 may go: it holds no job; remove PREVIOUS_STORE, then the [[d1_databases]] block (keep the cron: it certifies providers)".to_owned();
         }
         let mut why = format!(
             "keep PREVIOUS_STORE: D1 still holds {} job{}",

@@ -606,7 +606,7 @@ pub async fn purge(
         );
     }
     let seen = events_of(log, "reconciled", "").len();
-    // The test-only pass now, on either store (a sharded store's cron does nothing).
+    // The test-only pass now, on either store (a sharded store's cron reconciles no shard: each shard's alarm does).
     let admin = crate::auth::mint(secret, "purge-admin", true, 600)?;
     let pass =
         crate::client::send(api.post_json(&admin, "/v1/_reconcile", &serde_json::json!({}))).await;

@@ -70,7 +70,7 @@ async fn every_provider_call_carries_the_attempt_id_as_its_key() {
     assert_eq!(headers["api-key"], "test-key", "{headers}");
     assert_eq!(headers["x-title"], "onceclick tests", "{headers}");
     assert_eq!(headers["x-tenant"], "tenant-7", "{headers}");
-    assert_eq!(calls[0]["has_response_format"], false, "{}", calls[0]);
+    assert_eq!(calls[0]["response_format"], "json_object", "{}", calls[0]);
 
     let events = types(&api.events(&token, &id(&job)).await);
     for expected in [

@@ -22,10 +22,6 @@ pub(crate) fn kinds(root: &Path) -> Result<Vec<Kind>> {
 }
 
 /// The providers `wrangler.toml` configures in its `PROVIDERS` var.
-pub(crate) fn providers(root: &Path) -> Result<Vec<ProviderConfig>> {
-    providers_of(&root.join("wrangler.toml"))
-}
-
 /// The providers a wrangler configuration's `[vars] PROVIDERS` declares, each checked as
 /// the Worker loads it (an unknown field is refused, named).
 pub(crate) fn providers_of(config: &Path) -> Result<Vec<ProviderConfig>> {
@@ -84,12 +80,18 @@ pub(crate) fn count_prompts(
     Ok((tokenizer, counts))
 }
 
-pub(crate) fn run(root: &Path, name: &str, url: &str, admin_token: &str) -> Result<()> {
-    let providers = providers(root)?;
+pub(crate) fn run(
+    root: &Path,
+    config: &Path,
+    name: &str,
+    url: &str,
+    admin_token: &str,
+) -> Result<()> {
+    let providers = providers_of(config)?;
     let provider = providers
         .iter()
         .find(|p| p.name == name)
-        .with_context(|| format!("wrangler.toml configures no provider {name:?}"))?;
+        .with_context(|| format!("{} configures no provider {name:?}", config.display()))?;
     let kinds = kinds(root)?;
 
     let (tokenizer, counts) = count_prompts(provider, &kinds)?;
@@ -236,7 +238,7 @@ mod tests {
 
     #[test]
     fn wrangler_toml_configures_primary_and_fallback() {
-        let names: Vec<String> = providers(&project_root())
+        let names: Vec<String> = providers_of(&project_root().join("wrangler.toml"))
             .unwrap()
             .into_iter()
             .map(|p| p.name)

@@ -72,9 +72,15 @@ pub(crate) fn run(flags: &crate::Dev) -> Result<()> {
     })?;
     // Failover goes only to certified providers. The Worker certifies what is due by
     // itself, from its cron, a few (kind, provider) pairs a pass; `wrangler dev
-    // --test-scheduled` never fires the cron by itself, so `dev` runs it until every
-    // pair has had its pass, and the demo starts with the mock's providers certified.
-    if let Err(e) = certify::scheduled_passes(&server.url, 4) {
+    // --test-scheduled` never fires the cron by itself, so `dev` runs it as often as
+    // every pair the kinds name needs, and the demo starts with the mock's providers
+    // certified. (A kind edited while `dev` runs is certified on its next start.)
+    let pairs: usize = certify::kinds(&root)
+        .map(|kinds| kinds.iter().map(|k| k.decl().providers.len()).sum())
+        .unwrap_or(8);
+    // Each pass certifies up to four pairs; one more finds nothing due.
+    let passes = (pairs / 4 + 2) as u32;
+    if let Err(e) = certify::scheduled_passes(&server.url, passes) {
         eprintln!("xtask: the background certification did not run: {e:#}");
     }
     const WEEK: u64 = 7 * 24 * 3600;

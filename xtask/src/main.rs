@@ -23,7 +23,7 @@
 //! - `lint`: `cargo fmt --check` and clippy (`-D warnings`) on every crate.
 //! - `move-status [--local [--persist DIR]]`: during a move from D1 to the shards, how
 //!   many jobs D1 still holds, and so whether `PREVIOUS_STORE` may go (`moves.rs`).
-//! - `certify --provider NAME [--url URL] [--token TOKEN]`: prompt sizes against
+//! - `certify --provider NAME [--url URL] [--token TOKEN] [--config FILE]`: prompt sizes against
 //!   `max_prompt_tokens`, then certification on a running Worker (default: the one `dev`
 //!   serves), with any admin token (default: one minted from `.dev.vars`).
 //! - `kinds [--dir DIR]`: checks every kind file as the build will, and prints each
@@ -65,7 +65,7 @@ use std::path::PathBuf;
 use tools::{project_root, Tools};
 
 /// Printed after every parse error; `usage_says_what_parses` keeps it true to the grammar.
-const USAGE: &str = "usage: cargo xtask <dev [--port N] [--store durable] | test [--browser] [--e2e] [--soak] [--only NAME] [--store d1|durable] | token --owner NAME [--admin] [--ttl SECONDS] | sim [--seed N] [--ops N] [--world N] [--skip LIST] [--mutant NAME] [--mutants] [--soak] | build-edge | lint | sdk | bench [--store durable] [--live] [--stops] [--streamed] [--render] | load | move-status [--local] [--persist DIR] | certify --provider NAME [--url URL] [--token TOKEN] | kinds [--dir DIR]>";
+const USAGE: &str = "usage: cargo xtask <dev [--port N] [--store durable] | test [--browser] [--e2e] [--soak] [--only NAME] [--store d1|durable] | token --owner NAME [--admin] [--ttl SECONDS] | sim [--seed N] [--ops N] [--world N] [--skip LIST] [--mutant NAME] [--mutants] [--soak] | build-edge | lint | sdk | bench [--store durable] [--live] [--stops] [--streamed] [--render] | load | move-status [--local] [--persist DIR] | certify --provider NAME [--url URL] [--token TOKEN] [--config FILE] | kinds [--dir DIR]>";
 
 // One struct per command with its own flags, and `XtaskCmd`, the enum of them: generated
 // below from this grammar by `UPDATE_XFLAGS=1 cargo build -p xtask`.
@@ -160,6 +160,8 @@ xflags::xflags! {
             /// An admin token (default: $ONCECLICK_ADMIN_TOKEN, else one minted from the
             /// AUTH_SECRET in .dev.vars).
             optional --token token: String
+            /// The wrangler configuration that names the provider (default wrangler.toml).
+            optional --config config: PathBuf
         }
         /// Check every kind file as the build will, and show its rendered prompts.
         cmd kinds {
@@ -258,6 +260,7 @@ pub struct Certify {
     pub provider: String,
     pub url: Option<String>,
     pub token: Option<String>,
+    pub config: Option<PathBuf>,
 }
 
 #[derive(Debug)]
@@ -361,7 +364,8 @@ fn real_main() -> Result<()> {
             let url = flags
                 .url
                 .unwrap_or_else(|| "http://127.0.0.1:8787".to_owned());
-            certify::run(&root, &flags.provider, &url, &admin)
+            let config = flags.config.unwrap_or_else(|| root.join("wrangler.toml"));
+            certify::run(&root, &config, &flags.provider, &url, &admin)
         }
     }
 }

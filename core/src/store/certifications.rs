@@ -50,7 +50,16 @@ impl Store {
     /// as the place `route` names holds them: a job's own shard (or the D1 it lives in)
     /// for the dispatcher's failover and hedge decisions, so that they read the same copy
     /// as that place's SQL guard; any place for a read that belongs to no job.
-    pub async fn certifications(&self, route: Route<'_>) -> ApiResult<Vec<Certification>> {
+    /// (Boxed: it is awaited from the core and from the Worker's shell, which would each
+    /// compile a copy of an `async fn`.)
+    pub fn certifications<'a>(
+        &'a self,
+        route: Route<'a>,
+    ) -> futures_util::future::LocalBoxFuture<'a, ApiResult<Vec<Certification>>> {
+        Box::pin(self.read_certifications(route))
+    }
+
+    async fn read_certifications(&self, route: Route<'_>) -> ApiResult<Vec<Certification>> {
         #[derive(Deserialize)]
         struct Row {
             provider: String,

@@ -203,6 +203,12 @@ impl Store {
         self.layout.is_sharded()
     }
 
+    /// How many places a certification is written to: 1, or every shard (and a D1 kept
+    /// from a move).
+    pub fn places(&self) -> u32 {
+        self.layout.places()
+    }
+
     /// True when a sharded deployment keeps the D1 database (`DB`) it moved from,
     /// still answering that database's keys and jobs.
     pub fn has_previous(&self) -> bool {

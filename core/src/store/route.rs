@@ -153,6 +153,14 @@ impl Layout {
         matches!(self, Layout::Sharded { .. })
     }
 
+    /// How many places a write to every place goes to (a certification's).
+    pub fn places(&self) -> u32 {
+        match self {
+            Layout::Sharded { count, previous } => count.get() + u32::from(*previous),
+            _ => 1,
+        }
+    }
+
     /// True when a sharded layout keeps the D1 database it moved from.
     pub fn has_previous(&self) -> bool {
         matches!(self, Layout::Sharded { previous: true, .. })

@@ -31,13 +31,17 @@ impl Kind {
     /// Parses and compiles a kind file. Errors name what is wrong with the declaration
     /// and where (a JSON path into the file where the parser gives one).
     pub fn from_json(text: &str) -> Result<Self, String> {
-        Self::compile(super::parse_decl(text)?)
+        let decl = super::parse_decl(text)?;
+        // The file's members as written, for the contract version (hashing them as they
+        // are spares the Worker the typed members' serializers).
+        let raw: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        Self::compile(decl, &raw)
     }
 
     /// Compiles a declaration. Natively (the build, `cargo xtask kinds`, the
     /// simulator) every check a kind file must pass comes first (`checks.rs`); the
     /// Worker loads only files the build passed, and keeps those checks out of its wasm.
-    pub fn compile(decl: KindDecl) -> Result<Self, String> {
+    fn compile(decl: KindDecl, raw: &Value) -> Result<Self, String> {
         let at = |path: &str, what: &str| format!("at {path}: {what}");
         let messages = match &decl.prompt {
             Some(p) => vec![
@@ -68,17 +72,15 @@ impl Kind {
         let output = compile("output", &output_schema)?;
         #[cfg(not(target_arch = "wasm32"))]
         super::checks::declaration(&decl, &messages, &output_schema)?;
-        let contract_version = contract_version(&decl, &output_schema);
-        let kind = Self {
+        let contract_version = contract_version(&decl, raw, &output_schema);
+        Ok(Self {
             decl,
             messages,
             output_schema,
             input,
             output,
             contract_version,
-        };
-        kind.check_golden()?;
-        Ok(kind)
+        })
     }
 
     /// Each golden input passes the input schema, and each golden output keeps the
@@ -219,19 +221,20 @@ impl Kind {
 /// hashed as they always were; a member of a later form joins only when it says
 /// something the first form could not (`messages`, a text `answer`, parameters other
 /// than the default), so that no deployed certification is voided by the upgrade.
-fn contract_version(decl: &KindDecl, output_schema: &Value) -> String {
+fn contract_version(decl: &KindDecl, raw: &Value, output_schema: &Value) -> String {
+    let member = |name: &str| raw.get(name).cloned();
     let mut defining = json!({
         "kind": decl.kind,
         "input_schema": decl.input_schema,
         "output_schema": output_schema,
-        "rules": decl.rules,
+        "rules": member("rules").unwrap_or_else(|| json!([])),
     });
-    match &decl.prompt {
-        Some(prompt) => defining["prompt"] = json!(prompt),
-        None => defining["messages"] = json!(decl.messages),
+    match member("prompt") {
+        Some(prompt) => defining["prompt"] = prompt,
+        None => defining["messages"] = member("messages").unwrap_or_else(|| json!([])),
     }
     if decl.answer != Answer::Json {
-        defining["answer"] = json!(decl.answer);
+        defining["answer"] = json!("text");
     }
     let sent = decl.parameters.sent();
     if !sent.is_empty() {

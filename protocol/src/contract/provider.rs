@@ -4,7 +4,6 @@
 use crate::fingerprint::canonical_sha256;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use std::collections::BTreeMap;
 
 /// One OpenAI-compatible provider: `POST {base_url}/chat/completions`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -16,9 +15,11 @@ pub struct ProviderConfig {
     pub base_url: String,
     /// The model asked for (unless `models` names another for the kind).
     pub model: String,
-    /// A model per kind, by the kind's name.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub models: BTreeMap<String, String>,
+    /// A model per kind, by the kind's name. (Every map here is a JSON object whose
+    /// values [`ProviderConfig::parse_list`] holds to strings: the Worker has that map's
+    /// code already, where a map of its own type would cost it 2 KB.)
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub models: Map<String, Value>,
     /// The name of the wrangler secret holding the API key, if the provider needs one.
     #[serde(default)]
     pub api_key_secret: Option<String>,
@@ -27,12 +28,12 @@ pub struct ProviderConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_header: Option<String>,
     /// More headers on every call, each with its value (OpenRouter's `HTTP-Referer`).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub headers: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub headers: Map<String, Value>,
     /// More headers on every call, each with the name of the wrangler secret that holds
     /// its value.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub secret_headers: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub secret_headers: Map<String, Value>,
     /// How it is asked for a JSON answer: `strict` (the default: the output schema as a
     /// strict `json_schema`), `json_object` (`response_format: json_object`, the schema
     /// only in the prompt) or `prompt` (no response format at all).
@@ -59,9 +60,10 @@ pub struct ProviderConfig {
     pub max_prompt_tokens: Option<u64>,
 }
 
-/// How a provider is asked for a JSON answer.
+/// How a provider is asked for a JSON answer. Read from its name (a string's reader,
+/// which the Worker has anyway, not an enum's).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "snake_case", try_from = "String")]
 pub enum JsonForm {
     /// `response_format: {type: json_schema, json_schema: {strict: true, schema}}`.
     #[default]
@@ -70,6 +72,21 @@ pub enum JsonForm {
     JsonObject,
     /// No response format: the prompt alone asks for the JSON.
     Prompt,
+}
+
+impl TryFrom<String> for JsonForm {
+    type Error = String;
+
+    fn try_from(name: String) -> Result<Self, Self::Error> {
+        match name.as_str() {
+            "strict" => Ok(Self::Strict),
+            "json_object" => Ok(Self::JsonObject),
+            "prompt" => Ok(Self::Prompt),
+            other => Err(format!(
+                "unknown json_form {other:?}: expected strict, json_object or prompt"
+            )),
+        }
+    }
 }
 
 impl ProviderConfig {
@@ -91,17 +108,56 @@ impl ProviderConfig {
     /// Parses the `PROVIDERS` var: a JSON array of providers. An entry with a field
     /// this Worker does not know is refused, named.
     pub fn parse_list(text: &str) -> Result<Vec<ProviderConfig>, String> {
-        serde_json::from_str(text).map_err(|e| format!("PROVIDERS does not parse: {e}"))
+        let list: Vec<ProviderConfig> =
+            serde_json::from_str(text).map_err(|e| format!("PROVIDERS does not parse: {e}"))?;
+        // Natively (`cargo xtask kinds`, which checks both configurations before a
+        // deploy): each map's values are strings. The Worker reads one that is not as "".
+        #[cfg(not(target_arch = "wasm32"))]
+        for p in &list {
+            let maps = [
+                ("models", &p.models),
+                ("headers", &p.headers),
+                ("secret_headers", &p.secret_headers),
+            ];
+            for (field, map) in maps {
+                if let Some(key) = map.iter().find(|(_, v)| !v.is_string()).map(|(k, _)| k) {
+                    return Err(format!(
+                        "PROVIDERS does not parse: provider {}: {field}.{key} is not a string",
+                        p.name
+                    ));
+                }
+            }
+        }
+        Ok(list)
+    }
+
+    /// A map's value as the string `parse_list` held it to.
+    fn text(value: &Value) -> &str {
+        value.as_str().unwrap_or_default()
+    }
+
+    /// Its extra headers with their values.
+    pub fn header_values(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), Self::text(v)))
+    }
+
+    /// Its secret headers, each with its secret's name.
+    pub fn secret_header_names(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.secret_headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), Self::text(v)))
     }
 
     /// The model asked for a job of `kind`.
     pub fn model_for(&self, kind: &str) -> &str {
-        self.models.get(kind).unwrap_or(&self.model)
+        self.models.get(kind).map_or(&self.model, Self::text)
     }
 
     /// The secrets its calls read: the key's, and each secret header's.
     pub fn secrets(&self) -> impl Iterator<Item = &str> {
-        let headers = self.secret_headers.values().map(String::as_str);
+        let headers = self.secret_headers.values().map(Self::text);
         self.api_key_secret.as_deref().into_iter().chain(headers)
     }
 
@@ -126,14 +182,15 @@ impl ProviderConfig {
         if self.json_form != JsonForm::Strict {
             what.insert("json_form".to_owned(), serde_json::json!(self.json_form));
         }
-        if !self.headers.is_empty() {
-            let mut names: Vec<String> = self
-                .headers
-                .keys()
-                .map(|k| k.to_ascii_lowercase())
-                .collect();
-            names.sort();
-            what.insert("headers".to_owned(), names.into());
+        // Both kinds of header, in order, in lower case, once each: the keys of a JSON
+        // map (a set or a sort of its own would cost the Worker their code).
+        let mut names = Map::new();
+        for name in self.header_names() {
+            names.insert(name.to_ascii_lowercase(), Value::Null);
+        }
+        if !names.is_empty() {
+            let names: Vec<Value> = names.into_iter().map(|(k, _)| Value::String(k)).collect();
+            what.insert("headers".to_owned(), Value::Array(names));
         }
         if let Some(header) = &self.key_header {
             what.insert("key_header".to_owned(), header.to_ascii_lowercase().into());
@@ -200,6 +257,19 @@ mod tests {
             r#", "api_key_secret": "KEY", "headers": {"X-A": "a"}, "secret_headers": {"X-B": "B_SECRET"}}"#,
         ));
         assert_eq!(p.secrets().collect::<Vec<_>>(), ["KEY", "B_SECRET"]);
+    }
+
+    #[test]
+    fn a_map_value_that_is_not_a_string_is_refused() {
+        let e = ProviderConfig::parse_list(&format!(
+            "[{}]",
+            FIRST_FORM.replace('}', r#", "headers": {"X-A": 5}}"#)
+        ))
+        .unwrap_err();
+        assert!(
+            e.contains("provider fallback: headers.X-A is not a string"),
+            "{e}"
+        );
     }
 
     #[test]

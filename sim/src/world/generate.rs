@@ -482,7 +482,10 @@ impl World {
             let host = world.host(RECONCILER);
             let store = world.notifying_store(layout, "/v1/_reconcile");
             let _ = requests::reconcile(&host, &store).await;
-            if layout == Layout::One {
+            // The cron's minute: after D1's pass, or (sharded) after the first shard's.
+            let cron = matches!(&layout, Layout::One)
+                || matches!(&layout, Layout::Inside(shard) if shard.index == 0);
+            if cron {
                 let store = world.store(whole, "cron");
                 let config = onceclick_core::host::Host::config(&host);
                 if let Ok(made) = onceclick_core::certification::auto(&store, &host).await {
