@@ -16,7 +16,12 @@
 //!    - every key is bound exactly once over D1 and the shards together;
 //!    - the end of the move is a count: with every D1 job idle for years but the two
 //!      that finished after step 1, `GET /v1/move` and `cargo xtask move-status --local`
-//!      both say keep; once those are purged too, both say D1 may go.
+//!      both say keep; once those are purged too, both say D1 may go;
+//!    - the shards start with no certification, and the cron's background pass
+//!      certifies the fallback there: no one certifies by hand.
+//! 4. **A redeploy that changes the fallback's JSON form** (`json_object` to `strict`):
+//!    its certifications are void (a fallback attempt is refused), the cron's pass
+//!    certifies it again, and the fallback button then runs on it, asked the new way.
 //!
 //! It lives in xtask because it owns the Worker's processes, like the crash suite.
 
@@ -45,6 +50,8 @@ pub(crate) fn run(tools: &Tools, root: &Path) -> Result<()> {
     suite.life_refusing_new_keys(&old)?;
     eprintln!("xtask: the move, life 3: 8 shards, D1 kept");
     suite.life_on_shards(&old)?;
+    eprintln!("xtask: the move, life 4: the fallback's JSON form changes");
+    suite.life_redeployed()?;
     eprintln!(
         "xtask: the move from D1 to Durable Objects: {OLD_KEYS} old keys answered from D1, {} new keys in shards, no key bound twice ({:.0} s)",
         NEW_KEYS + 1,
@@ -306,8 +313,9 @@ impl<'a> MoveSuite<'a> {
             let new_ids = self.new_keys_bound_in_shards(&api, &token).await?;
             self.d1_job_fails_over_before_certify(&api, &token, old)
                 .await?;
-            // Shards start with no certifications: README's step is to certify again.
-            api.ensure_certified("fallback").await;
+            // Shards start with no certifications: the cron's background pass certifies
+            // them, with no one certifying by hand.
+            certified_by_cron(&api, "fallback").await?;
             self.fallback_button_on_an_old_job(&api, &token, old)
                 .await?;
             self.owners_list_holds_every_job(&api, &token, old, &new_ids)
@@ -498,6 +506,102 @@ impl<'a> MoveSuite<'a> {
             check_move_status(self.tools, &api, &self.persist, Some(0)).await
         })
     }
+}
+
+impl MoveSuite<'_> {
+    /// Life 4: the shards again, the fallback now asked for JSON with a strict schema.
+    fn life_redeployed(&self) -> Result<()> {
+        let providers = self
+            .base_vars
+            .iter()
+            .find(|(k, _)| k == "PROVIDERS")
+            .map(|(_, v)| v.replace(r#""json_form":"json_object""#, r#""json_form":"strict""#))
+            .context("the base vars name the providers")?;
+        ensure!(providers.contains(r#""json_form":"strict""#), "{providers}");
+        let server = self.life(
+            "redeploy",
+            &[
+                ("STORE", "durable"),
+                ("SHARDS", "8"),
+                ("PREVIOUS_STORE", "d1"),
+                ("PROVIDERS", &providers),
+            ],
+        )?;
+        self.runtime.block_on(async {
+            let api = self.api(&server);
+            let token = api.token(&self.owner);
+            ensure!(
+                !all_certified(&api, "fallback").await,
+                "a new JSON form voids the fallback's certifications"
+            );
+            let marker = unique("redeploy");
+            self.mock
+                .script("primary", &marker, json!([{"status": 503}]))
+                .await;
+            let job = api
+                .create_job(&token, "summarize", &marked_text(&marker), None)
+                .await;
+            let job_id = id(&job);
+            api.wait_job(&token, &job_id, |j| j["status"] == "failed")
+                .await;
+            let path = format!("/v1/jobs/{job_id}/attempts");
+            let refused =
+                send(api.post_json(&token, &path, &json!({"provider": "fallback"}))).await;
+            ensure!(
+                refused.problem_code() == "provider_not_certified",
+                "the fallback, voided, is refused: {}",
+                refused.text
+            );
+            certified_by_cron(&api, "fallback").await?;
+            let accepted =
+                send(api.post_json(&token, &path, &json!({"provider": "fallback"}))).await;
+            ensure!(accepted.status == 201, "{}", accepted.text);
+            let done = api
+                .wait_job(&token, &job_id, |j| j["status"] == "succeeded")
+                .await;
+            ensure!(done["status"] == "succeeded", "{done}");
+            let asked = self.mock.calls(&marker).await;
+            ensure!(
+                asked
+                    .iter()
+                    .any(|c| c["provider"] == "fallback" && c["response_format"] == "json_schema"),
+                "the fallback is asked the new way: {asked:?}"
+            );
+            Ok(())
+        })
+    }
+}
+
+/// Whether `provider` is certified for every kind that names it (`GET /v1/providers`).
+async fn all_certified(api: &Api, provider: &str) -> bool {
+    let token = api.token("certification-reader");
+    let reply = send(api.get(&token, "/v1/providers")).await;
+    let body = reply.json();
+    let kinds: Vec<bool> = body["providers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["name"] == provider)
+        .flat_map(|p| p["kinds"].as_object().into_iter().flat_map(|k| k.values()))
+        .map(|k| k["certified"] == true)
+        .collect();
+    !kinds.is_empty() && kinds.iter().all(|c| *c)
+}
+
+/// Runs the cron until `provider` is certified for every kind that names it: each pass
+/// certifies a few pairs (`certification::auto`).
+async fn certified_by_cron(api: &Api, provider: &str) -> Result<()> {
+    for _ in 0..8 {
+        if all_certified(api, provider).await {
+            return Ok(());
+        }
+        api.run_cron().await;
+    }
+    ensure!(
+        all_certified(api, provider).await,
+        "the cron's background passes did not certify {provider}"
+    );
+    Ok(())
 }
 
 /// Checks that every key of the suite is bound exactly once, over D1 and the shards
