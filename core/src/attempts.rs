@@ -181,10 +181,20 @@ fn choose(
 #[serde(deny_unknown_fields)]
 pub struct Resolve {
     outcome: Outcome,
-    /// The output: an object for a JSON kind, a string for a text kind; checked
-    /// against the kind's whole contract.
-    #[serde(default)]
+    /// The output: an object for a JSON kind, a string for a text kind (anything else
+    /// is refused as the request is read); checked against the kind's whole contract.
+    #[serde(default, deserialize_with = "object_or_string")]
     result: Option<Value>,
+}
+
+/// A resolution's `result`, read only as an object or a string.
+fn object_or_string<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    match Option::<Value>::deserialize(d)? {
+        Some(v) if !v.is_object() && !v.is_string() => Err(serde::de::Error::custom(
+            "result is an object (a JSON kind's output) or a string (a text kind's)",
+        )),
+        other => Ok(other),
+    }
 }
 
 /// Read from its name only: serde would also take `{"failed": null}` for a unit variant.

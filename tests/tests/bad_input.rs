@@ -104,7 +104,7 @@ async fn bad_requests_get_their_code_and_write_nothing() {
         (
             "unknown kind",
             Some(unique("k")),
-            r#"{"kind":"translate","input":{"text":"a"}}"#.into(),
+            r#"{"kind":"transmogrify","input":{"text":"a"}}"#.into(),
             422,
             "unknown_kind",
         ),

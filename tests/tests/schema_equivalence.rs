@@ -34,6 +34,10 @@ const KNOWN: &[&str] = &[
     "maxLength",
     "description",
     "title",
+    "items",
+    "minItems",
+    "maxItems",
+    "uniqueItems",
 ];
 
 /// One schema and what to run through it.
@@ -84,6 +88,7 @@ fn keywords_known(schema: &Value, at: &str) {
                 }
             }
             "additionalProperties" => keywords_known(sub, &format!("{at}/additionalProperties")),
+            "items" => keywords_known(sub, &format!("{at}/items")),
             _ => {}
         }
     }
@@ -136,10 +141,57 @@ fn valid(schema: &Value) -> Value {
         }
         Some("integer") | Some("number") => json!(1),
         Some("boolean") => json!(true),
-        Some("array") => json!([]),
+        Some("array") => {
+            // `minItems` distinct items (as `uniqueItems` wants), each valid.
+            let item = schema.get("items").map_or(json!("anything"), valid);
+            let n = len_bound(schema, "minItems").unwrap_or(0);
+            Value::Array((0..n).map(|i| distinct(&item, i)).collect())
+        }
         Some("null") => Value::Null,
         _ => json!("anything"),
     }
+}
+
+/// `item` made the `i`th of a run of distinct items: a string gets `i` in its last
+/// place (its length kept), anything else is left as it is.
+fn distinct(item: &Value, i: usize) -> Value {
+    match item.as_str() {
+        Some(s) if !s.is_empty() => {
+            let mut chars: Vec<char> = s.chars().collect();
+            if let Some(last) = chars.last_mut() {
+                *last = char::from_digit((i % 10) as u32, 10).unwrap_or('0');
+            }
+            json!(chars.into_iter().collect::<String>())
+        }
+        _ => item.clone(),
+    }
+}
+
+/// Values for an array schema: lengths around its bounds, repeated items, and items of
+/// the wrong kind.
+fn arrays_for(schema: &Value) -> Vec<Value> {
+    let Some(items) = schema.get("items") else {
+        return Vec::new();
+    };
+    let item = valid(items);
+    let run = |n: usize| Value::Array((0..n).map(|i| distinct(&item, i)).collect());
+    let mut out = Vec::new();
+    for n in [len_bound(schema, "minItems"), len_bound(schema, "maxItems")]
+        .into_iter()
+        .flatten()
+    {
+        for k in [n.saturating_sub(1), n, n + 1] {
+            out.push(run(k));
+        }
+    }
+    let two = len_bound(schema, "minItems").unwrap_or(0).max(2);
+    out.push(Value::Array(vec![item.clone(); two]));
+    for wrong in every_type().into_iter().chain(values_for(items)) {
+        let mut doc = (0..two).map(|i| distinct(&item, i)).collect::<Vec<_>>();
+        doc[0] = wrong;
+        out.push(Value::Array(doc));
+    }
+    out
 }
 
 /// Values of every JSON type, nested ones and edge numbers among them.
@@ -212,6 +264,7 @@ fn corpus(schema: &Value) -> Vec<Value> {
     let base = valid(schema);
     let mut docs = vec![base.clone()];
     docs.extend(values_for(schema));
+    docs.extend(arrays_for(schema));
     if let (Some(Value::Object(base)), Some(props)) = (
         Some(&base),
         schema.get("properties").and_then(Value::as_object),
