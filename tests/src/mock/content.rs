@@ -149,21 +149,9 @@ mod tests {
         &kinds().iter().find(|f| f.kind.name() == name).unwrap().kind
     }
 
-    /// The body of a request for `input` under the shipped kind `name`, as the Worker
-    /// sends it (`core::answer::request_body`).
+    /// The body the Worker sends for `input` under the shipped kind `name`.
     fn body(name: &str, input: &Value) -> Value {
-        let kind = kind(name);
-        let messages: Vec<Value> = kind
-            .render_messages(input)
-            .into_iter()
-            .map(|(role, content)| json!({"role": role.as_str(), "content": content}))
-            .collect();
-        let mut body = json!({"model": "mock-small", "messages": messages});
-        if kind.answer() == Answer::Json {
-            body["response_format"] = json!({"type": "json_schema",
-                "json_schema": {"name": name, "strict": true, "schema": kind.output_schema()}});
-        }
-        body
+        crate::mock::tests::body(name, input)
     }
 
     fn reply(reply: &str) -> Step {

@@ -2,7 +2,7 @@
 //! and what it records of it.
 
 use super::{router, Mock};
-use onceclick_protocol::contract::{load_file, Answer};
+use onceclick_protocol::contract::{load_file, ProviderConfig};
 use serde_json::{json, Value};
 
 /// Serves a fresh mock on a free port; its base URL.
@@ -13,24 +13,17 @@ async fn serve() -> String {
     base
 }
 
-/// A call's body for `input` under the shipped kind `name`, as the Worker sends it.
-fn body(name: &str, input: &Value) -> Value {
+/// A call's body for `input` under the shipped kind `name`: the Worker's own
+/// (`answer::request_body`), to a provider that takes strict schemas.
+pub(super) fn body(name: &str, input: &Value) -> Value {
     let path = format!("{}/../edge/kinds/{name}.json", env!("CARGO_MANIFEST_DIR"));
     let kind = load_file(std::path::Path::new(&path)).unwrap().kind;
-    let messages: Vec<Value> = kind
-        .render_messages(input)
-        .into_iter()
-        .map(|(role, content)| json!({"role": role.as_str(), "content": content}))
-        .collect();
-    let mut body = json!({"model": "mock-small", "messages": messages});
-    for (name, value) in kind.decl().parameters.sent() {
-        body[name.as_str()] = value;
-    }
-    if kind.answer() == Answer::Json {
-        body["response_format"] = json!({"type": "json_schema",
-            "json_schema": {"name": name, "strict": true, "schema": kind.output_schema()}});
-    }
-    body
+    let provider = ProviderConfig::parse_list(
+        r#"[{"name": "primary", "base_url": "http://127.0.0.1:1/primary/v1", "model": "mock-small", "timeout_ms": 1000}]"#,
+    )
+    .unwrap()
+    .remove(0);
+    onceclick_core::answer::request_body(&provider, &kind, input)
 }
 
 async fn call(base: &str, body: &Value) -> String {
