@@ -136,17 +136,20 @@ pub fn auto<'a>(
         // stands until the kind or the configuration changes.
         let retry_before = clock::rfc3339(clock::now_ms() - RETRY_AFTER_MS);
         let most = pairs_per_pass(store.places());
+        // A provider whose secret is not set is skipped, with no report: its
+        // `GET /v1/providers` entry says why, and it is certified once set.
+        let ready: Vec<bool> = configured
+            .iter()
+            .map(|p| providers::missing_secrets(p, host).is_empty())
+            .collect();
         let mut due = Vec::new();
         for kind in kinds::all(host) {
-            for provider in configured.iter() {
+            for (provider, ready) in configured.iter().zip(&ready) {
                 let settled = reports.iter().any(|r| {
                     is_current(r, kind, provider)
                         && (r.passed || r.certified_at > retry_before || broke_contract(r))
                 });
-                // A provider whose secret is not set is skipped, with no report: its
-                // `GET /v1/providers` entry says why, and it is certified once set.
-                let ready = providers::missing_secrets(provider, host).is_empty();
-                if kind.names_provider(&provider.name) && !settled && ready && due.len() < most {
+                if kind.names_provider(&provider.name) && !settled && *ready && due.len() < most {
                     due.push((provider, kind));
                 }
             }

@@ -48,11 +48,6 @@ impl Kinds {
         BUILT.get_or_init(|| Kinds::compile(built::FILES))
     }
 
-    /// The files the build found, each `(file name, text)`.
-    pub fn built_files() -> &'static [(&'static str, &'static str)] {
-        built::FILES
-    }
-
     /// Every kind that compiled.
     pub fn all(&self) -> &[Kind] {
         &self.kinds

@@ -232,6 +232,13 @@ mod tests {
         text.as_string().unwrap_or_default()
     }
 
+    /// The partial `onPartial` is given, as JSON text.
+    fn json_of(partial: JsValue) -> String {
+        js_sys::JSON::stringify(&partial)
+            .map(String::from)
+            .unwrap_or_default()
+    }
+
     /// A `Show` whose `onText` records each text it is given (and the callback, to keep).
     fn recording() -> (Show, Seen, Closure<dyn Fn(JsValue)>) {
         let options = js_sys::Object::new();
@@ -265,11 +272,7 @@ mod tests {
     fn a_text_answers_tail_missed_is_filled_by_its_text_and_never_reaches_on_partial() {
         let options = js_sys::Object::new();
         let (seen, _on_text) = record(&options, "onText", text_of);
-        let (partials, _on_partial) = record(&options, "onPartial", |partial| {
-            js_sys::JSON::stringify(&partial)
-                .map(String::from)
-                .unwrap_or_default()
-        });
+        let (partials, _on_partial) = record(&options, "onPartial", json_of);
         let mut show = Show::of(&options);
         show.job(&json(RUNNING));
         show.piece("att_a", 0.0, "Bonjour, le mon");
@@ -338,11 +341,7 @@ mod tests {
     fn a_failed_attempts_text_is_withdrawn_until_the_next_attempt_streams() {
         let options = js_sys::Object::new();
         let (seen, _on_text) = record(&options, "onText", text_of);
-        let (partials, _on_partial) = record(&options, "onPartial", |partial| {
-            js_sys::JSON::stringify(&partial)
-                .map(String::from)
-                .unwrap_or_default()
-        });
+        let (partials, _on_partial) = record(&options, "onPartial", json_of);
         let mut show = Show::of(&options);
         show.job(&json(RUNNING));
         // A JSON answer's text: it reaches `onPartial` as the object it begins.
