@@ -183,16 +183,9 @@ pub fn classify_stream(
 /// (`finish_reason` other than `stop`: `length`, `content_filter`) fails, as a streamed
 /// one does, whatever its content; otherwise its output is offered to the contract.
 fn whole(provider: &ProviderConfig, kind: &Kind, input: &Value, text: &str) -> CallOutcome {
-    let envelope = match ijson::parse(text.as_bytes()) {
+    let envelope = match envelope_of(text) {
         Ok(envelope) => envelope,
-        Err(e) => {
-            return offer(
-                provider,
-                kind,
-                input,
-                Err(format!("the answer is not JSON: {e}")),
-            )
-        }
+        Err(e) => return offer(provider, kind, input, Err(e)),
     };
     let finish = envelope
         .pointer("/choices/0/finish_reason")
@@ -211,9 +204,12 @@ fn whole(provider: &ProviderConfig, kind: &Kind, input: &Value, text: &str) -> C
 /// answer, the JSON it holds; for text, the text), and its `usage` when it has one (two
 /// counts that are not whole numbers read as none).
 pub fn output_of(answer: Answer, text: &str) -> Result<(Value, Option<Tokens>), String> {
-    let envelope =
-        ijson::parse(text.as_bytes()).map_err(|e| format!("the answer is not JSON: {e}"))?;
-    output_in(answer, &envelope)
+    output_in(answer, &envelope_of(text)?)
+}
+
+/// A whole answer's body, parsed (I-JSON).
+fn envelope_of(text: &str) -> Result<Value, String> {
+    ijson::parse(text.as_bytes()).map_err(|e| format!("the answer is not JSON: {e}"))
 }
 
 /// [`output_of`], from the answer already parsed.
