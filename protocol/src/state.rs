@@ -61,6 +61,23 @@ impl JobStatus {
             Self::Failed
         }
     }
+
+    /// The attempt that says why a job in this status ended badly, by its index in
+    /// `attempts` (oldest first, by number): for `unknown`, the newest attempt whose
+    /// outcome is not known; for `failed`, the newest attempt that ended without an
+    /// answer (failed, abandoned, or resolved as cancelled). With a hedge, whose two
+    /// attempts may end in either order, that is the newer one, not the one that ended
+    /// last. `None` for every other status (the job did
+    /// not end badly) and for a job with no such attempt.
+    pub fn decided_by(self, attempts: &[AttemptState]) -> Option<usize> {
+        use AttemptState as A;
+        let last = |ended: &dyn Fn(AttemptState) -> bool| attempts.iter().rposition(|&s| ended(s));
+        match self {
+            Self::Unknown => last(&|s| s == A::Unknown),
+            Self::Failed => last(&|s| matches!(s, A::Failed | A::Abandoned | A::Cancelled)),
+            _ => None,
+        }
+    }
 }
 
 /// Where one attempt against one provider stands.
@@ -150,6 +167,61 @@ impl AttemptState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_job_that_ended_badly_names_the_attempt_that_decided_it() {
+        use AttemptState as A;
+        // Every job of up to three attempts whose rollup ends it badly names one, of the
+        // state that made the rollup; every other status names none.
+        let mut jobs: Vec<Vec<AttemptState>> = vec![vec![]];
+        for _ in 0..3 {
+            let longer: Vec<_> = jobs
+                .iter()
+                .flat_map(|j| {
+                    A::ALL.iter().map(move |&s| {
+                        let mut j = j.clone();
+                        j.push(s);
+                        j
+                    })
+                })
+                .collect();
+            jobs.extend(longer);
+        }
+        for attempts in jobs.iter().filter(|a| !a.is_empty()) {
+            let won = attempts
+                .iter()
+                .any(|&s| matches!(s, A::Succeeded | A::Superseded));
+            let status = JobStatus::rollup(attempts);
+            let decided = status.decided_by(attempts);
+            match status {
+                JobStatus::Unknown => assert_eq!(decided.map(|i| attempts[i]), Some(A::Unknown)),
+                JobStatus::Failed if !won => {
+                    let i = decided.unwrap_or_else(|| panic!("{attempts:?} names no attempt"));
+                    assert!(matches!(
+                        attempts[i],
+                        A::Failed | A::Abandoned | A::Cancelled
+                    ));
+                    assert!(attempts[i + 1..]
+                        .iter()
+                        .all(|s| !matches!(s, A::Failed | A::Abandoned | A::Cancelled)));
+                }
+                _ => {}
+            }
+        }
+        assert_eq!(
+            JobStatus::Succeeded.decided_by(&[A::Failed, A::Succeeded]),
+            None
+        );
+        assert_eq!(JobStatus::Cancelled.decided_by(&[A::Cancelled]), None);
+        assert_eq!(
+            JobStatus::Failed.decided_by(&[A::Failed, A::Abandoned, A::Superseded]),
+            Some(1)
+        );
+        assert_eq!(
+            JobStatus::Unknown.decided_by(&[A::Unknown, A::Failed, A::Unknown]),
+            Some(2)
+        );
+    }
 
     #[test]
     fn final_states_are_exactly_the_contracts() {

@@ -1,25 +1,20 @@
-import type { Client, ErrorCode, Job, JobStatus, RetryOptions, SubmitOptions } from "./onceclick.js";
+import type {
+    Client, InputOf, Job, JobId, JobStatus, KindName, OnceclickError, PartialOf, RetryOptions, SubmitOptions,
+} from "./onceclick.js";
 
 /**
- * Why the last call failed: an `OnceclickError` as the SDK rejected with it. Branch on
- * `code`. Anything that is not one (say, the client promise rejected) comes in the same
- * shape with code "internal" and its own message.
+ * Why the last call failed: the `OnceclickError` the SDK rejected with. Anything else
+ * (say, the client promise rejected because the wasm did not load) is wrapped in one
+ * with code "internal", the original as its `cause`.
+ * @deprecated Use `OnceclickError`; this name goes in the next release.
  */
-export interface SubmitError {
-    readonly name: string;
-    readonly code: ErrorCode;
-    readonly message: string;
-    /** The HTTP status, when the server answered. */
-    readonly status: number | undefined;
-    /** Whether the same call may succeed later (the SDK has already retried it). */
-    readonly retryable: boolean;
-    readonly jobId: string | undefined;
-}
+export type SubmitError = OnceclickError;
 
 /** "submitting" until the job is known, then the job's own status. */
 export type SubmitStatus = "idle" | "submitting" | JobStatus;
 
-export interface UseSubmit<Input, Result> {
+/** What `useSubmit(client, kind)` gives: calls, and the job shown with its state. */
+export interface UseSubmit<K extends string = string> {
     /**
      * Submits the intent `(kind, input)` and follows its job with `wait` until it settles
      * (`succeeded`, `cancelled`, or `failed`/`unknown`, which wait for a decision). Safe to
@@ -29,24 +24,24 @@ export interface UseSubmit<Input, Result> {
      * rejects: resolves to the settled job, or to null when it failed (see `error`) or a
      * later call took over.
      */
-    submit(input: Input, options?: SubmitOptions): Promise<Job<Result, Input> | null>;
+    submit(input: InputOf<K>, options?: SubmitOptions): Promise<Job<K> | null>;
     /** Shows job `jobId` and follows it until it settles (say, the job a reload left). */
-    follow(jobId: string): Promise<Job<Result, Input> | null>;
+    follow(jobId: JobId<K> | string): Promise<Job<K> | null>;
     /** A new attempt on the job shown (the fallback button); then follows it again. */
-    retry(options?: RetryOptions): Promise<Job<Result, Input> | null>;
+    retry(options?: RetryOptions): Promise<Job<K> | null>;
     /** Cancels the job shown. */
-    cancel(): Promise<Job<Result, Input> | null>;
+    cancel(): Promise<Job<K> | null>;
     /** Stops following and forgets what is shown (the intent's key stays stored). */
     reset(): void;
     /** The job shown, updated live. */
-    job: Job<Result, Input> | null;
+    job: Job<K> | null;
     status: SubmitStatus;
     /**
      * The last call's failure. It stays until the next call or until the job it was
      * about moves on. A failed `wait` (the network, for long) leaves the job as last
      * seen: calling `follow` or `submit` again picks it up.
      */
-    error: SubmitError | null;
+    error: OnceclickError | null;
     /** True while submitting, and while the job shown is queued or running. */
     pending: boolean;
     /**
@@ -55,17 +50,18 @@ export interface UseSubmit<Input, Result> {
      */
     text: string;
     /** `text`'s JSON so far, closed and parsed (best effort); null until it says something, `{}` once a failed attempt's text is withdrawn. */
-    partial: Partial<Result> | null;
+    partial: PartialOf<K> | null;
 }
 
 /**
- * A React hook over a `Client` for one job kind. Give it the client, or a promise of one
+ * A React hook over a `Client` for one job kind: its input and result are typed from
+ * the kind (`Kinds`, filled by the file `cargo xtask kinds --types` generates). Give it the client, or a promise of one
  * (`init().then(() => new Client(...))`, made once at module level): it must not change
  * between renders. Each call starts a new turn: what an earlier call was waiting for is
  * stopped and its late answers dropped, so the job shown is the last call's. Renders on
  * a server: it calls nothing until a call is made.
  */
-export function useSubmit<Input = unknown, Result = unknown>(
+export function useSubmit<K extends KindName>(
     client: Client | PromiseLike<Client>,
-    kind: string,
-): UseSubmit<Input, Result>;
+    kind: K,
+): UseSubmit<K>;

@@ -1,6 +1,7 @@
-// onceclick/react: `useSubmit`, a React hook over a `Client`. It imports nothing from the
-// SDK (it calls the client it is given), so it adds nothing to the core bundle; React is
-// an optional peer dependency that only apps importing "onceclick/react" need.
+// onceclick/react: `useSubmit`, a React hook over a `Client`. It imports only the
+// `OnceclickError` class from the SDK (it calls the client it is given), so it adds
+// nothing to the core bundle; React is an optional peer dependency that only apps
+// importing "onceclick/react" need.
 //
 // One hook instance shows one job at a time, and follows it with one `wait`. Every call
 // (`submit`, `follow`, `retry`, `cancel`, `reset`) starts a new "turn": whatever an
@@ -11,23 +12,18 @@
 // `error`.
 
 import { useCallback, useEffect, useRef, useState } from "react";
+import { OnceclickError } from "onceclick";
 
 /** The statuses a `wait` settles on: finished, or waiting for a decision. */
 const SETTLED = new Set(["succeeded", "cancelled", "failed", "unknown"]);
 
 const IDLE = { job: null, status: "idle", error: null, text: "", partial: null };
 
-/** An `OnceclickError` as it is; anything else (a rejected client promise) in its shape. */
+/** An `OnceclickError` as it is; anything else (a rejected client promise) wrapped in one. */
 function asError(e) {
-  if (e !== null && typeof e === "object" && typeof e.code === "string") return e;
-  return {
-    name: "OnceclickError",
-    code: "internal",
-    message: e instanceof Error ? e.message : String(e),
-    status: undefined,
-    retryable: false,
-    jobId: undefined,
-  };
+  // By its class, or by its name and code: one from another copy of the package.
+  if (e instanceof OnceclickError || (e instanceof Error && e.name === "OnceclickError" && typeof e.code === "string")) return e;
+  return new OnceclickError("internal", e instanceof Error ? e.message : String(e), undefined, false, undefined, e);
 }
 
 export function useSubmit(client, kind) {
@@ -75,7 +71,10 @@ export function useSubmit(client, kind) {
       if (SETTLED.has(first.status)) {
         // Settled before it was followed (a submit that found its job done): its text
         // is its result's JSON, as `wait`'s last `onText` would have said.
-        if (first.result != null) setState((s) => ({ ...s, text: JSON.stringify(first.result), partial: first.result }));
+        // (a text answer's text is its result as it is, and has no partial).
+        const result = first.result;
+        if (typeof result === "string") setState((s) => ({ ...s, text: result }));
+        else if (result != null) setState((s) => ({ ...s, text: JSON.stringify(result), partial: result }));
         return first;
       }
     }

@@ -6,30 +6,17 @@
 // would send rejects with an `OnceclickError` whose code is "unsupported_environment"
 // and whose message says where to call it instead.
 
+import { OnceclickError } from "./error.js";
+
+export { OnceclickError };
+
 const WHY =
   "onceclick runs in the browser, and this code ran on a server (the package's `node` build). " +
-  "Call submit, wait, retry, cancel and idempotentFetch from an event handler or an effect, " +
+  "Call submit, wait, retry, cancel, forget and idempotentFetch from an event handler or an effect, " +
   "which run only in the browser.";
 
-export class OnceclickError extends Error {
-  constructor(message = WHY) {
-    super(message);
-    this.name = "OnceclickError";
-    this.code = "unsupported_environment";
-    this.status = undefined;
-    this.retryable = false;
-    this.jobId = undefined;
-  }
-
-  toString() {
-    return `OnceclickError [${this.code}]: ${this.message}`;
-  }
-
-  free() {}
-}
-
 function refuse() {
-  return Promise.reject(new OnceclickError());
+  return Promise.reject(new OnceclickError("unsupported_environment", WHY, undefined, false, undefined));
 }
 
 export class Client {
@@ -58,7 +45,6 @@ export class Client {
 
 if (typeof Symbol.dispose === "symbol") {
   Client.prototype[Symbol.dispose] = Client.prototype.free;
-  OnceclickError.prototype[Symbol.dispose] = OnceclickError.prototype.free;
 }
 
 export function idempotentFetch() {

@@ -10,7 +10,7 @@ mod wait;
 
 use crate::call::Call;
 use crate::decimal::decimal;
-use crate::error::OnceclickError;
+use crate::error::{JsOnceclickError, OnceclickError};
 use crate::flight;
 use crate::http::{Answer, Policy};
 use crate::js;
@@ -50,8 +50,9 @@ struct Inner {
     watching: Rc<RefCell<Watching>>,
 }
 
-/// A client of one onceclick API.
-#[wasm_bindgen]
+/// A client of one onceclick API. Its TypeScript declaration, generic over the kinds, is
+/// written in `types.rs`.
+#[wasm_bindgen(skip_typescript)]
 #[derive(Clone)]
 pub struct Client {
     inner: Rc<Inner>,
@@ -67,44 +68,18 @@ impl std::fmt::Debug for Client {
 
 #[wasm_bindgen]
 impl Client {
-    /// `new Client({ baseUrl, token | getToken, storage? })`.
-    #[wasm_bindgen(constructor)]
-    pub fn new(options: ClientOptions) -> Result<Client, OnceclickError> {
-        let options: JsValue = options.into();
-        let base_url = option_string(&options, "baseUrl")
-            .ok_or_else(|| OnceclickError::invalid("baseUrl is required"))?
-            .trim_end_matches('/')
-            .to_owned();
-        let token = option_string(&options, "token");
-        let get_token = option_function(&options, "getToken");
-        if token.is_none() && get_token.is_none() {
-            return Err(OnceclickError::invalid("give token or getToken"));
-        }
-        Ok(Client {
-            inner: Rc::new(Inner {
-                base_url,
-                token,
-                get_token,
-                // A key lives as long as its job, not a fixed time: the server keeps a
-                // `failed` or `unknown` job, and its key, for as long as it is not final.
-                keys: Keys::new(js::get(&options, "storage"), None),
-                providers: RefCell::new(None),
-                lookup_error: RefCell::new(None),
-                watching: Rc::default(),
-            }),
-        })
+    /// `new Client({ baseUrl, token | getToken, storage? })`; throws an
+    /// `OnceclickError` (`invalid_argument`) without them.
+    #[wasm_bindgen(constructor, skip_typescript)]
+    pub fn new(options: ClientOptions) -> Result<Client, JsOnceclickError> {
+        Self::made(options.into()).map_err(|e| JsValue::from(e).unchecked_into())
     }
 
     /// Submits the intent `(kind, input)`: creates its job, or returns the one it
     /// already has. Concurrent submits of one intent share one request; each keeps its
     /// own `signal` (aborting one rejects only that one) and its own `onRetry`.
-    #[wasm_bindgen(unchecked_return_type = "Promise<Job>")]
-    pub fn submit(
-        &self,
-        kind: String,
-        #[wasm_bindgen(unchecked_param_type = "unknown")] input: JsValue,
-        options: Option<SubmitOptions>,
-    ) -> Promise {
+    #[wasm_bindgen(skip_typescript)]
+    pub fn submit(&self, kind: String, input: JsValue, options: Option<SubmitOptions>) -> Promise {
         let options: JsValue = options.map(Into::into).unwrap_or(JsValue::UNDEFINED);
         let client = self.clone();
         let provider = option_string(&options, "provider");
@@ -160,11 +135,11 @@ impl Client {
             match js::abortable(signal.as_ref(), shared).await {
                 Ok(outcome) => {
                     flight::land(&flight);
-                    outcome
+                    outcome.map_err(OnceclickError::from_js)
                 }
                 Err(aborted) => {
                     flight::Flight::leave(&flight, on_retry.as_ref());
-                    Err(aborted.into())
+                    Err(aborted)
                 }
             }
         })
@@ -175,7 +150,7 @@ impl Client {
     /// `onUpdate` once per change, in order. Follows the job's live stream, reconnecting
     /// from its last position after a dropped connection; polls with backoff and `ETag`
     /// where the stream cannot be had (see `WaitOptions`).
-    #[wasm_bindgen(unchecked_return_type = "Promise<Job>")]
+    #[wasm_bindgen(skip_typescript)]
     pub fn wait(&self, job_id: String, options: Option<WaitOptions>) -> Promise {
         let options: JsValue = options.map(Into::into).unwrap_or(JsValue::UNDEFINED);
         let client = self.clone();
@@ -229,15 +204,15 @@ impl Client {
     /// a lost answer gets the attempt the first send made (200, replayed), never a
     /// second one. It also sends `If-Match` with the job's ETag, so a click on a job
     /// that changed since it was read is refused (412).
-    #[wasm_bindgen(unchecked_return_type = "Promise<Attempt>")]
+    #[wasm_bindgen(skip_typescript)]
     pub fn retry(&self, job_id: String, options: Option<RetryOptions>) -> Promise {
         let options: JsValue = options.map(Into::into).unwrap_or(JsValue::UNDEFINED);
         let client = self.clone();
-        future_to_promise(async move { Ok(client.new_attempt(&job_id, &options).await?) })
+        future_to_promise(async move { client.new_attempt(&job_id, &options).await })
     }
 
     /// The owner gives up: the job becomes `cancelled` and its key is freed.
-    #[wasm_bindgen(unchecked_return_type = "Promise<Job>")]
+    #[wasm_bindgen(skip_typescript)]
     pub fn cancel(&self, job_id: String) -> Promise {
         let client = self.clone();
         future_to_promise(async move {
@@ -249,13 +224,8 @@ impl Client {
     }
 
     /// Forgets the key of the intent `(kind, input)`: the next submit is a new intent.
-    #[wasm_bindgen(unchecked_return_type = "Promise<void>")]
-    pub fn forget(
-        &self,
-        kind: String,
-        #[wasm_bindgen(unchecked_param_type = "unknown")] input: JsValue,
-        options: Option<ForgetOptions>,
-    ) -> Promise {
+    #[wasm_bindgen(skip_typescript)]
+    pub fn forget(&self, kind: String, input: JsValue, options: Option<ForgetOptions>) -> Promise {
         let options: JsValue = options.map(Into::into).unwrap_or(JsValue::UNDEFINED);
         let client = self.clone();
         future_to_promise(async move {
@@ -272,6 +242,32 @@ impl Client {
 }
 
 impl Client {
+    /// The client `options` describe.
+    fn made(options: JsValue) -> Result<Client, OnceclickError> {
+        let base_url = option_string(&options, "baseUrl")
+            .ok_or_else(|| OnceclickError::invalid("baseUrl is required"))?
+            .trim_end_matches('/')
+            .to_owned();
+        let token = option_string(&options, "token");
+        let get_token = option_function(&options, "getToken");
+        if token.is_none() && get_token.is_none() {
+            return Err(OnceclickError::invalid("give token or getToken"));
+        }
+        Ok(Client {
+            inner: Rc::new(Inner {
+                base_url,
+                token,
+                get_token,
+                // A key lives as long as its job, not a fixed time: the server keeps a
+                // `failed` or `unknown` job, and its key, for as long as it is not final.
+                keys: Keys::new(js::get(&options, "storage"), None),
+                providers: RefCell::new(None),
+                lookup_error: RefCell::new(None),
+                watching: Rc::default(),
+            }),
+        })
+    }
+
     /// Sends `call` to this client's API with its token (asked of `getToken` now).
     async fn send(&self, call: Call<'_>) -> Result<Answer, OnceclickError> {
         let token = self.token().await?;
@@ -291,8 +287,9 @@ impl Client {
         let value = get.call0(&JsValue::NULL).map_err(|e| {
             OnceclickError::new(
                 "unauthorized",
-                format!("getToken threw: {}", js::describe(e)),
+                format!("getToken threw: {}", js::describe(&e)),
             )
+            .caused_by(e)
         })?;
         js::resolve(value)
             .await
@@ -308,6 +305,7 @@ impl Client {
             return Err(answer.error().await);
         }
         let job = answer.js_json().await?;
+        crate::failure::annotate(&job);
         self.seen_job(&job);
         Ok(job)
     }
@@ -327,7 +325,7 @@ impl Client {
         body: &str,
         provider: Option<&str>,
         policy: &Policy,
-    ) -> Result<JsValue, JsValue> {
+    ) -> Result<JsValue, OnceclickError> {
         // Stored before the first byte is sent: a reload mid-request reuses it.
         let mut entry = self.inner.keys.get_or_create(intent, provider);
         let call = Call::post("/v1/jobs")

@@ -1,66 +1,55 @@
-//! `OnceclickError`: the one error type the SDK rejects with.
+//! `OnceclickError`: the one error type the SDK rejects with, a JS `Error`.
 
 use crate::decimal::decimal;
 use onceclick_protocol::Problem;
 use wasm_bindgen::prelude::*;
 
-/// Why a call failed. Branch on `code` (an `ErrorCode`): one of the API's problem codes,
-/// `network`, `aborted`, `timeout`, `invalid_argument`, `invalid_response` from the SDK
-/// itself, or `http_<status>` for an answer that was not problem+json.
-#[wasm_bindgen]
-#[derive(Debug, Clone)]
-pub struct OnceclickError {
-    code: String,
-    message: String,
-    status: Option<u16>,
-    retryable: bool,
-    job_id: Option<String>,
+/// The JS class every rejection is an instance of (`js/error.js`, re-exported by the
+/// package as `OnceclickError`): a real `Error`, with a stack.
+#[wasm_bindgen(module = "/js/error.js")]
+extern "C" {
+    /// `OnceclickError` in JS: `class OnceclickError extends Error`.
+    #[wasm_bindgen(js_name = OnceclickError, extends = js_sys::Error, reexport)]
+    #[derive(Debug, Clone)]
+    pub type JsOnceclickError;
+
+    #[wasm_bindgen(constructor, js_class = OnceclickError)]
+    fn new(
+        code: &str,
+        message: &str,
+        status: Option<u16>,
+        retryable: bool,
+        job_id: Option<String>,
+        cause: &JsValue,
+    ) -> JsOnceclickError;
 }
 
-#[wasm_bindgen]
-impl OnceclickError {
-    /// The stable machine code.
-    #[wasm_bindgen(getter, unchecked_return_type = "ErrorCode")]
-    pub fn code(&self) -> JsValue {
-        JsValue::from_str(&self.code)
-    }
+/// Why a call failed, until it is handed to JS as a [`JsOnceclickError`]. Its `code` is
+/// an `ErrorCode`: one of the API's problem codes, `network`, `aborted`, `timeout`,
+/// `invalid_argument`, `invalid_response` from the SDK itself, or `http_<status>` for an
+/// answer that was not problem+json.
+#[derive(Debug, Clone)]
+pub(crate) struct OnceclickError {
+    pub(crate) code: String,
+    message: String,
+    pub(crate) status: Option<u16>,
+    retryable: bool,
+    job_id: Option<String>,
+    /// What JS threw or rejected with underneath (a `TypeError` of `fetch`), if anything.
+    cause: JsValue,
+}
 
-    /// What went wrong, for a human.
-    #[wasm_bindgen(getter, unchecked_return_type = "string")]
-    pub fn message(&self) -> JsValue {
-        JsValue::from_str(&self.message)
-    }
-
-    /// The HTTP status, when the server answered.
-    #[wasm_bindgen(getter)]
-    pub fn status(&self) -> Option<u16> {
-        self.status
-    }
-
-    /// Whether the same call may succeed later (the SDK has already retried it).
-    #[wasm_bindgen(getter)]
-    pub fn retryable(&self) -> bool {
-        self.retryable
-    }
-
-    /// The job concerned, where known.
-    #[wasm_bindgen(getter, js_name = jobId, unchecked_return_type = "string | undefined")]
-    pub fn job_id(&self) -> JsValue {
-        self.job_id
-            .as_deref()
-            .map_or(JsValue::UNDEFINED, JsValue::from_str)
-    }
-
-    /// Always `"OnceclickError"`, as on an `Error`.
-    #[wasm_bindgen(getter, unchecked_return_type = "string")]
-    pub fn name(&self) -> JsValue {
-        JsValue::from_str("OnceclickError")
-    }
-
-    /// `OnceclickError [code]: message`.
-    #[wasm_bindgen(js_name = toString, unchecked_return_type = "string")]
-    pub fn to_js_string(&self) -> JsValue {
-        JsValue::from_str(&format!("OnceclickError [{}]: {}", self.code, self.message))
+impl From<OnceclickError> for JsValue {
+    fn from(e: OnceclickError) -> JsValue {
+        JsOnceclickError::new(
+            &e.code,
+            &e.message,
+            e.status,
+            e.retryable,
+            e.job_id,
+            &e.cause,
+        )
+        .into()
     }
 }
 
@@ -72,7 +61,31 @@ impl OnceclickError {
             status: None,
             retryable: false,
             job_id: None,
+            cause: JsValue::UNDEFINED,
         }
+    }
+
+    /// What a shared promise of the SDK rejected with (a flight that other submits
+    /// joined), as this error again; anything else JS rejected with there (a Web Lock
+    /// refused) is an `internal` error caused by it.
+    pub(crate) fn from_js(e: JsValue) -> Self {
+        if !e.is_instance_of::<JsOnceclickError>() {
+            return Self::new("internal", crate::js::describe(&e)).caused_by(e);
+        }
+        let text = |name| crate::js::get_string(&e, name);
+        Self {
+            code: text("code").unwrap_or_default(),
+            message: text("message").unwrap_or_default(),
+            status: crate::js::get(&e, "status").as_f64().map(|s| s as u16),
+            retryable: crate::js::get(&e, "retryable").is_truthy(),
+            job_id: text("jobId"),
+            cause: crate::js::get(&e, "cause"),
+        }
+    }
+
+    /// This error, with what JS threw underneath as its `cause`.
+    pub(crate) fn caused_by(self, cause: JsValue) -> Self {
+        Self { cause, ..self }
     }
 
     pub(crate) fn network(message: impl Into<String>) -> Self {
@@ -96,6 +109,16 @@ impl OnceclickError {
         }
     }
 
+    /// A network error caused by what `fetch` or a body read rejected with.
+    pub(crate) fn network_from(e: JsValue) -> Self {
+        Self::network(crate::js::describe(&e)).caused_by(e)
+    }
+
+    /// A bad argument, caused by what JS threw on it (a `Request` it refused).
+    pub(crate) fn invalid_from(e: JsValue) -> Self {
+        Self::invalid(crate::js::describe(&e)).caused_by(e)
+    }
+
     pub(crate) fn aborted() -> Self {
         Self::new("aborted", "the call was aborted by its AbortSignal")
     }
@@ -113,6 +136,7 @@ impl OnceclickError {
                 status: Some(status),
                 retryable: p.retryable,
                 job_id: p.job_id,
+                cause: JsValue::UNDEFINED,
             },
             None => Self {
                 code: ["http_", &decimal(status.into())].concat(),
@@ -120,6 +144,7 @@ impl OnceclickError {
                 status: Some(status),
                 retryable: status == 429 || status == 503,
                 job_id: None,
+                cause: JsValue::UNDEFINED,
             },
         }
     }

@@ -45,12 +45,12 @@ pub fn idempotent_fetch(
         if let Some(signal) = &policy.signal {
             init.set_signal(Some(signal));
         }
-        let template = Request::new_with_str_and_init(&url, &init)
-            .map_err(|e| OnceclickError::invalid(js::describe(e)))?;
+        let template =
+            Request::new_with_str_and_init(&url, &init).map_err(OnceclickError::invalid_from)?;
         template
             .headers()
             .set("Idempotency-Key", &entry.key)
-            .map_err(|e| OnceclickError::invalid(js::describe(e)))?;
+            .map_err(OnceclickError::invalid_from)?;
         let make = || template.clone();
         let answer = http::send(&make, &policy, true).await?;
         Ok(answer.response.into())

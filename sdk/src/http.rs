@@ -37,14 +37,11 @@ impl Answer {
     }
 
     pub(crate) async fn text(&self) -> Result<String, OnceclickError> {
-        let promise = self
-            .response
-            .text()
-            .map_err(|e| OnceclickError::network(js::describe(e)))?;
+        let promise = self.response.text().map_err(OnceclickError::network_from)?;
         wasm_bindgen_futures::JsFuture::from(promise)
             .await
             .map(|v| v.as_string().unwrap_or_default())
-            .map_err(|e| OnceclickError::network(js::describe(e)))
+            .map_err(OnceclickError::network_from)
     }
 
     /// The body parsed by the browser's `JSON.parse`: handed to the caller as it is.
@@ -98,10 +95,10 @@ pub(crate) async fn send(
 ) -> Result<Answer, OnceclickError> {
     let mut n = 1;
     loop {
-        let request = make().map_err(|e| OnceclickError::invalid(js::describe(e)))?;
+        let request = make().map_err(OnceclickError::invalid_from)?;
         let outcome = js::abortable(policy.signal.as_ref(), js::fetch(&request)).await?;
         let (error, retry_after) = match outcome {
-            Err(message) => (OnceclickError::network(message), None),
+            Err(e) => (OnceclickError::network_from(e), None),
             Ok(response) => {
                 let answer = Answer {
                     status: response.status(),
@@ -133,8 +130,8 @@ pub(crate) async fn send(
             let info = js_sys::Object::new();
             let _ = js_sys::Reflect::set(&info, &"attempt".into(), &JsValue::from(n + 1));
             let _ = js_sys::Reflect::set(&info, &"delayMs".into(), &JsValue::from_f64(wait));
-            let _ = js_sys::Reflect::set(&info, &"code".into(), &error.code());
-            let _ = js_sys::Reflect::set(&info, &"status".into(), &error.status().into());
+            let _ = js_sys::Reflect::set(&info, &"code".into(), &error.code.as_str().into());
+            let _ = js_sys::Reflect::set(&info, &"status".into(), &error.status.into());
             let _ = callback.call1(&JsValue::NULL, &info);
         }
         js::abortable(policy.signal.as_ref(), js::sleep(wait)).await?;

@@ -32,13 +32,21 @@ pub(crate) fn call(obj: &JsValue, name: &str, args: &[JsValue]) -> Result<JsValu
 }
 
 /// `wasm_bindgen_futures::future_to_promise`, through one boxed future type: its
-/// machinery is then compiled once for the whole SDK instead of once per call site.
+/// machinery is then compiled once for the whole SDK instead of once per call site. Its
+/// error is an [`OnceclickError`], so that every promise the SDK hands out rejects with
+/// a JS `OnceclickError`, never anything else.
 pub(crate) fn future_to_promise(
-    work: impl std::future::Future<Output = Result<JsValue, JsValue>> + 'static,
+    work: impl std::future::Future<Output = Result<JsValue, OnceclickError>> + 'static,
 ) -> Promise {
-    let work: std::pin::Pin<Box<dyn std::future::Future<Output = Result<JsValue, JsValue>>>> =
-        Box::pin(work);
-    wasm_bindgen_futures::future_to_promise(work)
+    wasm_bindgen_futures::future_to_promise(rejecting(Box::pin(work)))
+}
+
+/// One boxed future of the SDK's, its error made the JS `OnceclickError`: not generic,
+/// so compiled once.
+async fn rejecting(
+    work: std::pin::Pin<Box<dyn std::future::Future<Output = Result<JsValue, OnceclickError>>>>,
+) -> Result<JsValue, JsValue> {
+    Ok(work.await?)
 }
 
 /// A promise that resolves to `undefined` after `ms` milliseconds.
@@ -115,21 +123,17 @@ pub(crate) fn construct_with(class: &str, args: &[JsValue]) -> Result<JsValue, J
 
 /// A new `AbortController`: the controller itself (to `abort` it) and its signal.
 pub(crate) fn abort_controller() -> Result<(JsValue, web_sys::AbortSignal), OnceclickError> {
-    let fail = |e: JsValue| OnceclickError::invalid(describe(e));
+    let fail = OnceclickError::invalid_from;
     let controller = construct("AbortController").map_err(fail)?;
     let signal = get(&controller, "signal").dyn_into().map_err(fail)?;
     Ok((controller, signal))
 }
 
-/// `fetch(request)`; a rejection (the network) becomes `Err` with its message.
-pub(crate) async fn fetch(request: &web_sys::Request) -> Result<web_sys::Response, String> {
-    let promise = call(&global(), "fetch", &[request.into()]).map_err(describe)?;
-    let promise: Promise = promise.dyn_into().map_err(describe)?;
-    JsFuture::from(promise)
-        .await
-        .map_err(describe)?
-        .dyn_into()
-        .map_err(describe)
+/// `fetch(request)`; a rejection (the network) becomes `Err` with what it rejected with.
+pub(crate) async fn fetch(request: &web_sys::Request) -> Result<web_sys::Response, JsValue> {
+    let promise = call(&global(), "fetch", &[request.into()])?;
+    let promise: Promise = promise.dyn_into()?;
+    JsFuture::from(promise).await?.dyn_into()
 }
 
 /// [`fetch`], given `ms` to answer: `Ok(None)` when it did not (the caller aborts it).
@@ -137,19 +141,19 @@ pub(crate) async fn fetch_within(
     request: &web_sys::Request,
     ms: f64,
 ) -> Result<Option<web_sys::Response>, String> {
-    let promise = call(&global(), "fetch", &[request.into()]).map_err(describe)?;
+    let promise = call(&global(), "fetch", &[request.into()]).map_err(|e| describe(&e))?;
     let (timer, id) = timer_id(ms);
     let answer = JsFuture::from(Promise::race(&js_sys::Array::of2(&promise, &timer))).await;
     let _ = call(&global(), "clearTimeout", &[id]);
-    match answer.map_err(describe)? {
+    match answer.map_err(|e| describe(&e))? {
         answer if answer.is_undefined() => Ok(None),
-        answer => answer.dyn_into().map(Some).map_err(describe),
+        answer => answer.dyn_into().map(Some).map_err(|e| describe(&e)),
     }
 }
 
 /// A JS error value as text.
-pub(crate) fn describe(e: JsValue) -> String {
-    get_string(&e, "message")
+pub(crate) fn describe(e: &JsValue) -> String {
+    get_string(e, "message")
         .or_else(|| e.as_string())
         .unwrap_or_else(|| "unknown error".to_owned())
 }

@@ -180,7 +180,7 @@ impl Keys {
         match op(&storage) {
             Ok(v) => Some(v),
             Err(e) => {
-                self.fall_back(&js::describe(e));
+                self.fall_back(&js::describe(&e));
                 None
             }
         }

@@ -29,6 +29,7 @@ mod call;
 mod client;
 mod decimal;
 mod error;
+mod failure;
 mod fetch;
 mod flight;
 mod http;
@@ -42,7 +43,7 @@ mod types;
 mod watch;
 
 pub use client::Client;
-pub use error::OnceclickError;
+pub use error::JsOnceclickError;
 pub use fetch::idempotent_fetch;
 pub use types::{
     ClientOptions, ForgetOptions, IdempotentFetchOptions, RetryOptions, SubmitOptions, WaitOptions,

@@ -215,6 +215,9 @@ fn heard(watching: &mut Watching, message: &JsValue) {
         Some("job") if watching.following => {
             let job = js::get(message, "job");
             if let (Some(id), Some(job_id)) = (place(message), js::get_string(&job, "id")) {
+                // Already said by a leading tab of this version; said again for a tab of
+                // an older one, which does not.
+                crate::failure::annotate(&job);
                 watching.deliver(&id, &job_id, &job);
             }
         }

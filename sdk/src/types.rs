@@ -31,11 +31,120 @@ export interface Attempt {
   /** What its provider stated it billed for its answer, once it answered. */
   tokens: { prompt: number; completion: number } | null;
 }
-export interface Job<Result = unknown, Input = unknown> {
-  id: string; kind: string; status: JobStatus; version: number; input: Input;
-  provider: string; result: Result | null; completed_by: string | null;
+
+/**
+ * The kinds of your deployment, each as `{ input; result }`. Empty in the package: the
+ * file that `cargo xtask kinds --types <path>` writes from `edge/kinds/*.json` fills it
+ * (module augmentation), and then `submit`, `wait` and the hooks check a kind's name and
+ * input and type its result. Without that file every name is a `string` and every input
+ * and result `unknown`.
+ */
+export interface Kinds {}
+/** A kind's name: a key of `Kinds` once the generated file fills it, else any string. */
+export type KindName = [keyof Kinds] extends [never] ? string : Extract<keyof Kinds, string>;
+/** Kind `K`'s input (`unknown` for a kind `Kinds` does not name). */
+export type InputOf<K extends string> = K extends keyof Kinds ? (Kinds[K] extends { input: infer I } ? I : unknown) : unknown;
+/** Kind `K`'s result: its output schema's type, or `string` for a text answer. */
+export type ResultOf<K extends string> = K extends keyof Kinds ? (Kinds[K] extends { result: infer R } ? R : unknown) : unknown;
+/** Every member optional, all the way down: the JSON a streamed answer has written so far. */
+export type DeepPartial<T> = T extends readonly (infer E)[] ? DeepPartial<E>[] : T extends object ? { [P in keyof T]?: DeepPartial<T[P]> } : T;
+/** What a streamed answer has written of kind `K`'s result: none for a text answer. */
+export type PartialOf<K extends string> = ResultOf<K> extends string ? never : DeepPartial<ResultOf<K>>;
+declare const kindOfJob: unique symbol;
+/** This file exports only what it says it exports (not `kindOfJob`, which is a type's brand). */
+export {};
+/**
+ * A job's id, which remembers its kind: `submit` gives one (`job.id`), and `wait`,
+ * `cancel` and the hooks type the job they give by it. A plain `string` (an id from a
+ * URL) is accepted too, with an untyped result.
+ */
+export type JobId<K extends string = string> = string & { readonly [kindOfJob]?: K };
+
+/**
+ * A job, as the API sends it (its fields are the wire's, so snake_case), with `failure`
+ * added by the SDK. `Job<"summarize">` types `input` and `result` from the kind.
+ */
+export interface Job<K extends string = string> {
+  id: JobId<K>; kind: K; status: JobStatus; version: number; input: InputOf<K>;
+  provider: string; result: ResultOf<K> | null; completed_by: string | null;
   created_at: string; updated_at: string; attempts: Attempt[];
+  /**
+   * Why the job ended badly, when its status is `failed` or `unknown` (else `null`): the
+   * attempt that decided it (for `unknown`, the attempt whose outcome is not known; for
+   * `failed`, the newest that ended without an answer), with its error's code and
+   * sentence. Derived by the SDK from `attempts`.
+   */
+  failure: JobFailure | null;
 }
+/** Why a job ended badly: `Job.failure`. */
+export interface JobFailure {
+  /** The attempt's error code (`provider_timeout`, `provider_output_invalid`, …), or its state when it gave none. */
+  code: string;
+  /** The attempt's error, for a human. */
+  message: string;
+  /** The attempt that decided it. */
+  attempt_id: string;
+}
+
+/**
+ * What every call of the SDK rejects with (and `new Client` throws): a real `Error`, in
+ * the browser build and in the server build alike. Branch on `code`.
+ */
+export declare class OnceclickError extends Error {
+  /** As the SDK makes one (an app may, to stand in for the SDK in its own tests). */
+  constructor(code: ErrorCode, message: string, status?: number, retryable?: boolean, jobId?: string, cause?: unknown);
+  readonly name: "OnceclickError";
+  /** The stable machine code. */
+  readonly code: ErrorCode;
+  /** The HTTP status, when the server answered. */
+  readonly status: number | undefined;
+  /** Whether the same call may succeed later (the SDK has already retried it). */
+  readonly retryable: boolean;
+  /** The job concerned, where known. */
+  readonly jobId: string | undefined;
+  /** What JS threw underneath (a `TypeError` of `fetch`), if anything. */
+  readonly cause?: unknown;
+  /** `OnceclickError [code]: message`. */
+  toString(): string;
+}
+
+/** A client of one onceclick API. Make one per app (`await init()` first). */
+export declare class Client {
+  /** `new Client({ baseUrl, token | getToken, storage? })`; throws an `OnceclickError` (`invalid_argument`) without them. */
+  constructor(options: ClientOptions);
+  /**
+   * Submits the intent `(kind, input)`: creates its job, or returns the one it already
+   * has. Concurrent submits of one intent share one request; each keeps its own
+   * `signal` (aborting one rejects only that one) and its own `onRetry`.
+   */
+  submit<K extends KindName>(kind: K, input: InputOf<K>, options?: SubmitOptions): Promise<Job<K>>;
+  /**
+   * Resolves to the job once it has finished (`succeeded`, `cancelled`) or needs a
+   * decision (`failed`: ask for a new attempt; `unknown`: resolve or cancel; `failure`
+   * says why), calling `onUpdate` once per change, in order. Follows the job's live
+   * stream, reconnecting from its last position after a dropped connection; polls with
+   * backoff and `ETag` where the stream cannot be had (see `WaitOptions`).
+   */
+  wait<K extends string>(jobId: JobId<K>, options?: WaitOptions<K>): Promise<Job<K>>;
+  wait(jobId: string, options?: WaitOptions): Promise<Job>;
+  /**
+   * Asks for a new attempt on the same job (the fallback button). Safe to retry: each
+   * call sends its own `Idempotency-Key`, unchanged on every resend, so a resend after
+   * a lost answer gets the attempt the first send made (200, replayed), never a second
+   * one. It also sends `If-Match` with the job's ETag, so a click on a job that changed
+   * since it was read is refused (412).
+   */
+  retry(jobId: string, options?: RetryOptions): Promise<Attempt>;
+  /** The owner gives up: the job becomes `cancelled` and its key is freed. */
+  cancel<K extends string>(jobId: JobId<K>): Promise<Job<K>>;
+  cancel(jobId: string): Promise<Job>;
+  /** Forgets the key of the intent `(kind, input)`: the next submit is a new intent. */
+  forget<K extends KindName>(kind: K, input: InputOf<K>, options?: ForgetOptions): Promise<void>;
+  /** Frees the client's memory in the wasm (it is unusable after). */
+  free(): void;
+  [Symbol.dispose](): void;
+}
+
 /** Anything with the methods of `localStorage`. */
 export interface StorageLike {
   getItem(key: string): string | null;
@@ -74,10 +183,10 @@ export interface TextDelta {
   offset: number;
   text: string;
 }
-export interface WaitOptions {
+export interface WaitOptions<K extends string = string> {
   signal?: AbortSignal;
   /** Called with the job once per change, in order. */
-  onUpdate?: (job: Job) => void;
+  onUpdate?: (job: Job<K>) => void;
   /**
    * A provider that streams: the text of the attempt followed, whole, each time it
    * grows. It follows the first attempt that streams until the job names its winner,
@@ -92,7 +201,7 @@ export interface WaitOptions {
    */
   onText?: (text: string, info: { attemptId: string }) => void;
   /** For a kind whose answer is JSON: with `onText`'s text, the object it begins, closed and parsed (best effort, like a partial object). A text answer's text (one that does not begin with `{`) never reaches it. */
-  onPartial?: (partial: unknown) => void;
+  onPartial?: (partial: PartialOf<K>) => void;
   /** Every attempt's pieces, as they come (a hedge's two attempts both). */
   onDelta?: (delta: TextDelta) => void;
   /** Reject with code "timeout" after this long. */

@@ -172,6 +172,27 @@ fn get(obj: &JsValue, key: &str) -> JsValue {
     Reflect::get(obj, &key.into()).unwrap()
 }
 
+/// `error` is what every rejection of the SDK must be: an `OnceclickError`, which is a
+/// real `Error` (with a stack), with `code`.
+fn rejected_with(error: &JsValue, code: &str) {
+    assert!(
+        error.is_instance_of::<js_sys::Error>(),
+        "{error:?} is not an Error"
+    );
+    assert!(
+        error.is_instance_of::<onceclick::JsOnceclickError>(),
+        "{error:?} is not an OnceclickError"
+    );
+    assert_eq!(get(error, "name"), "OnceclickError");
+    assert_eq!(get(error, "code"), code);
+    assert!(
+        get(error, "stack")
+            .as_string()
+            .is_some_and(|s| !s.is_empty()),
+        "it has a stack"
+    );
+}
+
 fn client(base: &str, storage: Option<JsValue>) -> Client {
     let options = Object::new();
     set(&options, "baseUrl", base);
@@ -376,7 +397,7 @@ async fn a_reused_key_is_a_typed_error_and_not_retried() {
         .await
         .unwrap_err();
     assert_eq!(get(&error, "name"), "OnceclickError");
-    assert_eq!(get(&error, "code"), "idempotency_key_reused");
+    rejected_with(&error, "idempotency_key_reused");
     assert_eq!(get(&error, "status"), 409);
     assert_eq!(get(&error, "retryable"), false);
     assert!(get(&error, "jobId")
@@ -405,7 +426,7 @@ async fn an_abort_rejects_with_aborted_within_50_ms() {
     controller.abort();
     let outcome = JsFuture::from(outcome).await.unwrap();
     let elapsed = get(&outcome, "at").as_f64().unwrap() - aborted_at;
-    assert_eq!(get(&get(&outcome, "error"), "code"), "aborted");
+    rejected_with(&get(&outcome, "error"), "aborted");
     assert!(elapsed < 50.0, "rejected {elapsed} ms after abort");
 }
 
@@ -495,6 +516,25 @@ async fn a_retry_whose_answer_was_lost_resolves_to_its_one_new_attempt() {
     .await;
     let failed = ok(c.wait(id_of(&job), None)).await;
     assert_eq!(get(&failed, "status"), "failed");
+    // Why, without reading the attempts: the one that decided it, with its error.
+    let failure = get(&failed, "failure");
+    let attempt = js_sys::Array::from(&get(&failed, "attempts")).get(0);
+    assert_eq!(get(&failure, "attempt_id"), get(&attempt, "id"));
+    assert_eq!(get(&failure, "code"), get(&get(&attempt, "error"), "code"));
+    assert_eq!(
+        get(&failure, "message"),
+        get(&get(&attempt, "error"), "message")
+    );
+    assert!(
+        get(&failure, "code")
+            .as_string()
+            .is_some_and(|c| c.starts_with("provider_")),
+        "{failure:?}"
+    );
+    assert!(
+        get(&job, "failure").is_null(),
+        "a queued job did not end badly"
+    );
 
     let retry = options(&[("provider", "primary".into())]);
     let outcome = JsFuture::from(c.retry(id_of(&job), Some(retry.unchecked_into()))).await;
@@ -535,7 +575,7 @@ async fn a_submit_aborted_at_once_does_not_reject_its_twin() {
     let second = c.submit("summarize".into(), input(&text), None);
     controller.abort();
     let error = JsFuture::from(first).await.unwrap_err();
-    assert_eq!(get(&error, "code"), "aborted");
+    rejected_with(&error, "aborted");
     let job = ok(second).await;
     assert!(id_of(&job).starts_with("job_"));
     assert_eq!(posts(&seen(&id).await).len(), 1, "one request on the wire");
@@ -564,7 +604,7 @@ async fn a_submit_aborted_mid_flight_leaves_the_shared_request_to_its_twin() {
     );
     let second = c.submit("summarize".into(), input(&text), None);
     let error = JsFuture::from(first).await.unwrap_err();
-    assert_eq!(get(&error, "code"), "aborted");
+    rejected_with(&error, "aborted");
     let job = ok(second).await;
     assert!(id_of(&job).starts_with("job_"));
     let sent = posts(&seen(&id).await);
@@ -809,7 +849,7 @@ async fn a_provider_lookup_that_keeps_failing_fails_the_submit_retryably_and_sen
     .await
     .expect_err("a submit whose intent cannot be named");
     // The lookup's own error (the proxy's 500, `internal`), marked retryable.
-    assert_eq!(get(&refused, "code"), "internal");
+    rejected_with(&refused, "internal");
     assert_eq!(get(&refused, "retryable"), true);
     let message = get(&refused, "message").as_string().unwrap();
     assert!(message.contains("/v1/providers"), "{message}");
@@ -1173,7 +1213,7 @@ async fn missing_beside_live(other_tab: bool) {
     let error = JsFuture::from(tab.wait(missing.into(), None))
         .await
         .unwrap_err();
-    assert_eq!(get(&error, "code"), "not_found");
+    rejected_with(&error, "not_found");
     release(&gate).await;
     let done = live.await.unwrap();
     assert_eq!(get(&done, "status"), "succeeded");
@@ -1453,7 +1493,7 @@ async fn an_aborted_wait_closes_a_stream_whose_answer_has_not_come() {
     seen_until(&id, |log| !live_streams(log).is_empty()).await;
     controller.abort();
     let error = wait.await.unwrap_err();
-    assert_eq!(get(&error, "code"), "aborted");
+    rejected_with(&error, "aborted");
     let log = seen_until(&id, |log| {
         live_streams(log)
             .iter()
@@ -1589,7 +1629,7 @@ async fn a_reload_mid_stream_continues_the_same_jobs_text() {
     ok(deltas_at_least(&r1, 4)).await;
     controller.abort();
     let error = JsFuture::from(first).await.unwrap_err();
-    assert_eq!(get(&error, "code"), "aborted");
+    rejected_with(&error, "aborted");
     let shown = recorded(&r1, "texts").last().unwrap().as_string().unwrap();
 
     let after = client(&base, Some(storage));
@@ -1739,4 +1779,49 @@ async fn a_hedge_that_streamed_and_lost_gives_way_to_the_winners_text() {
             .map(String::from),
         "the winner's text is its result"
     );
+}
+
+#[wasm_bindgen_test]
+async fn every_rejection_is_an_onceclick_error_and_an_error() {
+    // The constructor throws one.
+    let thrown = Client::new(Object::new().unchecked_into()).unwrap_err();
+    rejected_with(&thrown, "invalid_argument");
+    assert!(get(&thrown, "message")
+        .as_string()
+        .unwrap()
+        .contains("baseUrl"));
+
+    // A submit whose input cannot be sent rejects with one, before any request.
+    let c = client(proxy(), Some(mapStorage()));
+    let cyclic = Object::new();
+    set(&cyclic, "me", cyclic.clone());
+    let error = JsFuture::from(c.submit("summarize".into(), cyclic.into(), None))
+        .await
+        .unwrap_err();
+    rejected_with(&error, "invalid_argument");
+
+    // What JS threw underneath is its `cause`: a URL `Request` refuses.
+    let options = Object::new();
+    set(&options, "intent", "a bad URL");
+    set(&options, "storage", mapStorage());
+    let error = JsFuture::from(onceclick::idempotent_fetch(
+        "http://[not a host".into(),
+        JsValue::UNDEFINED,
+        options.unchecked_into(),
+    ))
+    .await
+    .unwrap_err();
+    rejected_with(&error, "invalid_argument");
+    assert!(
+        get(&error, "cause").is_instance_of::<js_sys::TypeError>(),
+        "the Request's TypeError is the cause"
+    );
+
+    // The server's refusal: a cancel of a job that does not exist (one request, no
+    // live stream left behind for the tests after this one).
+    let error = JsFuture::from(c.cancel("job_00000000-0000-7000-8000-000000000001".into()))
+        .await
+        .unwrap_err();
+    rejected_with(&error, "not_found");
+    assert_eq!(get(&error, "status"), 404);
 }

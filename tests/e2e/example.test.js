@@ -88,6 +88,25 @@ test("example app: a real double click on Generate makes one job", { timeout: TE
   });
 });
 
+test("example app: a job that failed shows why, from the attempt that decided it", { timeout: TEST_MS }, async () => {
+  await h.withPage(browser, "example-failure", { opener: h.openExample }, async (page) => {
+    const text = h.uniqueText("example failure");
+    await h.mockPost("/_script", { provider: "primary", contains: text, steps: [{ status: 400 }] });
+    await page.locator("#text").fill(text);
+    await page.locator("#generate").click();
+    await waitStatus(page, "failed");
+    const failure = page.locator("#failure");
+    await failure.waitFor({ timeout: h.WAIT_MS });
+    const code = await failure.getAttribute("data-code");
+    assert.match(code, /^provider_/, "the attempt's own error code");
+    // The sentence is the attempt's error, as the API recorded it.
+    const error = h.lastAttemptError(await ticket(page));
+    assert.equal(code, error.code);
+    assert.ok((await failure.innerText()).includes(error.message), "its sentence is shown");
+    assert.equal(await page.locator("#result").count(), 0, "no result");
+  });
+});
+
 test("example app: a reload in mid-flight, and after the result, shows the same job", { timeout: TEST_MS }, async () => {
   await h.withPage(browser, "example-reload", { opener: h.openExample }, async (page) => {
     const text = h.uniqueText("example reload");

@@ -215,6 +215,17 @@ function jobStatus(id) {
   }
 }
 
+/** The error of job `id`'s last attempt in the D1 file: `{ code, message, retryable }`. */
+function lastAttemptError(id) {
+  const db = new DatabaseSync(d1File(), { readOnly: true });
+  try {
+    const row = db.prepare("SELECT error FROM attempts WHERE job_id = ? ORDER BY n DESC LIMIT 1").get(id);
+    return row?.error == null ? undefined : JSON.parse(row.error);
+  } finally {
+    db.close();
+  }
+}
+
 /**
  * Polls `check` (a read of the D1 file, or a call; it may return a promise) every
  * `everyMs` until it holds, for at most `timeoutMs`.
@@ -337,6 +348,7 @@ async function snapshot(page, name) {
 }
 
 module.exports = {
+  lastAttemptError,
   WAIT_MS, TOKEN, ADMIN, MOCK, PROXY, URL_BASE, mockPost, d1File, axeScan, watched, launch, openExample, hold, holdAll, askedOf, release, jobStatus, waitFor, certifyFallback, uniqueText, withPage, open, ready, ticket, waitTicket,
   waitStatus, rows, waitRows, waitError, arm, jobsWithText, providerCalls, snapshot, pickKind, golden,
 };

@@ -41,10 +41,15 @@ pub(crate) fn build(tools: &Tools) -> Result<PathBuf> {
         .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
         .current_dir(&dir)
         .env_remove("NODE_PATH"))?;
+    kinds_current(tools, &dir)?;
     eprintln!("xtask: {SOURCE}: tsc --noEmit (strict)");
     run(node(tools, &dir)
         .arg(dir.join("node_modules/typescript/bin/tsc"))
         .arg("--noEmit"))?;
+    for project in TYPE_TESTS {
+        eprintln!("xtask: {SOURCE}: tsc -p typecheck/{project} (each marked line fails as marked)");
+        type_test(tools, &dir, project)?;
+    }
     eprintln!("xtask: {SOURCE}: vite build");
     vite(tools, &dir, &["build", "--logLevel", "warn"])?;
     report_sizes(root, &dir)?;
@@ -63,6 +68,98 @@ pub(crate) fn build(tools: &Tools) -> Result<PathBuf> {
         ],
     )?;
     Ok(dir)
+}
+
+/// The example's generated kinds (`src/onceclick-kinds.ts`) are those of `edge/kinds`:
+/// written again into the copy by `cargo xtask kinds --types`, they must be the file
+/// committed.
+fn kinds_current(tools: &Tools, dir: &Path) -> Result<()> {
+    let file = dir.join(KINDS_FILE);
+    let committed = std::fs::read_to_string(&file).unwrap_or_default();
+    crate::kinds::write_types(tools, &tools.root.join("edge/kinds"), &file)?;
+    if std::fs::read_to_string(&file)? != committed {
+        bail!("{SOURCE}/{KINDS_FILE} is not what the kind files give: run `cargo xtask kinds --types {SOURCE}/{KINDS_FILE}`");
+    }
+    Ok(())
+}
+
+/// The generated kinds, in the example.
+const KINDS_FILE: &str = "src/onceclick-kinds.ts";
+
+/// The type tests, each a tsc project in `typecheck/`: `typed` (with the generated
+/// kinds: correct code compiles with no cast, and each misuse is an error) and `untyped`
+/// (without them: everything compiles, with `unknown` results).
+const TYPE_TESTS: [&str; 2] = ["typed", "untyped"];
+
+/// Runs tsc on `typecheck/{project}` and compares its errors with the lines its files
+/// mark `// error TSnnnn`: each marked line fails with that code, and nothing else fails.
+fn type_test(tools: &Tools, dir: &Path, project: &str) -> Result<()> {
+    let folder = dir.join("typecheck").join(project);
+    let out = node(tools, dir)
+        .arg(dir.join("node_modules/typescript/bin/tsc"))
+        .args(["--noEmit", "--pretty", "false", "-p"])
+        .arg(folder.join("tsconfig.json"))
+        .output()?;
+    let printed = String::from_utf8_lossy(&out.stdout);
+    let got = tsc_errors(&printed);
+    let errors = printed.lines().filter(|l| l.contains("error TS")).count();
+    if errors != got.len() {
+        bail!("typecheck/{project}: tsc printed errors with no place in a file (a broken project?):\n{printed}");
+    }
+    let mut want = Vec::new();
+    for entry in std::fs::read_dir(&folder)? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "ts") {
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            want.extend(marked_errors(&name, &std::fs::read_to_string(&path)?));
+        }
+    }
+    want.sort();
+    if got != want {
+        bail!("typecheck/{project}: tsc's errors are not the marked ones.\nmarked: {want:?}\ntsc: {got:?}\n{printed}");
+    }
+    if want.is_empty() == out.status.success() {
+        Ok(())
+    } else {
+        bail!(
+            "typecheck/{project}: tsc exited {} with {} marked errors\n{printed}",
+            out.status,
+            want.len()
+        )
+    }
+}
+
+/// `(file name, line, code)` of each error tsc printed (`--pretty false`).
+fn tsc_errors(printed: &str) -> Vec<(String, usize, String)> {
+    let mut errors: Vec<_> = printed
+        .lines()
+        .filter_map(|line| {
+            let (place, rest) = line.split_once("): error ")?;
+            let (file, at) = place.rsplit_once('(')?;
+            let line_no = at.split(',').next()?.parse().ok()?;
+            let code = rest.split(':').next()?.to_owned();
+            let name = Path::new(file).file_name()?.to_string_lossy().into_owned();
+            Some((name, line_no, code))
+        })
+        .collect();
+    errors.sort();
+    errors
+}
+
+/// `(file name, line, code)` of each line of `text` marked `// error TSnnnn`.
+fn marked_errors(name: &str, text: &str) -> Vec<(String, usize, String)> {
+    text.lines()
+        .enumerate()
+        .filter_map(|(i, line)| {
+            let code = line.rsplit_once("// error ")?.1.trim();
+            let digits = code.strip_prefix("TS")?;
+            (!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| (name.to_owned(), i + 1, code.to_owned()))
+        })
+        .collect()
 }
 
 fn vite(tools: &Tools, dir: &Path, args: &[&str]) -> Result<()> {
@@ -248,6 +345,26 @@ impl Drop for Preview {
 
 #[cfg(test)]
 mod tests {
+    use super::{marked_errors, tsc_errors};
+
+    #[test]
+    fn tsc_errors_are_compared_with_the_marked_lines() {
+        let printed = "typecheck/typed/fails.ts(7,23): error TS2345: Argument of type '\"x\"' is not assignable.\n  Type 'x' …\ntypecheck/typed/uses.ts(3,1): error TS2339: Property 'a' does not exist.\n";
+        assert_eq!(
+            tsc_errors(printed),
+            vec![
+                ("fails.ts".to_owned(), 7, "TS2345".to_owned()),
+                ("uses.ts".to_owned(), 3, "TS2339".to_owned()),
+            ]
+        );
+        let text =
+            "ok();\nclient.submit(\"x\"); // error TS2345\n// an error TS in prose is no mark\n// marked `// error TSnnnn` in prose neither\n";
+        assert_eq!(
+            marked_errors("fails.ts", text),
+            vec![("fails.ts".to_owned(), 2, "TS2345".to_owned())]
+        );
+    }
+
     #[test]
     fn the_example_names_the_tarball_cargo_xtask_sdk_packs() {
         let root = crate::tools::project_root();

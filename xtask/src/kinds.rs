@@ -3,10 +3,13 @@
 //! so that an author sees what a provider will be sent. A file that does not load
 //! fails the command, named with the JSON path and what is wrong.
 
-use anyhow::{bail, Result};
+use crate::tools::Tools;
+use anyhow::{bail, Context, Result};
 use onceclick_protocol::contract::{load_dir, Answer, KindFile};
 use std::fmt::Write as _;
+use std::io::Write as _;
 use std::path::Path;
+use std::process::Stdio;
 
 /// Checks `dir`'s kind files and prints them rendered; an error lists every broken file.
 /// Then the providers of `root`'s configurations: each loads, every provider a kind
@@ -120,6 +123,52 @@ fn rendered(file: &KindFile) -> String {
     }
     out.push('\n');
     out
+}
+
+/// Writes the TypeScript module of `dir`'s kinds to `out` ([`typescript`]).
+pub(crate) fn write_types(tools: &Tools, dir: &Path, out: &Path) -> Result<()> {
+    let text = typescript(tools, &check(dir)?)?;
+    if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(out, text).with_context(|| format!("writing {}", out.display()))
+}
+
+/// The TypeScript module of `files`' kinds: each kind's input and result types, made
+/// from its schemas by json-schema-to-typescript (`xtask/kinds-types.cjs`), and the
+/// package's `Kinds` interface filled with them. A text answer's result is `string`.
+pub(crate) fn typescript(tools: &Tools, files: &[KindFile]) -> Result<String> {
+    let kinds: Vec<serde_json::Value> = files
+        .iter()
+        .map(|file| {
+            let decl = file.kind.decl();
+            serde_json::json!({
+                "name": file.kind.name(),
+                "description": decl.description,
+                "input_schema": decl.input_schema,
+                "output_schema": file.kind.output_schema(),
+            })
+        })
+        .collect();
+    let mut child = tools
+        .command("node")
+        .arg(tools.root.join("xtask/kinds-types.cjs"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("starting node for xtask/kinds-types.cjs")?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin.write_all(serde_json::json!({ "kinds": kinds }).to_string().as_bytes())?;
+    }
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        bail!(
+            "xtask/kinds-types.cjs failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8(out.stdout)?)
 }
 
 #[cfg(test)]

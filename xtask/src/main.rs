@@ -53,6 +53,7 @@ mod kinds;
 mod load;
 mod moves;
 mod sdk;
+mod sdk_readme;
 mod sim;
 mod test;
 mod test_worker;
@@ -65,7 +66,7 @@ use std::path::PathBuf;
 use tools::{project_root, Tools};
 
 /// Printed after every parse error; `usage_says_what_parses` keeps it true to the grammar.
-const USAGE: &str = "usage: cargo xtask <dev [--port N] [--store durable] | test [--browser] [--e2e] [--soak] [--only NAME] [--store d1|durable] | token --owner NAME [--admin] [--ttl SECONDS] | sim [--seed N] [--ops N] [--world N] [--skip LIST] [--mutant NAME] [--mutants] [--soak] | build-edge | lint | sdk | bench [--store durable] [--live] [--stops] [--streamed] [--render] | load | move-status [--local] [--persist DIR] | certify --provider NAME [--url URL] [--token TOKEN] [--config FILE] | kinds [--dir DIR]>";
+const USAGE: &str = "usage: cargo xtask <dev [--port N] [--store durable] | test [--browser] [--e2e] [--soak] [--only NAME] [--store d1|durable] | token --owner NAME [--admin] [--ttl SECONDS] | sim [--seed N] [--ops N] [--world N] [--skip LIST] [--mutant NAME] [--mutants] [--soak] | build-edge | lint | sdk | bench [--store durable] [--live] [--stops] [--streamed] [--render] | load | move-status [--local] [--persist DIR] | certify --provider NAME [--url URL] [--token TOKEN] [--config FILE] | kinds [--dir DIR] [--types FILE]>";
 
 // One struct per command with its own flags, and `XtaskCmd`, the enum of them: generated
 // below from this grammar by `UPDATE_XFLAGS=1 cargo build -p xtask`.
@@ -167,6 +168,8 @@ xflags::xflags! {
         cmd kinds {
             /// The kinds' directory (default edge/kinds).
             optional --dir dir: PathBuf
+            /// Also write the kinds' TypeScript types to this file, in the app's source.
+            optional --types types: PathBuf
         }
     }
 }
@@ -266,6 +269,7 @@ pub struct Certify {
 #[derive(Debug)]
 pub struct Kinds {
     pub dir: Option<PathBuf>,
+    pub types: Option<PathBuf>,
 }
 
 impl Xtask {
@@ -341,13 +345,19 @@ fn real_main() -> Result<()> {
             println!("{}", status.verdict());
             Ok(())
         }
-        XtaskCmd::Kinds(flags) => kinds::run(
-            &project_root(),
-            &flags
+        XtaskCmd::Kinds(flags) => {
+            let dir = flags
                 .dir
                 .clone()
-                .unwrap_or_else(|| project_root().join("edge/kinds")),
-        ),
+                .unwrap_or_else(|| project_root().join("edge/kinds"));
+            kinds::run(&project_root(), &dir)?;
+            if let Some(out) = &flags.types {
+                let tools = Tools::bootstrap()?;
+                kinds::write_types(&tools, &dir, out)?;
+                println!("wrote the kinds' TypeScript types to {}", out.display());
+            }
+            Ok(())
+        }
         XtaskCmd::Certify(flags) => {
             let root = project_root();
             // Any admin token: one an identity provider issued, or one minted from the

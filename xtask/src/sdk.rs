@@ -44,8 +44,11 @@ use std::path::{Path, PathBuf};
 /// SDK's awaits into a JS shell reaches (a synchronous core alone measured 39,927 B:
 /// docs/sdk-size.md, "What 43 KiB would take"). 43 KiB is retired: the budget is the
 /// turn's 61.5 KiB (62,976 B) for issues 42 to 50 together; 60,939 B with a stream's
-/// `unserved` job polled (issue 42, 87 B). Lower it as the package shrinks, so that it
-/// cannot grow back.
+/// `unserved` job polled (issue 42, 87 B); 62,039 B with issue 47 (rejections that are a
+/// JS `OnceclickError extends Error`, a snippet of 219 B the glue imports, counted here;
+/// the struct's getters gone; `Job.failure` derived from the attempts; one non-generic
+/// wrapper for every promise's error saved 0.7 KB of what that first cost). Lower it as
+/// the package shrinks, so that it cannot grow back.
 const BUDGET_BYTES: usize = 61 * 1024 + 512;
 
 /// `wasm-pack build --release` of `sdk/` for `target` into `out_dir` (relative to `sdk/`),
@@ -66,17 +69,21 @@ fn wasm_pack_build(tools: &Tools, target: &str, out_dir: &str) -> Result<()> {
     minify_glue(tools, &tools.root.join("sdk").join(out_dir))
 }
 
-/// Minifies wasm-bindgen's JS glue in `dir` with the pinned esbuild (a dependency of
-/// wrangler): whitespace, doc comments (the types and docs are in `onceclick.d.ts`) and
-/// syntax, but no identifier, so the classes keep their names (`Client.name`,
-/// `OnceclickError.name`). No bundling: each file stays an ES module with the same
-/// imports and exports.
+/// Minifies wasm-bindgen's JS glue in `dir`, and the JS snippets it imports
+/// (`snippets/**/*.js`: the `OnceclickError` class), with the pinned esbuild (a
+/// dependency of wrangler): whitespace, doc comments (the types and docs are in
+/// `onceclick.d.ts`) and syntax, but no identifier, so the classes keep their names
+/// (`Client.name`, `OnceclickError.name`). No bundling: each file stays an ES module with
+/// the same imports and exports.
 fn minify_glue(tools: &Tools, dir: &Path) -> Result<()> {
-    for name in ["onceclick.js", "onceclick_bg.js"] {
-        let file = dir.join(name);
-        if !file.exists() {
-            continue; // `onceclick_bg.js` is only in the bundler build
-        }
+    let mut files: Vec<PathBuf> = ["onceclick.js", "onceclick_bg.js"]
+        .iter()
+        .map(|name| dir.join(name))
+        // `onceclick_bg.js` is only in the bundler build
+        .filter(|file| file.exists())
+        .collect();
+    files.extend(snippets(dir)?);
+    for file in files {
         let mut esbuild = tools.command("esbuild");
         esbuild
             .arg(&file)
@@ -88,13 +95,85 @@ fn minify_glue(tools: &Tools, dir: &Path) -> Result<()> {
                 "--log-level=warning",
             ])
             .arg(format!("--outfile={}", file.display()));
-        if name == "onceclick.js" {
+        if file.ends_with("onceclick.js") {
             // The one comment that matters: it tells Deno and TypeScript where the types are.
             esbuild.arg("--banner:js=/* @ts-self-types=\"./onceclick.d.ts\" */");
         }
         run(&mut esbuild)?;
     }
     Ok(())
+}
+
+/// The JS snippets of the package in `dir` (`snippets/<crate>-<hash>/js/*.js`), which its
+/// glue imports: part of what its default import loads.
+fn snippets(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut found = Vec::new();
+    let mut todo = vec![dir.join("snippets")];
+    while let Some(folder) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(&folder) else {
+            continue;
+        };
+        for entry in entries {
+            let path = entry?.path();
+            if path.is_dir() {
+                todo.push(path);
+            } else if path.extension().is_some_and(|e| e == "js") {
+                found.push(path);
+            }
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+/// Finishes the package's `onceclick.d.ts`: wasm-bindgen declares the re-exported
+/// `OnceclickError` as `let OnceclickError: unknown` (the class is declared in
+/// `sdk/src/types.rs`), and types the raw exports of `InitOutput` with `any`. The first
+/// goes; the second becomes `unknown`. Fails if either is not where it was, or if any
+/// `any` is left in a published declaration.
+fn finish_types(pkg: &Path) -> Result<()> {
+    let path = pkg.join("onceclick.d.ts");
+    let text = std::fs::read_to_string(&path)?;
+    let placeholder = "export let OnceclickError: unknown;\n";
+    if !text.contains(placeholder) {
+        bail!(
+            "{} no longer declares `{}`: check how wasm-bindgen declares a re-exported import",
+            path.display(),
+            placeholder.trim()
+        );
+    }
+    let text = text.replace(placeholder, "");
+    let Some(start) = text.find("export interface InitOutput {") else {
+        bail!("{} has no InitOutput", path.display());
+    };
+    let end = start + text[start..].find("\n}\n").unwrap_or(0);
+    let raw = text[start..end]
+        .replace(": any", ": unknown")
+        .replace("=> any", "=> unknown");
+    let text = format!("{}{raw}{}", &text[..start], &text[end..]);
+    std::fs::write(&path, &text)?;
+    for name in ["onceclick.d.ts", "react.d.ts"] {
+        let text = std::fs::read_to_string(pkg.join(name))?;
+        if let Some(line) = any_in(&text) {
+            bail!("{name} declares `any`: {line}");
+        }
+    }
+    Ok(())
+}
+
+/// The first line of a declaration file that uses the type `any` outside a comment.
+fn any_in(declarations: &str) -> Option<&str> {
+    let mut in_comment = false;
+    declarations.lines().find(|line| {
+        let code = line.trim_start();
+        if in_comment || code.starts_with("/*") {
+            in_comment = !code.contains("*/");
+            return false;
+        }
+        let code = code.split("//").next().unwrap_or_default();
+        code.split(|c: char| !c.is_alphanumeric() && c != '_' && c != '$')
+            .any(|word| word == "any")
+    })
 }
 
 /// Where [`build`] puts the package, relative to `sdk/`, and the package itself.
@@ -116,12 +195,16 @@ pub(crate) fn copy_for_demo(root: &Path) -> Result<()> {
     for name in ["onceclick.js", "onceclick_bg.wasm", "onceclick.d.ts"] {
         std::fs::copy(package_dir(root).join(name), to.join(name))?;
     }
-    Ok(())
+    crate::tools::copy_dir(&package_dir(root).join("snippets"), &to.join("snippets"))
 }
 
 /// The files of the package that are written by hand, in `sdk/npm/`: the server build
 /// (the `node` export condition) and the React hook (`onceclick/react`).
 const HAND_WRITTEN: [&str; 3] = ["server.js", "react.js", "react.d.ts"];
+
+/// The error class, `sdk/js/error.js`: the browser build imports it as a snippet, and
+/// the server build as `./error.js`, so that both reject with the same class.
+const ERROR_CLASS: &str = "sdk/js/error.js";
 
 /// `wasm-pack build --target web` into `sdk/pkg/onceclick`, the hand-written files next
 /// to it, its `package.json` written for npm, and `npm pack` of it into
@@ -141,13 +224,16 @@ pub(crate) fn build(tools: &Tools) -> Result<()> {
     for name in HAND_WRITTEN {
         std::fs::copy(root.join("sdk/npm").join(name), pkg.join(name))?;
     }
+    std::fs::copy(root.join(ERROR_CLASS), pkg.join("error.js"))?;
+    finish_types(&pkg)?;
+    crate::sdk_readme::check(root)?;
     std::fs::copy(root.join("sdk/README.md"), pkg.join("README.md"))?;
     let version = write_manifest(root, &pkg)?;
     let tarball = pack(tools, &pkg, &version)?;
     let (wasm, glue) = sizes(root)?;
     let total = wasm + glue;
     println!(
-        "sdk size (gzip): wasm {wasm} B + JS glue {glue} B = {total} B (budget {BUDGET_BYTES} B)"
+        "sdk size (gzip): wasm {wasm} B + JS glue and snippets {glue} B = {total} B (budget {BUDGET_BYTES} B)"
     );
     println!("package: {} ({})", pkg.display(), tarball.display());
     if total > BUDGET_BYTES {
@@ -250,13 +336,15 @@ pub(crate) fn browser_tests(
         .env("ONCECLICK_MOCK_URL", mock_url))
 }
 
-/// gzip bytes of the built package (`sdk/pkg/onceclick`): its wasm and its JS glue.
+/// gzip bytes of what the built package's default import loads (`sdk/pkg/onceclick`):
+/// its wasm, and its JS (the glue and the snippets the glue imports).
 pub(crate) fn sizes(root: &Path) -> Result<(usize, usize)> {
     let pkg = package_dir(root);
-    Ok((
-        gzip_len(&pkg.join("onceclick_bg.wasm"))?,
-        gzip_len(&pkg.join("onceclick.js"))?,
-    ))
+    let mut js = gzip_len(&pkg.join("onceclick.js"))?;
+    for snippet in snippets(&pkg)? {
+        js += gzip_len(&snippet)?;
+    }
+    Ok((gzip_len(&pkg.join("onceclick_bg.wasm"))?, js))
 }
 
 /// The SDK's own cost in headless Chromium (`sdk/tests/cost.rs`, release build): the
@@ -290,4 +378,27 @@ pub(crate) fn submit_cost(tools: &Tools) -> Result<serde_json::Value> {
     Ok(
         serde_json::json!({"p50_ms": figure("p50"), "p99_ms": figure("p99"), "calls": figure("calls")}),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::any_in;
+
+    #[test]
+    fn any_is_found_in_code_and_not_in_comments() {
+        assert_eq!(
+            any_in("export function f(a: any): void;"),
+            Some("export function f(a: any): void;")
+        );
+        assert_eq!(
+            any_in("  readonly x: (a: number) => any;"),
+            Some("  readonly x: (a: number) => any;")
+        );
+        assert_eq!(
+            any_in("/**\n * for any backend\n */\nexport type A = unknown; // any"),
+            None
+        );
+        assert_eq!(any_in("/* any */ export type Many = string;"), None);
+        assert_eq!(any_in("export type Company = { anything: string };"), None);
+    }
 }

@@ -158,7 +158,7 @@ fn install_npm_tools(root: &Path, cache: &Path) -> Result<PathBuf> {
         return Ok(dir);
     }
     eprintln!(
-        "xtask: installing node 22, wrangler, binaryen, playwright-core, axe-core and @cfworker/json-schema from package-lock.json"
+        "xtask: installing node 22, wrangler, binaryen, playwright-core, axe-core, json-schema-to-typescript and @cfworker/json-schema from package-lock.json"
     );
     std::fs::create_dir_all(&dir)?;
     std::fs::write(dir.join("package.json"), manifest)?;
@@ -171,7 +171,12 @@ fn install_npm_tools(root: &Path, cache: &Path) -> Result<PathBuf> {
             bail!("npm ci finished but node_modules/.bin/{bin} is missing");
         }
     }
-    for package in ["@cfworker/json-schema", "playwright-core", "axe-core"] {
+    for package in [
+        "@cfworker/json-schema",
+        "playwright-core",
+        "axe-core",
+        "json-schema-to-typescript",
+    ] {
         if !dir
             .join("node_modules")
             .join(package)

@@ -3,15 +3,6 @@ import { useSubmit } from "onceclick/react";
 import { client } from "./client";
 import { explain } from "./explain";
 
-/** The input and the output of the "summarize" kind (its contracts are in the API). */
-export interface SummarizeInput {
-  text: string;
-}
-export interface Summary {
-  summary: string;
-  sentiment: "positive" | "neutral" | "negative";
-}
-
 /**
  * What survives a reload: the draft, whether it was sent, and the job it made. A reload
  * then shows that job again, or, if the answer had not come yet, submits the draft again:
@@ -30,10 +21,9 @@ function save(draft: Draft) {
 
 export function App() {
   const [text, setText] = useState("");
-  const { submit, follow, retry, cancel, job, status, error, pending, partial } = useSubmit<SummarizeInput, Summary>(
-    client,
-    "summarize",
-  );
+  // Typed from the kind file: `job.result` is a `SummarizeResult`, `partial` its deep
+  // partial (./onceclick-kinds.ts, written by `cargo xtask kinds --types`).
+  const { submit, follow, retry, cancel, job, status, error, pending, partial } = useSubmit(client, "summarize");
 
   useEffect(() => {
     const saved = sessionStorage.getItem(DRAFT);
@@ -88,6 +78,12 @@ export function App() {
               {job.status}
             </strong>
             {job.attempts.length > 1 && ` after ${job.attempts.length} attempts`}
+          </p>
+        )}
+        {job?.failure != null && (
+          // Why the job ended badly, from the attempt that decided it.
+          <p id="failure" data-code={job.failure.code}>
+            It stopped: {job.failure.message} <small>({job.failure.code})</small>
           </p>
         )}
         {job?.result == null && typeof partial?.summary === "string" && (

@@ -1,7 +1,7 @@
-import type { SubmitError } from "onceclick/react";
+import type { OnceclickError } from "onceclick";
 
 /** One sentence a user understands, for each failure the app can meet. */
-export function explain(error: SubmitError): string {
+export function explain(error: OnceclickError): string {
   if (error.code.startsWith("http_")) {
     return `The service answered with an error page (${error.status ?? "no status"}). Your click is kept: press Generate again.`;
   }

@@ -66,7 +66,7 @@ impl Client {
     /// the create would be too.
     fn lookup_failed(&self) -> OnceclickError {
         match self.inner.lookup_error.borrow().clone() {
-            Some(e) if matches!(e.status(), Some(401 | 403)) => e,
+            Some(e) if matches!(e.status, Some(401 | 403)) => e,
             Some(e) => e.lookup(),
             None => OnceclickError::network("").lookup(),
         }
@@ -86,10 +86,9 @@ impl Client {
                 Err(e) => Err(e),
             };
             // A failure is not kept: the next submit asks again.
-            list.map_err(|e| {
+            list.inspect_err(|e| {
                 client.inner.providers.replace(None);
-                client.inner.lookup_error.replace(Some(e));
-                JsValue::NULL
+                client.inner.lookup_error.replace(Some(e.clone()));
             })
         });
         self.inner.providers.replace(Some(asked.clone()));

@@ -234,7 +234,10 @@ fn hear(watching: &RefCell<Watching>, item: live::Item) -> bool {
     let text = |name| js::get_string(&data, name);
     let mut watching = watching.borrow_mut();
     match event.as_str() {
-        "job" => text("id").is_some_and(|job_id| watching.deliver(&id, &job_id, &data)),
+        "job" => text("id").is_some_and(|job_id| {
+            crate::failure::annotate(&data);
+            watching.deliver(&id, &job_id, &data)
+        }),
         "delta" => match (
             text("job_id"),
             text("attempt_id"),

@@ -206,7 +206,7 @@ impl World {
         };
         let attempts = self.db.query(
             place,
-            "SELECT id, state, error FROM attempts WHERE job_id = ?1",
+            "SELECT id, state, error FROM attempts WHERE job_id = ?1 ORDER BY n",
             &[json!(job_id)],
         );
         self.check_tokens(place, job_id);
@@ -216,6 +216,9 @@ impl World {
             Err(what) => return self.violate(format!("job {job_id} {what}")),
         };
         for what in view.broken(job_id) {
+            self.violate(what);
+        }
+        if let Some(what) = says_why(job_id, view.status, &attempts) {
             self.violate(what);
         }
         let kind = column_text(row.get("kind")).unwrap_or_default();
@@ -445,6 +448,48 @@ impl World {
         let at = onceclick_protocol::live::Position::of_etag(&etag)?;
         Some((at.0, column_text(row.get("doc"))?))
     }
+}
+
+/// What is wrong, if anything, with why job `job_id` ended badly as the SDK tells it
+/// (`Job.failure`): a `failed` or `unknown` job names the attempt that decided it
+/// (`JobStatus::decided_by`, over its attempts oldest first), and that attempt's error
+/// has a code and a sentence.
+fn says_why(job_id: &str, status: JobStatus, attempts: &[Map<String, Value>]) -> Option<String> {
+    if !matches!(status, JobStatus::Failed | JobStatus::Unknown) {
+        return None;
+    }
+    let states: Vec<AttemptState> = attempts
+        .iter()
+        .filter_map(|r| {
+            let state = column_text(r.get("state")).unwrap_or_default();
+            AttemptState::ALL
+                .iter()
+                .copied()
+                .find(|s| s.as_str() == state)
+        })
+        .collect();
+    let Some(at) = status.decided_by(&states) else {
+        return Some(format!(
+            "job {job_id} is {} and names no attempt that says why: {states:?}",
+            status.as_str()
+        ));
+    };
+    let error: Option<Value> =
+        column_text(attempts[at].get("error")).and_then(|e| serde_json::from_str(&e).ok());
+    let said = |name: &str| {
+        error
+            .as_ref()
+            .and_then(|e| e.get(name))
+            .and_then(Value::as_str)
+            .is_some_and(|s| !s.is_empty())
+    };
+    (!said("code") || !said("message")).then(|| {
+        format!(
+            "job {job_id} is {} and its deciding attempt ({}) says no code and sentence: {error:?}",
+            status.as_str(),
+            states[at].as_str()
+        )
+    })
 }
 
 /// A job's row and its attempts' rows, as the model views a job.
