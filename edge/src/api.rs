@@ -39,7 +39,7 @@ pub(crate) async fn handle(mut req: Request, env: &Env, worker: &worker::Context
         fault,
     };
     let mut response = if req.method() == Method::Options {
-        preflight()
+        preflight(&req)
     } else {
         route(&mut req, &ctx).await.unwrap_or_else(|e| {
             // Logged once, here, and only a failure on our side (one with a cause).
@@ -70,15 +70,26 @@ const EXPOSED_HEADERS: &str =
     "ETag, Location, Idempotent-Replayed, Retry-After, Server-Timing, WWW-Authenticate";
 
 /// The answer to a CORS preflight. The API authenticates with a bearer token, never a
-/// cookie, so any origin may call it; `CORS_ALLOW_ORIGIN` narrows that.
-fn preflight() -> Response {
+/// cookie, so any origin may call it; `CORS_ALLOW_ORIGIN` narrows that. It allows the
+/// headers the browser asks for (an app's own, through the SDK's `headers` option: a
+/// trace id, a gateway's key), and the API's own when it asks for none.
+fn preflight(req: &Request) -> Response {
     let headers = Headers::new();
     let _ = headers.set("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    let asked = req
+        .headers()
+        .get("Access-Control-Request-Headers")
+        .ok()
+        .flatten();
     let _ = headers.set(
         "Access-Control-Allow-Headers",
-        "Authorization, Content-Type, Idempotency-Key, If-Match, If-None-Match, Last-Event-ID",
+        asked.as_deref().unwrap_or(
+            "Authorization, Content-Type, Idempotency-Key, If-Match, If-None-Match, Last-Event-ID",
+        ),
     );
     let _ = headers.set("Access-Control-Max-Age", "600");
+    // The answer depends on what was asked: a shared cache keeps one per question.
+    let _ = headers.set("Vary", "Access-Control-Request-Headers");
     Response::empty()
         .map(|r| r.with_status(204).with_headers(headers))
         .unwrap_or_else(|e| AppError::internal(e).into_response())

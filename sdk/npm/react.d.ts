@@ -1,5 +1,6 @@
 import type {
-    Client, InputOf, Job, JobId, JobStatus, KindName, OnceclickError, PartialOf, RetryOptions, SubmitOptions,
+    Client, InputOf, Job, JobId, JobOf, JobStatus, KindName, OnceclickError, PartialOf, RetryOptions,
+    SubmitOptions,
 } from "./onceclick.js";
 
 /**
@@ -27,7 +28,13 @@ export interface UseSubmit<K extends string = string> {
     submit(input: InputOf<K>, options?: SubmitOptions): Promise<Job<K> | null>;
     /** Shows job `jobId` and follows it until it settles (say, the job a reload left). */
     follow(jobId: JobId<K> | string): Promise<Job<K> | null>;
-    /** A new attempt on the job shown (the fallback button); then follows it again. */
+    /**
+     * A new attempt on the job shown (the fallback button: name another provider in
+     * `options.provider`); then follows it again. Not a resend of the same request: the
+     * SDK already retries each request by itself.
+     */
+    fallback(options?: RetryOptions): Promise<Job<K> | null>;
+    /** @deprecated The old name of `fallback`, kept for one release. */
     retry(options?: RetryOptions): Promise<Job<K> | null>;
     /** Cancels the job shown. */
     cancel(): Promise<Job<K> | null>;
@@ -42,7 +49,7 @@ export interface UseSubmit<K extends string = string> {
      * seen: calling `follow` or `submit` again picks it up.
      */
     error: OnceclickError | null;
-    /** True while submitting, and while the job shown is queued or running. */
+    /** True while submitting, and while the job shown is queued or running; never while `error` is set. */
     pending: boolean;
     /**
      * The text the job's provider streams as it writes it (`wait`'s `onText`): the first
@@ -65,3 +72,39 @@ export function useSubmit<K extends KindName>(
     client: Client | PromiseLike<Client>,
     kind: K,
 ): UseSubmit<K>;
+
+/** `useJob`'s status: "idle" without a job id, "loading" until its first document, then the job's own. */
+export type JobFollowStatus = "idle" | "loading" | JobStatus;
+
+/** What `useJob(client, jobId)` gives: the job followed, with its state. */
+export interface UseJob<K extends string = string> {
+    /** The job, updated live; null until its first document. For a plain id, a job of any kind, narrowed by `job.kind`. */
+    job: JobOf<K> | null;
+    status: JobFollowStatus;
+    /** The text its provider streams (as `useSubmit`'s `text`). */
+    text: string;
+    /** `text`'s JSON so far (as `useSubmit`'s `partial`). */
+    partial: PartialOf<K> | null;
+    /** Why following it failed (a job that does not exist: `not_found`), until the id changes. */
+    error: OnceclickError | null;
+    /** True while loading and while the job is queued or running; never while `error` is set. */
+    pending: boolean;
+    /**
+     * Follows the same job again, from its document now: after an action that moves it on
+     * (a new attempt, a cancel, a resolve), since a wait ends when the job settles.
+     */
+    refresh(): void;
+}
+
+/**
+ * A React hook that follows a job by its id: one a reload, a link or another tab left
+ * (put it in the URL). It follows with `wait` until the job settles (finished, or waiting
+ * for a decision), and stops on an id change and on unmount. `null` or `undefined`
+ * follows nothing. A `JobId<K>` from `submit` types the job; a plain string (from a
+ * URL) leaves it untyped. Renders on a server: it calls nothing there.
+ */
+export function useJob<K extends string>(
+    client: Client | PromiseLike<Client>,
+    jobId: JobId<K> | null | undefined,
+): UseJob<K>;
+export function useJob(client: Client | PromiseLike<Client>, jobId: string | null | undefined): UseJob<KindName>;

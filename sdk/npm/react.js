@@ -171,7 +171,7 @@ export function useSubmit(client, kind) {
     [client, begin, watch],
   );
 
-  const retry = useCallback(
+  const fallback = useCallback(
     (options) =>
       onShown(async (c, jobId, mine) => {
         await c.retry(jobId, options);
@@ -201,6 +201,51 @@ export function useSubmit(client, kind) {
     setState(IDLE);
   }, [begin]);
 
-  const pending = state.status === "submitting" || state.status === "queued" || state.status === "running";
-  return { ...state, pending, submit, follow, retry, cancel, reset };
+  // Never pending beside an error: the error is what the user has to act on.
+  const pending =
+    state.error === null && (state.status === "submitting" || state.status === "queued" || state.status === "running");
+  // `retry` is the old name of `fallback`, kept for one release.
+  return { ...state, pending, submit, follow, fallback, retry: fallback, cancel, reset };
+}
+
+/** No job to follow. */
+const NO_JOB = { id: null, job: null, status: "idle", error: null, text: "", partial: null };
+
+/**
+ * `useJob(client, jobId)`: follows job `jobId` with `wait` (the client's one live
+ * connection, shared by the tabs) and shows it: `job`, `status` ("idle" without an id,
+ * "loading" until its first document, then the job's), `text`, `partial`, `error`. A job
+ * that a reload or a link left is followed as any other. An id change, or an unmount,
+ * stops the wait it started (its late answers are dropped); StrictMode's second mount
+ * starts it again. It calls nothing during a server render.
+ */
+export function useJob(client, jobId) {
+  const id = jobId || null;
+  const [state, setState] = useState(() => (id ? { ...NO_JOB, id, status: "loading" } : NO_JOB));
+  // Bumped by `refresh`: the same job followed again, from its document now.
+  const [turn, setTurn] = useState(0);
+  const refresh = useCallback(() => setTurn((t) => t + 1), []);
+  useEffect(() => {
+    if (!id) {
+      setState(NO_JOB);
+      return undefined;
+    }
+    const controller = new AbortController();
+    const mine = () => !controller.signal.aborted;
+    // Another job starts from nothing; the same one, followed again, stays shown.
+    setState((s) => (s.id === id ? { ...s, error: null } : { ...NO_JOB, id, status: "loading" }));
+    const show = (job) => mine() && setState((s) => ({ ...s, job, status: job.status, error: null }));
+    const onText = (text) => mine() && setState((s) => ({ ...s, text }));
+    const onPartial = (partial) => mine() && setState((s) => ({ ...s, partial }));
+    Promise.resolve(client)
+      .then((c) => c.wait(id, { signal: controller.signal, onUpdate: show, onText, onPartial }))
+      .then(show, (e) => mine() && setState((s) => ({ ...s, error: asError(e) })));
+    return () => controller.abort();
+  }, [client, id, turn]);
+  // Between an id change and its effect, the render shows the new id's start, never the
+  // previous job.
+  const { id: _shown, ...shown } = state.id === id ? state : id ? { ...NO_JOB, status: "loading" } : NO_JOB;
+  const pending =
+    shown.error === null && (shown.status === "loading" || shown.status === "queued" || shown.status === "running");
+  return { ...shown, pending, refresh };
 }

@@ -1,11 +1,13 @@
 //! One call of the onceclick API, built up and then sent with the SDK's retry policy:
-//! `Call::post(path).json(body).header(name, value).policy(&p).send(base_url, &token)`.
+//! `Call::post(path).json(body).header(name, value).policy(&p).send(base_url, &token, &to)`.
 //! It knows nothing of the `Client`: the client gives it the address and the token.
 
 use crate::error::OnceclickError;
 use crate::http::{self, Answer, Policy};
-use wasm_bindgen::JsValue;
-use web_sys::{Headers, Request, RequestInit};
+use crate::js;
+use crate::transport::Transport;
+use wasm_bindgen::{JsCast, JsValue};
+use web_sys::{Request, RequestInit};
 
 /// A call to be sent: the bearer token and the base URL come from the client at `send`.
 pub(crate) struct Call<'a> {
@@ -69,9 +71,16 @@ impl<'a> Call<'a> {
         self
     }
 
-    /// The `Request` of one try: `base_url` and `token` are the client's.
-    pub(crate) fn request(&self, base_url: &str, token: &str) -> Result<Request, JsValue> {
-        let h = Headers::new()?;
+    /// The `Request` of one try: `base_url`, `token` and the transport `to` (its extra
+    /// headers; its `timeoutMs` when `timed`) are the client's.
+    pub(crate) fn request(
+        &self,
+        base_url: &str,
+        token: &str,
+        to: &Transport,
+        timed: bool,
+    ) -> Result<Request, JsValue> {
+        let h = to.headers()?;
         h.set("Authorization", &format!("Bearer {token}"))?;
         if self.body.is_some() {
             h.set("Content-Type", "application/json")?;
@@ -85,17 +94,25 @@ impl<'a> Call<'a> {
         if let Some(b) = self.body {
             init.set_body(&JsValue::from_str(b));
         }
-        if let Some(signal) = self.policy.and_then(|p| p.signal.as_ref()) {
-            init.set_signal(Some(signal));
+        let signal = self.policy.and_then(|p| p.signal.as_ref());
+        match to.timeout_ms.filter(|_| timed) {
+            Some(ms) => init.set_signal(Some(js::timeout_signal(ms, signal).unchecked_ref())),
+            None => init.set_signal(signal),
         }
         Request::new_with_str_and_init(&format!("{base_url}{}", self.path), &init)
     }
 
-    /// Sends it until it answers with something not worth retrying (see `http::send`).
-    pub(crate) async fn send(self, base_url: &str, token: &str) -> Result<Answer, OnceclickError> {
+    /// Sends it through `to` until it answers with something not worth retrying (see
+    /// `http::send`).
+    pub(crate) async fn send(
+        self,
+        base_url: &str,
+        token: &str,
+        to: &Transport,
+    ) -> Result<Answer, OnceclickError> {
         let none = Policy::default();
         let policy = self.policy.unwrap_or(&none);
-        let make = || self.request(base_url, token);
-        http::send(&make, policy, self.retry_conflict).await
+        let make = || self.request(base_url, token, to, true);
+        http::send(&make, policy, to, self.retry_conflict).await
     }
 }

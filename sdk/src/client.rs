@@ -18,9 +18,10 @@ use crate::js::future_to_promise;
 use crate::json;
 use crate::keys::{self, Keys};
 use crate::text::Show;
+use crate::transport::Transport;
 use crate::types::{
-    option_function, option_signal, option_string, policy, ClientOptions, ForgetOptions,
-    RetryOptions, SubmitOptions, WaitOptions,
+    option_function, option_signal, option_string, policy, CancelOptions, ClientOptions,
+    ForgetOptions, RetryOptions, SubmitOptions, WaitOptions,
 };
 use crate::watch::{status_of, Watching};
 use js_sys::Promise;
@@ -38,6 +39,8 @@ fn input_json(input: &JsValue) -> Result<String, OnceclickError> {
 
 struct Inner {
     base_url: String,
+    /// How its requests go out: `retry`, `timeoutMs`, `fetch`, `headers`.
+    transport: Transport,
     token: Option<String>,
     get_token: Option<js_sys::Function>,
     keys: Keys,
@@ -211,13 +214,16 @@ impl Client {
         future_to_promise(async move { client.new_attempt(&job_id, &options).await })
     }
 
-    /// The owner gives up: the job becomes `cancelled` and its key is freed.
+    /// The owner gives up: the job becomes `cancelled` and its key is freed. Its
+    /// `signal` aborts the call.
     #[wasm_bindgen(skip_typescript)]
-    pub fn cancel(&self, job_id: String) -> Promise {
+    pub fn cancel(&self, job_id: String, options: Option<CancelOptions>) -> Promise {
+        let options: JsValue = options.map(Into::into).unwrap_or(JsValue::UNDEFINED);
         let client = self.clone();
         future_to_promise(async move {
+            let policy = policy(&options);
             let path = format!("/v1/jobs/{job_id}/cancel");
-            let answer = client.send(Call::post(&path)).await?;
+            let answer = client.send(Call::post(&path).policy(&policy)).await?;
             let job = client.job_answer(answer).await?;
             Ok(job)
         })
@@ -232,7 +238,13 @@ impl Client {
             let input = input_json(&input)?;
             let token = client.token().await?;
             let asked = option_string(&options, "provider");
-            let resolved = client.as_named(&kind, asked.clone(), None).await?;
+            let signal = option_signal(&options);
+            if signal.as_ref().is_some_and(web_sys::AbortSignal::aborted) {
+                return Err(OnceclickError::aborted());
+            }
+            let resolved = client
+                .as_named(&kind, asked.clone(), signal.as_ref())
+                .await?;
             let (name, _) =
                 client.stored_name(&token, &kind, &input, asked.as_deref(), resolved.as_deref());
             client.inner.keys.remove(&name);
@@ -256,6 +268,7 @@ impl Client {
         Ok(Client {
             inner: Rc::new(Inner {
                 base_url,
+                transport: Transport::of(&options),
                 token,
                 get_token,
                 // A key lives as long as its job, not a fixed time: the server keeps a
@@ -271,7 +284,8 @@ impl Client {
     /// Sends `call` to this client's API with its token (asked of `getToken` now).
     async fn send(&self, call: Call<'_>) -> Result<Answer, OnceclickError> {
         let token = self.token().await?;
-        call.send(&self.inner.base_url, &token).await
+        call.send(&self.inner.base_url, &token, &self.inner.transport)
+            .await
     }
 
     /// The bearer token: the one given, or what `getToken` gives now.

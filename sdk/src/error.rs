@@ -109,9 +109,14 @@ impl OnceclickError {
         }
     }
 
-    /// A network error caused by what `fetch` or a body read rejected with.
+    /// A network error caused by what `fetch` or a body read rejected with; `timeout`
+    /// (retryable too) when it was the client's `timeoutMs` that aborted it.
     pub(crate) fn network_from(e: JsValue) -> Self {
-        Self::network(crate::js::describe(&e)).caused_by(e)
+        let mut error = Self::network(crate::js::describe(&e));
+        if crate::js::get_string(&e, "name").as_deref() == Some("TimeoutError") {
+            error.code = "timeout".to_owned();
+        }
+        error.caused_by(e)
     }
 
     /// A bad argument, caused by what JS threw on it (a `Request` it refused).

@@ -6,6 +6,7 @@ use crate::http;
 use crate::js;
 use crate::js::future_to_promise;
 use crate::keys::{Intent, Keys};
+use crate::transport::Transport;
 use crate::types::{option_string, policy, IdempotentFetchOptions};
 use js_sys::Promise;
 use wasm_bindgen::prelude::*;
@@ -51,8 +52,9 @@ pub fn idempotent_fetch(
             .headers()
             .set("Idempotency-Key", &entry.key)
             .map_err(OnceclickError::invalid_from)?;
+        let to = Transport::of(&options);
         let make = || template.clone();
-        let answer = http::send(&make, &policy, true).await?;
+        let answer = http::send(&make, &policy, &to, true).await?;
         Ok(answer.response.into())
     })
 }

@@ -5,14 +5,15 @@
 
 use crate::error::OnceclickError;
 use crate::js;
+use crate::transport::Transport;
 use onceclick_protocol::Problem;
 use std::cell::RefCell;
 use std::rc::Rc;
 use wasm_bindgen::prelude::*;
 use web_sys::{AbortSignal, Request, Response};
 
-const BASE_MS: f64 = 250.0;
-const CAP_MS: f64 = 8_000.0;
+pub(crate) const BASE_MS: f64 = 250.0;
+pub(crate) const CAP_MS: f64 = 8_000.0;
 /// Tries in all, the first included.
 pub(crate) const MAX_TRIES: u32 = 6;
 
@@ -74,12 +75,24 @@ fn problem(v: &JsValue) -> Option<Problem> {
     })
 }
 
-/// The full-jitter delay before try `n + 1` (n ≥ 1), or `Retry-After` when given.
+/// The full-jitter delay before try `n + 1` (n ≥ 1), with the default base and cap, or
+/// `Retry-After` when given.
 pub(crate) fn delay_ms(n: u32, retry_after: Option<&str>, random: f64) -> f64 {
+    delay_between(n, retry_after, random, BASE_MS, CAP_MS)
+}
+
+/// [`delay_ms`] with the backoff's `base` and `cap` in ms.
+pub(crate) fn delay_between(
+    n: u32,
+    retry_after: Option<&str>,
+    random: f64,
+    base: f64,
+    cap: f64,
+) -> f64 {
     if let Some(secs) = retry_after.and_then(|v| v.trim().parse::<u32>().ok().map(f64::from)) {
         return (secs * 1000.0).clamp(0.0, 60_000.0);
     }
-    let ceiling = (BASE_MS * 2f64.powi(n as i32 - 1)).min(CAP_MS);
+    let ceiling = (base * 2f64.powi(n as i32 - 1)).min(cap);
     random * ceiling
 }
 
@@ -91,13 +104,20 @@ pub(crate) fn delay_ms(n: u32, retry_after: Option<&str>, random: f64) -> f64 {
 pub(crate) async fn send(
     make: &dyn Fn() -> Result<Request, JsValue>,
     policy: &Policy,
+    to: &Transport,
     retry_409: bool,
 ) -> Result<Answer, OnceclickError> {
     let mut n = 1;
     loop {
         let request = make().map_err(OnceclickError::invalid_from)?;
-        let outcome = js::abortable(policy.signal.as_ref(), js::fetch(&request)).await?;
+        let fetched = js::fetch(&request, to.fetch.as_ref());
+        let outcome = js::abortable(policy.signal.as_ref(), fetched).await?;
         let (error, retry_after) = match outcome {
+            // The caller's abort, which the request's signal carried to `fetch`: not
+            // the network's failure.
+            Err(_) if policy.signal.as_ref().is_some_and(AbortSignal::aborted) => {
+                return Err(OnceclickError::aborted())
+            }
             Err(e) => (OnceclickError::network_from(e), None),
             Ok(response) => {
                 let answer = Answer {
@@ -109,7 +129,7 @@ pub(crate) async fn send(
                     409 if retry_409 => answer.error_is_retryable().await,
                     _ => false,
                 };
-                if !retryable || n >= MAX_TRIES {
+                if !retryable || n >= to.tries {
                     // The caller turns a final error answer into its problem.
                     return Ok(answer);
                 }
@@ -120,10 +140,11 @@ pub(crate) async fn send(
                 )
             }
         };
-        if n >= MAX_TRIES {
+        if n >= to.tries {
             return Err(error);
         }
-        let wait = delay_ms(n, retry_after.as_deref(), js_sys::Math::random());
+        let random = js_sys::Math::random();
+        let wait = delay_between(n, retry_after.as_deref(), random, to.base_ms, to.cap_ms);
         // A copy: a callback may abort its submit, which takes it off the list.
         let callbacks = policy.on_retry.borrow().clone();
         for callback in callbacks {

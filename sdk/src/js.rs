@@ -129,9 +129,13 @@ pub(crate) fn abort_controller() -> Result<(JsValue, web_sys::AbortSignal), Once
     Ok((controller, signal))
 }
 
-/// `fetch(request)`; a rejection (the network) becomes `Err` with what it rejected with.
-pub(crate) async fn fetch(request: &web_sys::Request) -> Result<web_sys::Response, JsValue> {
-    let promise = call(&global(), "fetch", &[request.into()])?;
+/// `fetch(request)`, or the app's `fetch` if it gave one; a rejection (the network)
+/// becomes `Err` with what it rejected with.
+pub(crate) async fn fetch(
+    request: &web_sys::Request,
+    fetcher: Option<&Function>,
+) -> Result<web_sys::Response, JsValue> {
+    let promise = fetched(request, fetcher)?;
     let promise: Promise = promise.dyn_into()?;
     JsFuture::from(promise).await?.dyn_into()
 }
@@ -140,14 +144,43 @@ pub(crate) async fn fetch(request: &web_sys::Request) -> Result<web_sys::Respons
 pub(crate) async fn fetch_within(
     request: &web_sys::Request,
     ms: f64,
+    fetcher: Option<&Function>,
 ) -> Result<Option<web_sys::Response>, String> {
-    let promise = call(&global(), "fetch", &[request.into()]).map_err(|e| describe(&e))?;
+    let promise = fetched(request, fetcher).map_err(|e| describe(&e))?;
     let (timer, id) = timer_id(ms);
     let answer = JsFuture::from(Promise::race(&js_sys::Array::of2(&promise, &timer))).await;
     let _ = call(&global(), "clearTimeout", &[id]);
     match answer.map_err(|e| describe(&e))? {
         answer if answer.is_undefined() => Ok(None),
         answer => answer.dyn_into().map(Some).map_err(|e| describe(&e)),
+    }
+}
+
+/// What `fetch(request)` (the app's, or the global one) returns.
+fn fetched(request: &web_sys::Request, fetcher: Option<&Function>) -> Result<JsValue, JsValue> {
+    match fetcher {
+        Some(f) => f.call1(&JsValue::UNDEFINED, request),
+        None => call(&global(), "fetch", &[request.into()]),
+    }
+}
+
+/// A signal that aborts after `ms` (`AbortSignal.timeout`), and when `signal` does
+/// (`AbortSignal.any`). A browser without `any` gets the deadline alone (the caller's
+/// abort still rejects the call at once, through `abortable`); one without `timeout`,
+/// `signal` alone.
+pub(crate) fn timeout_signal(ms: f64, signal: Option<&web_sys::AbortSignal>) -> JsValue {
+    let class = get(&global(), "AbortSignal");
+    let Ok(timeout) = call(&class, "timeout", &[JsValue::from_f64(ms)]) else {
+        return signal.map_or(JsValue::UNDEFINED, |s| s.into());
+    };
+    match signal {
+        Some(signal) => call(
+            &class,
+            "any",
+            &[js_sys::Array::of2(&timeout, signal).into()],
+        )
+        .unwrap_or(timeout),
+        None => timeout,
     }
 }
 

@@ -39,6 +39,7 @@ mod keys;
 mod live;
 mod share;
 mod text;
+mod transport;
 mod types;
 mod watch;
 
@@ -46,5 +47,6 @@ pub use client::Client;
 pub use error::JsOnceclickError;
 pub use fetch::idempotent_fetch;
 pub use types::{
-    ClientOptions, ForgetOptions, IdempotentFetchOptions, RetryOptions, SubmitOptions, WaitOptions,
+    CancelOptions, ClientOptions, ForgetOptions, IdempotentFetchOptions, RetryOptions,
+    SubmitOptions, WaitOptions,
 };

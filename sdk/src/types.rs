@@ -49,7 +49,7 @@ export type ResultOf<K extends string> = K extends keyof Kinds ? (Kinds[K] exten
 /** Every member optional, all the way down: the JSON a streamed answer has written so far. */
 export type DeepPartial<T> = T extends readonly (infer E)[] ? DeepPartial<E>[] : T extends object ? { [P in keyof T]?: DeepPartial<T[P]> } : T;
 /** What a streamed answer has written of kind `K`'s result: none for a text answer. */
-export type PartialOf<K extends string> = ResultOf<K> extends string ? never : DeepPartial<ResultOf<K>>;
+export type PartialOf<K extends string> = K extends string ? (ResultOf<K> extends string ? never : DeepPartial<ResultOf<K>>) : never;
 declare const kindOfJob: unique symbol;
 /** This file exports only what it says it exports (not `kindOfJob`, which is a type's brand). */
 export {};
@@ -76,6 +76,13 @@ export interface Job<K extends string = string> {
    */
   failure: JobFailure | null;
 }
+/**
+ * `Job<K>` for each kind of `K`, as a union: `JobOf<"a" | "b">` is `Job<"a"> | Job<"b">`,
+ * which `job.kind === "a"` narrows.
+ */
+export type JobOf<K extends string> = K extends string ? Job<K> : never;
+/** A job of any of your kinds, narrowed by its `kind`: what an id from a URL gives. */
+export type AnyJob = JobOf<KindName>;
 /** Why a job ended badly: `Job.failure`. */
 export interface JobFailure {
   /** The attempt's error code (`provider_timeout`, `provider_output_invalid`, …), or its state when it gave none. */
@@ -126,7 +133,7 @@ export declare class Client {
    * backoff and `ETag` where the stream cannot be had (see `WaitOptions`).
    */
   wait<K extends string>(jobId: JobId<K>, options?: WaitOptions<K>): Promise<Job<K>>;
-  wait(jobId: string, options?: WaitOptions): Promise<Job>;
+  wait(jobId: string, options?: WaitOptions): Promise<AnyJob>;
   /**
    * Asks for a new attempt on the same job (the fallback button). Safe to retry: each
    * call sends its own `Idempotency-Key`, unchanged on every resend, so a resend after
@@ -136,8 +143,8 @@ export declare class Client {
    */
   retry(jobId: string, options?: RetryOptions): Promise<Attempt>;
   /** The owner gives up: the job becomes `cancelled` and its key is freed. */
-  cancel<K extends string>(jobId: JobId<K>): Promise<Job<K>>;
-  cancel(jobId: string): Promise<Job>;
+  cancel<K extends string>(jobId: JobId<K>, options?: CancelOptions): Promise<Job<K>>;
+  cancel(jobId: string, options?: CancelOptions): Promise<AnyJob>;
   /** Forgets the key of the intent `(kind, input)`: the next submit is a new intent. */
   forget<K extends KindName>(kind: K, input: InputOf<K>, options?: ForgetOptions): Promise<void>;
   /** Frees the client's memory in the wasm (it is unusable after). */
@@ -167,6 +174,28 @@ export interface ClientOptions {
    * `cancelled`, or `forget` is called. It never expires by age.
    */
   storage?: StorageLike | null;
+  /**
+   * How a call is retried (network errors, 429, 503, retryable 409s, a try past
+   * `timeoutMs`), always with the same key: `tries` in all (6, the first included), with
+   * full-jitter exponential backoff from `baseMs` (250) up to `capMs` (8000), or
+   * `Retry-After` when the server gives one. `false`: one try, no retry.
+   */
+  retry?: RetryPolicy | false;
+  /** Each try's time to answer, in ms, before it is aborted and counted a failure (code `timeout` once the tries run out). None by default. The live stream has `firstEventMs` instead. */
+  timeoutMs?: number;
+  /** Called with each `Request` instead of the global `fetch`, by every request of the client, the live stream's too (a test's, a proxy's). It should honour the request's `signal`. */
+  fetch?: (request: Request) => Promise<Response>;
+  /** Headers added to every request, anything `new Headers()` takes (the server must allow them in CORS: onceclick's Worker allows those a browser asks for). The SDK's own (`Authorization`, `Idempotency-Key`, …) win over them. */
+  headers?: HeadersInit;
+}
+/** `ClientOptions.retry`: each member defaults to the SDK's own. */
+export interface RetryPolicy {
+  /** Tries in all, the first included (6). */
+  tries?: number;
+  /** The backoff's base, in ms (250): try n+1 waits a random time up to `baseMs · 2^(n-1)`. */
+  baseMs?: number;
+  /** The backoff's cap, in ms (8000). */
+  capMs?: number;
 }
 export interface SubmitOptions {
   /** Naming the kind's primary provider is the same intent as naming none. */
@@ -224,7 +253,8 @@ export interface WaitOptions<K extends string = string> {
 }
 /** A retry() sends its own Idempotency-Key: a resend after a lost answer gets the same attempt. */
 export interface RetryOptions { provider?: string; signal?: AbortSignal; onRetry?: (info: RetryInfo) => void }
-export interface ForgetOptions { provider?: string }
+export interface ForgetOptions { provider?: string; signal?: AbortSignal }
+export interface CancelOptions { signal?: AbortSignal }
 export interface IdempotentFetchOptions {
   /** Names the user's intent: one key per intent string. */
   intent: string;
@@ -233,6 +263,10 @@ export interface IdempotentFetchOptions {
   onRetry?: (info: RetryInfo) => void;
   /** How long a stored key is reused, in hours (the server's retention; default 24). */
   retentionHours?: number;
+  /** As `ClientOptions.retry`. */
+  retry?: RetryPolicy | false;
+  /** As `ClientOptions.fetch`. */
+  fetch?: (request: Request) => Promise<Response>;
 }
 "#;
 
@@ -250,6 +284,9 @@ extern "C" {
     /// `RetryOptions` in TypeScript.
     #[wasm_bindgen(typescript_type = "RetryOptions")]
     pub type RetryOptions;
+    /// `CancelOptions` in TypeScript.
+    #[wasm_bindgen(typescript_type = "CancelOptions")]
+    pub type CancelOptions;
     /// `ForgetOptions` in TypeScript.
     #[wasm_bindgen(typescript_type = "ForgetOptions")]
     pub type ForgetOptions;

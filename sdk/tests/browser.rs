@@ -97,6 +97,11 @@ export function textProblems(r, attempt, content) {
   if (r.attempts.at(-1) !== attempt) problems.push(`the last onText follows ${r.attempts.at(-1)}, not ${attempt}`);
   return problems.join("; ");
 }
+export function countingFetch() {
+  const calls = [];
+  const fetchIt = (request) => { calls.push(`${request.method} ${new URL(request.url).pathname}`); return fetch(request); };
+  return { fetch: fetchIt, calls };
+}
 export function rejectsAt(promise) {
   return promise.then(() => { throw new Error("expected a rejection"); }, (e) => ({ error: e, at: performance.now() }));
 }
@@ -114,6 +119,8 @@ extern "C" {
     #[wasm_bindgen(js_name = wantHeard)]
     fn want_heard(base: &str, token: &str, job_id: &str, ms: u32) -> Promise;
     fn rejectsAt(promise: &Promise) -> Promise;
+    #[wasm_bindgen(js_name = countingFetch)]
+    fn counting_fetch() -> JsValue;
     fn recorder() -> JsValue;
     #[wasm_bindgen(js_name = textProblems)]
     fn text_problems(recorder: &JsValue, attempt: &str, content: &str) -> String;
@@ -1819,9 +1826,147 @@ async fn every_rejection_is_an_onceclick_error_and_an_error() {
 
     // The server's refusal: a cancel of a job that does not exist (one request, no
     // live stream left behind for the tests after this one).
-    let error = JsFuture::from(c.cancel("job_00000000-0000-7000-8000-000000000001".into()))
+    let error = JsFuture::from(c.cancel("job_00000000-0000-7000-8000-000000000001".into(), None))
         .await
         .unwrap_err();
     rejected_with(&error, "not_found");
     assert_eq!(get(&error, "status"), 404);
+}
+
+/// A client of `base` with the options `extra` besides its token and storage.
+fn client_with(base: &str, extra: &[(&str, JsValue)]) -> Client {
+    let mut members = vec![
+        ("baseUrl", JsValue::from_str(base)),
+        ("token", JsValue::from_str(token())),
+        ("storage", mapStorage()),
+    ];
+    members.extend(extra.iter().cloned());
+    Client::new(options(&members).unchecked_into()).unwrap()
+}
+
+#[wasm_bindgen_test]
+async fn the_clients_retry_policy_and_timeout_bound_each_call() {
+    // Every request held unanswered: each try ends at `timeoutMs` (long enough for its
+    // CORS preflight on a busy machine), and is retried as `retry` says, with the same key.
+    let id = scenario("retry-policy");
+    let policy = options(&[
+        ("tries", 2.into()),
+        ("baseMs", 1.into()),
+        ("capMs", 1.into()),
+    ]);
+    let c = client_with(
+        &format!("{}/hang/{id}", proxy()),
+        &[("retry", policy), ("timeoutMs", 1500.into())],
+    );
+    let error = JsFuture::from(c.submit("summarize".into(), input(&format!("{id}: held")), None))
+        .await
+        .unwrap_err();
+    rejected_with(&error, "timeout");
+    assert_eq!(get(&error, "retryable"), true);
+    let sent = posts(&seen(&id).await);
+    assert_eq!(sent.len(), 2, "two tries: {sent:?}");
+    assert_eq!(
+        get(&sent[0], "idempotency_key"),
+        get(&sent[1], "idempotency_key")
+    );
+
+    // `retry: false`: one try.
+    let once = scenario("retry-off");
+    let c = client_with(
+        &format!("{}/hang/{once}", proxy()),
+        &[("retry", false.into()), ("timeoutMs", 1500.into())],
+    );
+    let error = JsFuture::from(c.submit("summarize".into(), input(&format!("{once}: held")), None))
+        .await
+        .unwrap_err();
+    rejected_with(&error, "timeout");
+    assert_eq!(posts(&seen(&once).await).len(), 1, "one try");
+
+    // The caller's abort in the middle of the one try is `aborted`, not the network's.
+    let held = scenario("retry-off-aborted");
+    let c = client_with(
+        &format!("{}/hang/{held}", proxy()),
+        &[("retry", false.into())],
+    );
+    let controller = web_sys::AbortController::new().unwrap();
+    let submit = options(&[("signal", controller.signal().into())]);
+    let pending = c.submit(
+        "summarize".into(),
+        input(&format!("{held}: aborted")),
+        Some(submit.unchecked_into()),
+    );
+    seen_until(&held, |log| !posts(log).is_empty()).await;
+    controller.abort();
+    let error = JsFuture::from(pending).await.unwrap_err();
+    rejected_with(&error, "aborted");
+}
+
+#[wasm_bindgen_test]
+async fn a_custom_fetch_sends_every_request_and_the_apps_headers_ride_along() {
+    let id = scenario("custom-fetch");
+    let counting = counting_fetch();
+    let headers = options(&[("X-Onceclick-Test", "from the app".into())]);
+    let c = client_with(
+        &format!("{}/pass/{id}", proxy()),
+        &[("fetch", get(&counting, "fetch")), ("headers", headers)],
+    );
+    let job = ok(c.submit("summarize".into(), input(&format!("{id}: fetched")), None)).await;
+    let done = ok(c.wait(id_of(&job), None)).await;
+    assert_eq!(get(&done, "status"), "succeeded");
+    let calls: Vec<String> = js_sys::Array::from(&get(&counting, "calls"))
+        .iter()
+        .map(|c| c.as_string().unwrap())
+        .collect();
+    let path = |p: &str| format!("/pass/{id}{p}");
+    assert!(
+        calls.contains(&format!("POST {}", path("/v1/jobs"))),
+        "{calls:?}"
+    );
+    assert!(
+        calls
+            .iter()
+            .any(|c| c.starts_with(&format!("GET {}", path("/v1/stream")))),
+        "the live stream's request too: {calls:?}"
+    );
+    let log = seen(&id).await;
+    assert!(!log.is_empty());
+    for entry in &log {
+        assert_eq!(get(entry, "app_header"), "from the app", "{entry:?}");
+    }
+}
+
+#[wasm_bindgen_test]
+async fn cancel_and_forget_take_a_signal() {
+    let id = scenario("signals");
+    let gate = format!("gate-{id}");
+    script("primary", &id, &format!(r#"[{{"gate":"{gate}"}}]"#)).await;
+    let c = client(&format!("{}/pass/{id}", proxy()), Some(mapStorage()));
+    let text = format!("{id}: cancel and forget, aborted.");
+    let job = ok(c.submit("summarize".into(), input(&text), None)).await;
+    let aborted = web_sys::AbortController::new().unwrap();
+    aborted.abort();
+    let with_signal = options(&[("signal", aborted.signal().into())]);
+
+    let error = JsFuture::from(c.cancel(id_of(&job), Some(with_signal.clone().unchecked_into())))
+        .await
+        .unwrap_err();
+    rejected_with(&error, "aborted");
+    let error = JsFuture::from(c.forget(
+        "summarize".into(),
+        input(&text),
+        Some(with_signal.unchecked_into()),
+    ))
+    .await
+    .unwrap_err();
+    rejected_with(&error, "aborted");
+    // Neither did anything: the job was not cancelled, and its key still names it.
+    assert!(
+        to_path(&seen(&id).await, "/cancel").is_empty(),
+        "no cancel was sent"
+    );
+    let again = ok(c.submit("summarize".into(), input(&text), None)).await;
+    assert_eq!(id_of(&again), id_of(&job), "the key was not forgotten");
+    release(&gate).await;
+    let done = ok(c.wait(id_of(&job), None)).await;
+    assert_eq!(get(&done, "status"), "succeeded");
 }

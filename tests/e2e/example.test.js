@@ -107,20 +107,32 @@ test("example app: a job that failed shows why, from the attempt that decided it
   });
 });
 
-test("example app: a reload in mid-flight, and after the result, shows the same job", { timeout: TEST_MS }, async () => {
-  await h.withPage(browser, "example-reload", { opener: h.openExample }, async (page) => {
+test("example app: a reload in mid-flight, and after the result, shows the same job (useJob, from the address); so does its link in another tab", { timeout: TEST_MS }, async () => {
+  await h.withPage(browser, "example-reload", { opener: h.openExample }, async (page, context) => {
     const text = h.uniqueText("example reload");
     const gate = await h.hold("primary", text);
     await page.locator("#text").fill(text);
     await page.locator("#generate").click();
     await waitStatus(page, "running");
     const first = await ticket(page);
+    assert.equal(new URL(page.url()).searchParams.get("job"), first, "the job is in the address");
+    const keys = await page.evaluate(() => Object.keys(sessionStorage).length);
+    assert.equal(keys, 0, "the app keeps nothing of its own in sessionStorage");
     await page.reload();
     await waitStatus(page, "running");
     assert.equal(await ticket(page), first, "the reloaded page shows the same job");
+    assert.equal(await page.locator("#text").inputValue(), text, "its text is back in the form");
     assert.deepEqual(await button(page), { label: "Working… (running)", busy: "true" });
+    // The link, opened in another tab (a fresh page on the same address), follows it too.
+    const other = await context.newPage();
+    await other.goto(page.url());
+    await waitStatus(other, "running");
+    assert.equal(await ticket(other), first, "the link shows the same job");
     await h.release(gate);
     await waitStatus(page, "succeeded");
+    await waitStatus(other, "succeeded");
+    assert.ok((await other.locator("#result").innerText()).length > 0, "the other tab shows the result, followed live");
+    await other.close();
     assert.equal(await ticket(page), first);
 
     // After the result: a reload shows it again, and Generate on the same text keeps it.

@@ -30,8 +30,8 @@
 //!
 //! A live stream's answer is passed on as it comes (every other answer is read whole
 //! first). `GET /_log/{id}` lists what the scenario saw: method, path,
-//! `Idempotency-Key`, `Last-Event-ID`, the Worker's status, and whether the answer was
-//! dropped. One request per connection.
+//! `Idempotency-Key`, `Last-Event-ID`, `X-Onceclick-Test` (an app's own header), the
+//! Worker's status, and whether the answer was dropped. One request per connection.
 
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
@@ -49,6 +49,8 @@ struct Seen {
     path: String,
     idempotency_key: Option<String>,
     last_event_id: Option<String>,
+    /// `X-Onceclick-Test`, a header an app adds through the SDK's `headers` option.
+    app_header: Option<String>,
     status: Option<u16>,
     dropped: bool,
     /// For a held request: the browser closed the connection before the bound.
@@ -230,6 +232,7 @@ impl Scenario {
                 path: self.rest.clone(),
                 idempotency_key: self.header("idempotency-key"),
                 last_event_id: self.header("last-event-id"),
+                app_header: self.header("x-onceclick-test"),
                 status,
                 dropped,
                 client_closed: false,

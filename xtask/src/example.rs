@@ -162,6 +162,17 @@ fn marked_errors(name: &str, text: &str) -> Vec<(String, usize, String)> {
         .collect()
 }
 
+/// The example's own tests (`npm test`: Vitest and happy-dom, `test/`), against the
+/// Worker at `worker_url` as the owner `token` names, which no other suite uses.
+pub(crate) fn app_tests(tools: &Tools, dir: &Path, worker_url: &str, token: &str) -> Result<()> {
+    eprintln!("xtask: {SOURCE}: vitest run (its app tests, against {worker_url})");
+    run(node(tools, dir)
+        .arg(dir.join("node_modules/vitest/vitest.mjs"))
+        .args(["run", "--reporter=verbose"])
+        .env("VITE_ONCECLICK_URL", worker_url)
+        .env("VITE_ONCECLICK_TOKEN", token))
+}
+
 fn vite(tools: &Tools, dir: &Path, args: &[&str]) -> Result<()> {
     run(node(tools, dir)
         .arg(dir.join("node_modules/vite/bin/vite.js"))

@@ -1,72 +1,93 @@
 import { useEffect, useState, type FormEvent } from "react";
-import { useSubmit } from "onceclick/react";
+import type { OnceclickError } from "onceclick";
+import { useJob, useSubmit } from "onceclick/react";
 import { client } from "./client";
 import { explain } from "./explain";
 
 /**
- * What survives a reload: the draft, whether it was sent, and the job it made. A reload
- * then shows that job again, or, if the answer had not come yet, submits the draft again:
- * a replay under the same stored key, never a second job.
+ * The job shown is in the page's address (`?job=…`): a reload, or the link sent to
+ * someone, shows it again, followed live by `useJob`. Nothing else is kept: the SDK
+ * keeps the intent's key, so Generate on the same text is the same job anyway.
  */
-const DRAFT = "example:draft";
-interface Draft {
-  text: string;
-  sent: boolean;
-  jobId: string | null;
+function jobInAddress(): string | null {
+  return new URLSearchParams(globalThis.location?.search ?? "").get("job");
 }
 
-function save(draft: Draft) {
-  sessionStorage.setItem(DRAFT, JSON.stringify(draft));
+function putInAddress(jobId: string) {
+  const url = new URL(location.href);
+  url.searchParams.set("job", jobId);
+  history.replaceState(null, "", url);
 }
 
 export function App() {
   const [text, setText] = useState("");
   // Typed from the kind file: `job.result` is a `SummarizeResult`, `partial` its deep
   // partial (./onceclick-kinds.ts, written by `cargo xtask kinds --types`).
-  const { submit, follow, retry, cancel, job, status, error, pending, partial } = useSubmit(client, "summarize");
+  const submitted = useSubmit(client, "summarize");
+  const [shownId, setShownId] = useState(jobInAddress);
+  const followed = useJob(client, shownId);
+  const { status, error: followError, pending, refresh } = followed;
+  // An id from the address may name a job of any kind: this page shows a summary's.
+  const job = followed.job?.kind === "summarize" ? followed.job : null;
+  const partial = job === null ? null : followed.partial;
+  const [actionError, setActionError] = useState<OnceclickError | null>(null);
 
+  // The job a submit made (or found) is the one shown, and the one in the address.
+  const submittedId = submitted.job?.id ?? null;
   useEffect(() => {
-    const saved = sessionStorage.getItem(DRAFT);
-    if (saved === null) return;
-    const draft = JSON.parse(saved) as Draft;
-    setText(draft.text);
-    if (draft.jobId !== null) void follow(draft.jobId);
-    else if (draft.sent) void submit({ text: draft.text });
-  }, [submit, follow]);
+    if (submittedId === null) return;
+    setShownId(submittedId);
+    putInAddress(submittedId);
+  }, [submittedId]);
 
-  // Remember the job the sent draft made.
+  // A refused action's error stays until the job it was about moves on.
+  const version = job?.version;
+  useEffect(() => setActionError(null), [shownId, version]);
+
+  // A job shown after a reload brings its text back into the form.
+  const loadedText = job?.input.text;
   useEffect(() => {
-    if (job !== null) save({ text: job.input.text, sent: true, jobId: job.id });
-    // Only when another job is shown: a text edited since must not be overwritten.
-  }, [job?.id]);
+    if (loadedText !== undefined) setText((t) => (t === "" ? loadedText : t));
+  }, [loadedText]);
 
   function onSubmit(event: FormEvent<HTMLFormElement>) {
     event.preventDefault();
     // The result of this very text is on screen: it stands. (The SDK freed the key when
     // the job succeeded, so submitting again would start a new job.)
     if (job?.status === "succeeded" && job.input.text === text) return;
-    save({ text, sent: true, jobId: null });
+    setActionError(null);
     // Every other click calls submit: a double click sends one request and shows one job.
-    void submit({ text });
+    void submitted.submit({ text });
   }
 
+  // The fallback button and cancel act on the job shown, however it came to be shown;
+  // then it is followed again from where it stands.
+  async function act(action: (jobId: string) => Promise<unknown>) {
+    if (job === null) return;
+    setActionError(null);
+    try {
+      await action(job.id);
+    } catch (e) {
+      setActionError(e as OnceclickError);
+    }
+    refresh();
+  }
+
+  const submitting = submitted.status === "submitting" && submitted.error === null;
+  const busy = submitting || pending;
+  // A submit's own failure is shown until the next; once its job is known, the job
+  // shown (`useJob`) says how it stands.
+  const submitError = submitted.job === null ? submitted.error : null;
+  const error = actionError ?? submitError ?? followError;
   const decided = job !== null && (job.status === "succeeded" || job.status === "cancelled");
   return (
     <main>
       <h1>Summarize</h1>
       <form onSubmit={onSubmit}>
         <label htmlFor="text">Text to summarize</label>
-        <textarea
-          id="text"
-          rows={5}
-          value={text}
-          onChange={(e) => {
-            setText(e.target.value);
-            save({ text: e.target.value, sent: false, jobId: null });
-          }}
-        />
-        <button id="generate" type="submit" aria-busy={pending} disabled={text.trim() === ""}>
-          {pending ? `Working… (${status})` : "Generate"}
+        <textarea id="text" rows={5} value={text} onChange={(e) => setText(e.target.value)} />
+        <button id="generate" type="submit" aria-busy={busy} disabled={text.trim() === ""}>
+          {busy ? `Working… (${submitting ? "submitting" : status})` : "Generate"}
         </button>
       </form>
 
@@ -86,7 +107,7 @@ export function App() {
             It stopped: {job.failure.message} <small>({job.failure.code})</small>
           </p>
         )}
-        {job?.result == null && typeof partial?.summary === "string" && (
+        {job?.result == null && partial !== null && "summary" in partial && typeof partial.summary === "string" && (
           // A provider that streams: the summary as it is written (a reload continues it).
           <p id="writing">{partial.summary}</p>
         )}
@@ -100,10 +121,14 @@ export function App() {
 
       {job !== null && !decided && (
         <p>
-          <button id="fallback" type="button" onClick={() => void retry({ provider: "fallback" })}>
+          <button
+            id="fallback"
+            type="button"
+            onClick={() => void act(async (id) => (await client).retry(id, { provider: "fallback" }))}
+          >
             Try the fallback provider
           </button>{" "}
-          <button id="cancel" type="button" onClick={() => void cancel()}>
+          <button id="cancel" type="button" onClick={() => void act(async (id) => (await client).cancel(id))}>
             Cancel
           </button>
         </p>

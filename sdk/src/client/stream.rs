@@ -68,7 +68,8 @@ impl Client {
                     Ok(request) => request,
                     Err(then) => break 'connection then,
                 };
-                let fetched = js::fetch_within(&request, first_ms).await;
+                let fetcher = self.inner.transport.fetch.as_ref();
+                let fetched = js::fetch_within(&request, first_ms, fetcher).await;
                 let response = match answered(fetched, &abort, watching) {
                     Ok(response) => response,
                     Err(then) => break 'connection then,
@@ -136,7 +137,7 @@ impl Client {
         let call = Call::get(&path).policy(&policy);
         // A request that cannot be made is taken for this client's own failure: the
         // usual cause is its token (a character a header cannot carry).
-        call.request(&self.inner.base_url, token)
+        call.request(&self.inner.base_url, token, &self.inner.transport, false)
             .map_err(|_| fall_back("the live stream's request could not be made", false))
     }
 }

@@ -1,7 +1,7 @@
 // Each line marked `// error TSnnnn` must fail with that error, and nothing else may
 // fail: `cargo xtask test` (xtask/src/example.rs) runs tsc on this folder and compares.
 import { Client } from "onceclick";
-import { useSubmit } from "onceclick/react";
+import { useJob, useSubmit } from "onceclick/react";
 
 export async function misspelt(client: Client) {
   await client.submit("sumarize", { text: "a" }); // error TS2345
@@ -34,4 +34,9 @@ export function hook(client: Client) {
 
 export function hookKind(client: Client) {
   return useSubmit(client, "summarise"); // error TS2345
+}
+
+export function linkedJob(client: Client, fromUrl: string) {
+  const linked = useJob(client, fromUrl);
+  return linked.job?.result?.summary; // error TS2339
 }

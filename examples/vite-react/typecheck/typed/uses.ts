@@ -1,7 +1,7 @@
 // With the generated kinds (src/onceclick-kinds.ts), correct code type-checks with no
 // cast: through `submit`, `wait`, `cancel`, `useSubmit` and the callbacks.
 import init, { Client, OnceclickError, type Job, type JobId } from "onceclick";
-import { useSubmit } from "onceclick/react";
+import { useJob, useSubmit } from "onceclick/react";
 
 export async function summarize(text: string): Promise<string> {
   await init();
@@ -68,4 +68,22 @@ export function useSummary(client: Promise<Client>) {
   const partial: string | undefined = s.partial?.summary;
   const error: OnceclickError | null = s.error;
   return { summary, partial, error };
+}
+
+export function useFollowed(client: Promise<Client>, id: JobId<"summarize">, fromUrl: string | null) {
+  // An id from `submit` keeps its kind.
+  const typed = useJob(client, id);
+  const sentiment: "positive" | "neutral" | "negative" | undefined = typed.job?.result?.sentiment;
+  // A plain id (from a URL) is a job of any kind, narrowed by its `kind`.
+  const linked = useJob(client, fromUrl);
+  const summary: string | undefined = linked.job?.kind === "summarize" ? linked.job.result?.summary : undefined;
+  const translation: string | null | undefined = linked.job?.kind === "translate" ? linked.job.result : undefined;
+  linked.refresh();
+  return { sentiment, summary, translation, pending: typed.pending || linked.pending };
+}
+
+export function useFallback(client: Promise<Client>) {
+  const s = useSubmit(client, "summarize");
+  void s.fallback({ provider: "fallback" });
+  return s.pending;
 }
