@@ -163,14 +163,24 @@ fn marked_errors(name: &str, text: &str) -> Vec<(String, usize, String)> {
 }
 
 /// The example's own tests (`npm test`: Vitest and happy-dom, `test/`), against the
-/// Worker at `worker_url` as the owner `token` names, which no other suite uses.
-pub(crate) fn app_tests(tools: &Tools, dir: &Path, worker_url: &str, token: &str) -> Result<()> {
+/// Worker at `worker_url` as the owner `token` names, which no other suite uses; the
+/// hook's tests also certify the fallback (`admin`) and script the mock provider.
+pub(crate) fn app_tests(
+    tools: &Tools,
+    dir: &Path,
+    worker_url: &str,
+    token: &str,
+    admin: &str,
+    mock_url: &str,
+) -> Result<()> {
     eprintln!("xtask: {SOURCE}: vitest run (its app tests, against {worker_url})");
     run(node(tools, dir)
         .arg(dir.join("node_modules/vitest/vitest.mjs"))
         .args(["run", "--reporter=verbose"])
         .env("VITE_ONCECLICK_URL", worker_url)
-        .env("VITE_ONCECLICK_TOKEN", token))
+        .env("VITE_ONCECLICK_TOKEN", token)
+        .env("ONCECLICK_ADMIN_TOKEN", admin)
+        .env("ONCECLICK_MOCK_URL", mock_url))
 }
 
 fn vite(tools: &Tools, dir: &Path, args: &[&str]) -> Result<()> {

@@ -185,7 +185,9 @@ fn end_to_end(tools: &Tools, root: &Path, build_sdk: bool) -> Result<()> {
     let preview = example::Preview::start(tools, &example, &worker.server.url)?;
     e2e::run_tests(tools, &worker, &example, &preview.url)?;
     let token = onceclick_tests::auth::mint(&worker.secret, "example-vitest", false, 3600)?;
-    example::app_tests(tools, &example, &worker.server.url, &token)
+    let admin = onceclick_tests::auth::mint(&worker.secret, "example-vitest-admin", true, 3600)?;
+    let mock = format!("http://127.0.0.1:{}", worker.mock_port);
+    example::app_tests(tools, &example, &worker.server.url, &token, &admin, &mock)
 }
 
 /// The SDK's browser tests against `worker`, run once. (The flake that a second run
