@@ -41,6 +41,11 @@ impl JobStatus {
         }
     }
 
+    /// The status `text` spells on the wire and in the database, if it is one.
+    pub fn from_wire(text: &str) -> Option<Self> {
+        Self::ALL.iter().copied().find(|s| s.as_str() == text)
+    }
+
     /// Nothing more can happen to a job in a final status.
     pub fn is_final(self) -> bool {
         matches!(self, Self::Succeeded | Self::Cancelled)
@@ -146,6 +151,11 @@ impl AttemptState {
             Self::Cancelled => "cancelled",
             Self::Superseded => "superseded",
         }
+    }
+
+    /// The state `text` spells on the wire and in the database, if it is one.
+    pub fn from_wire(text: &str) -> Option<Self> {
+        Self::ALL.iter().copied().find(|s| s.as_str() == text)
     }
 
     /// Whether `self → to` is one of [`Self::MOVES`].

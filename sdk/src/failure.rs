@@ -16,11 +16,7 @@ pub(crate) fn annotate(job: &JsValue) {
         .iter()
         .map(|a| {
             let state = js::get_string(&a, "state").unwrap_or_default();
-            AttemptState::ALL
-                .iter()
-                .copied()
-                .find(|s| s.as_str() == state)
-                .unwrap_or(AttemptState::Running)
+            AttemptState::from_wire(&state).unwrap_or(AttemptState::Running)
         })
         .collect();
     let decided = status_of(job).and_then(|status| status.decided_by(&states));

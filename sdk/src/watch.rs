@@ -474,11 +474,7 @@ fn tell_poll(job: Watched, channel: Option<&JsValue>) {
 
 /// The job's `status`, read off the server's JSON.
 pub(crate) fn status_of(job: &JsValue) -> Option<JobStatus> {
-    let status = js::get_string(job, "status")?;
-    JobStatus::ALL
-        .iter()
-        .copied()
-        .find(|s| s.as_str() == status)
+    JobStatus::from_wire(&js::get_string(job, "status")?)
 }
 
 /// Whether `wait` resolves at `job`: finished, or waiting for a decision.

@@ -425,13 +425,7 @@ fn wrong_rollups(conn: &rusqlite::Connection) -> Result<i64> {
         let mut stmt = conn.prepare("SELECT state FROM attempts WHERE job_id = ?1")?;
         let states: Vec<onceclick_protocol::AttemptState> = stmt
             .query_map([job], |r| r.get::<_, String>(0))?
-            .filter_map(|s| {
-                let s = s.ok()?;
-                onceclick_protocol::AttemptState::ALL
-                    .iter()
-                    .copied()
-                    .find(|a| a.as_str() == s)
-            })
+            .filter_map(|s| onceclick_protocol::AttemptState::from_wire(&s.ok()?))
             .collect();
         if onceclick_protocol::JobStatus::rollup(&states).as_str() != status {
             bad_rollup += 1;

@@ -460,13 +460,7 @@ fn says_why(job_id: &str, status: JobStatus, attempts: &[Map<String, Value>]) ->
     }
     let states: Vec<AttemptState> = attempts
         .iter()
-        .filter_map(|r| {
-            let state = column_text(r.get("state")).unwrap_or_default();
-            AttemptState::ALL
-                .iter()
-                .copied()
-                .find(|s| s.as_str() == state)
-        })
+        .filter_map(|r| AttemptState::from_wire(&column_text(r.get("state")).unwrap_or_default()))
         .collect();
     let Some(at) = status.decided_by(&states) else {
         return Some(format!(
@@ -495,20 +489,14 @@ fn says_why(job_id: &str, status: JobStatus, attempts: &[Map<String, Value>]) ->
 /// A job's row and its attempts' rows, as the model views a job.
 fn job_view(row: &Map<String, Value>, attempts: &[Map<String, Value>]) -> Result<JobView, String> {
     let status = column_text(row.get("status")).unwrap_or_default();
-    let status = JobStatus::ALL
-        .iter()
-        .copied()
-        .find(|s| s.as_str() == status)
+    let status = JobStatus::from_wire(&status)
         .ok_or_else(|| format!("has the status {status:?}, which is none"))?;
     let mut states = BTreeMap::new();
     let mut resolved_failed = BTreeSet::new();
     for r in attempts {
         let id = column_text(r.get("id")).unwrap_or_default();
         let state = column_text(r.get("state")).unwrap_or_default();
-        let state = AttemptState::ALL
-            .iter()
-            .copied()
-            .find(|s| s.as_str() == state)
+        let state = AttemptState::from_wire(&state)
             .ok_or_else(|| format!("has attempt {id} in state {state:?}, which is none"))?;
         if column_text(r.get("error")).is_some_and(|e| JobView::resolved_failed_error(&e)) {
             resolved_failed.insert(id.clone());
