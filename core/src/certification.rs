@@ -9,7 +9,7 @@ use crate::kinds;
 use crate::outcome::CallOutcome;
 use crate::providers::{self, ProviderConfig};
 use crate::store::{Certification, Route, Store};
-use futures_util::future::join_all;
+use crate::together::together;
 use onceclick_protocol::contract::Kind;
 use serde_json::{json, Value};
 use std::collections::HashSet;
@@ -78,7 +78,7 @@ async fn run_kind(
                     }
                 }
             });
-            report(join_all(calls).await.into_iter().flatten().collect())
+            report(together(calls).await.into_iter().flatten().collect())
         }
     };
     store.save_certification(&report).await?;

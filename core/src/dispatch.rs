@@ -30,6 +30,26 @@ use std::future::Future;
 /// Tries of one D1 write inside one delivery, the first included.
 const WRITE_TRIES: u32 = 8;
 
+/// The watch's reads over one call at most (five minutes at the default
+/// `CANCEL_POLL_MS`). Each is a subrequest of the consumer's invocation: the bound keeps
+/// a delivery's subrequests constant in the provider's duration, so that a batch of
+/// long calls cannot run its invocation out of them before its completions and result
+/// sends (SCALING.md). Past it a stop reaches the call only by the hub's word (a
+/// streamed call's), or it is found when the call ends (its answer is then dropped).
+pub const MAX_WATCH_READS: u32 = 300;
+
+/// The subrequests of one delivery beside its watch's reads, at most: the store's round
+/// trips (each of the path's few calls at most [`WRITE_TRIES`] times) and the documents
+/// they hand to hubs, the provider's call (two for a hedge), the connections to the
+/// job's hub (`hand_on::MAX_OPENS` a call) and the queue sends. None grows with the
+/// answer's length or the provider's duration; SCALING.md adds them up against the
+/// platform's limit per invocation. `tests/live_batch.rs` checks a batch against it.
+pub const MAX_SUBREQUESTS_BESIDE_WATCH: u32 = 128;
+
+/// A batch (`max_batch_size = 10`, wrangler.toml) keeps half the platform's 10,000
+/// subrequests per invocation spare.
+const _: () = assert!(10 * (MAX_WATCH_READS + MAX_SUBREQUESTS_BESIDE_WATCH) <= 5_000);
+
 /// Enqueues the dispatch of `attempt_id` once the response is on its way
 /// (`wait_until`), so that a create does not wait for the queue: a send that never
 /// happens (the isolate dies first) is a lost dispatch, which the reconciler resends.
@@ -295,20 +315,20 @@ async fn call_and_record(
         attempt_id: &p.attempt.id,
         job: Some((&p.attempt.job_id, p.attempt.n)),
         news: Some(news),
-        hand_off_fault: store.fault_when(crate::fault::Point::HandOff),
+        hand_off_fault: hand_off_fault(store),
     });
     let watching = Watching { news, started };
     let outcome = unless_stopped(host, store, p, call, watching).await?;
-    // What a streamed call cost on the way (the bench reads it): its requests to the
-    // job's hub, the text they carried, and the time to its first text (null if none
-    // came).
+    // What a streamed call cost on the way (the bench reads it): the pieces of text it
+    // sent its job's hub, the connections they went on (the hub's requests), the text,
+    // and the time to its first text (null if none came).
     if p.provider().stream {
         let first_text_ms = news
             .first_text_at()
             .map(|at| (at - started).max(0.0) as u64);
         crate::log::info(json!({"event": "call_streamed", "job_id": p.attempt.job_id,
                                 "attempt_id": p.attempt.id, "chars": news.chars(),
-                                "hand_offs": news.hand_offs(),
+                                "hand_offs": news.hand_offs(), "hub_opens": news.opens(),
                                 "first_text_ms": first_text_ms}));
     }
     let Some(outcome) = outcome else {
@@ -336,6 +356,17 @@ async fn call_and_record(
     match outcome {
         CallOutcome::Failed(error) if error.retryable => fail(host, store, p, &error).await,
         outcome => record(host, store, p.attempt, outcome).await.map(drop),
+    }
+}
+
+/// Test-only (`fault.rs`): what the job's hub does to the call's connection, as the
+/// shells name it: `cut` it, answer `late`, or `reset` its memory.
+fn hand_off_fault(store: &Store) -> Option<&'static str> {
+    use crate::fault::Point;
+    match store.fault_when(Point::HandOff) {
+        Some("before") => Some("cut"),
+        Some(_) => Some("late"),
+        None => store.fault_when(Point::HubReset).map(|_| "reset"),
     }
 }
 
@@ -367,10 +398,15 @@ async fn unless_stopped(
     let Watching { news, started } = watching;
     let watch = async {
         let mut said = false;
-        // The hub's word, until it comes (once); then the ticks alone.
-        let mut heard = false;
+        // The hub's word, until it comes (once); then the ticks alone. Past
+        // `MAX_WATCH_READS`, the hub's word alone, and one read after it.
+        let (mut heard, mut reads) = (false, 0);
         loop {
-            let tick = host.sleep(every);
+            reads += 1;
+            let tick = match reads > MAX_WATCH_READS {
+                true => Box::pin(futures_util::future::pending()),
+                false => host.sleep(every),
+            };
             let woken = if heard {
                 tick.await;
                 false

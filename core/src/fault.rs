@@ -10,10 +10,13 @@
 //! - `<when>` is `before` (the call fails before it reaches D1: nothing commits) or
 //!   `after` (the call commits, then its reply is lost).
 //!
-//! Two name the live hubs instead: `subscribe:before` fails a stream's first hub
-//! subscription; `hand_off:before` makes the job's hub refuse a streamed call's first
-//! hand-off of text (503), and `hand_off:after` makes it answer every hand-off of that
-//! call late (it keeps the text, and answers 100 ms inside the call's bound).
+//! Three name the live hubs instead: `subscribe:before` fails a stream's first hub
+//! subscription; `hand_off:before` makes the job's hub cut a streamed call's connection
+//! at its first piece of text past the first (mid-answer), and `hand_off:after` makes it
+//! answer every piece of that call late (it keeps the text, and answers 100 ms inside
+//! the call's bound); `hub_reset:before` (or `after`) empties the hub's memory at that
+//! piece, as an eviction would, so that it reads its storage back (`wrangler dev`
+//! cannot evict an object).
 //!
 //! Each fault fires once, at the first matching call, and says so in one structured log
 //! line (`{"event": "fault_fired", "op", "when", "scope"}`) that tests read to prove it
@@ -42,6 +45,8 @@ pub enum Point {
     DispatchPrepare,
     /// A streamed call's hand-offs of text to its job's hub.
     HandOff,
+    /// The job's hub's memory, as a streamed call hands it its text.
+    HubReset,
     /// A stream's first hub subscription.
     Subscribe,
     /// The store's notification of a move to the job's hub.
@@ -52,6 +57,7 @@ pub enum Point {
 const STEPS: &[(Point, &str)] = &[
     (Point::DispatchPrepare, "dispatch_prepare"),
     (Point::HandOff, "hand_off"),
+    (Point::HubReset, "hub_reset"),
     (Point::Subscribe, "subscribe"),
     (Point::Notify, "notify"),
 ];

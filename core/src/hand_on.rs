@@ -3,10 +3,11 @@
 //!
 //! The hub port is a channel of messages, not a transport: the call sends a piece (the
 //! attempt's text from a code point on), and the hub answers what it has of the
-//! attempt's text, or that the attempt may stream no more. The Worker carries each
-//! message as a request to the job's Durable Object (`edge/src/openai.rs`); the
-//! simulator hands it to its model of the hub. A shell that carries the messages
-//! otherwise (one connection per call) changes only its [`HubLine`].
+//! attempt's text, or that the attempt may stream no more. A shell carries the messages
+//! on one connection per call ([`HubLink`], [`Connected`]): the Worker on a WebSocket to
+//! the job's Durable Object (`edge/src/live/line.rs`), the simulator on its model of
+//! one. A connection that drops is opened again, at most [`MAX_OPENS`] times a call, and
+//! the hub's answer to the next piece says where to send from.
 
 use crate::host::CallProgress;
 use crate::mutant::{self, Mutant};
@@ -15,7 +16,8 @@ use futures_util::future::{select, Either, FutureExt, LocalBoxFuture};
 use futures_util::{Stream, StreamExt};
 use onceclick_protocol::chat::ChatStream;
 use serde_json::json;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
 
 /// The hub of one attempt's job, as a call hands text to it.
 pub trait HubLine {
@@ -26,6 +28,82 @@ pub trait HubLine {
         sent: u64,
         piece: &'a str,
     ) -> LocalBoxFuture<'a, Result<HubAnswer, String>>;
+}
+
+/// The connections a call opens to its hub at most: one, and one again for each that
+/// dropped. The bound keeps a call's requests to its hub (each a subrequest of the
+/// consumer's invocation) constant in the answer's length, whatever the connection
+/// does; past it the call goes on and records its answer, and its streams see the rest
+/// of the text in the result.
+pub const MAX_OPENS: u32 = 4;
+
+/// A shell's way to open a connection to a call's hub: each piece is then a message on
+/// it, answered on it ([`HubLine`]).
+pub trait HubLink {
+    /// Opens a connection to the hub, or says why it could not.
+    fn open(&self) -> LocalBoxFuture<'_, Result<Rc<dyn HubLine + '_>, String>>;
+}
+
+/// The hub port over one connection at a time ([`HubLink`]): opened at the first piece,
+/// and again at the next piece after a send failed on it (which drops it), at most
+/// [`MAX_OPENS`] times.
+pub struct Connected<'l> {
+    link: &'l dyn HubLink,
+    line: RefCell<Option<Rc<dyn HubLine + 'l>>>,
+    opens: Cell<u32>,
+    news: Option<&'l CallProgress>,
+}
+
+impl<'l> Connected<'l> {
+    pub fn new(link: &'l dyn HubLink, news: Option<&'l CallProgress>) -> Self {
+        Self {
+            link,
+            line: RefCell::new(None),
+            opens: Cell::new(0),
+            news,
+        }
+    }
+
+    /// The connections opened so far.
+    pub fn opens(&self) -> u32 {
+        self.opens.get()
+    }
+
+    async fn line(&self) -> Result<Rc<dyn HubLine + 'l>, String> {
+        if let Some(line) = self.line.borrow().clone() {
+            return Ok(line);
+        }
+        if self.opens.get() >= MAX_OPENS {
+            return Err(format!(
+                "the connection to the hub dropped {MAX_OPENS} times"
+            ));
+        }
+        self.opens.set(self.opens.get() + 1);
+        if let Some(news) = self.news {
+            news.opened();
+        }
+        let line = self.link.open().await?;
+        *self.line.borrow_mut() = Some(line.clone());
+        Ok(line)
+    }
+}
+
+impl HubLine for Connected<'_> {
+    fn send<'a>(
+        &'a self,
+        sent: u64,
+        piece: &'a str,
+    ) -> LocalBoxFuture<'a, Result<HubAnswer, String>> {
+        Box::pin(async move {
+            let line = self.line().await?;
+            let answer = line.send(sent, piece).await;
+            if answer.is_err() {
+                // Dropped: the next piece opens another, and the hub says where it stands.
+                self.line.borrow_mut().take();
+            }
+            answer
+        })
+    }
 }
 
 /// How a hand-off ended.

@@ -41,8 +41,9 @@ pub struct ProviderCall<'a> {
     /// Where the call tells its dispatcher what it hears while it runs (none for a
     /// certification's calls).
     pub news: Option<&'a CallProgress>,
-    /// Test-only (`fault.rs`): how the job's hub answers the call's hand-offs of text,
-    /// `before` (it refuses the first) or `after` (it answers each late).
+    /// Test-only (`fault.rs`): what the job's hub does to the call's connection: `cut`
+    /// it or `reset` its memory at the first piece past the first, or answer each piece
+    /// `late`.
     pub hand_off_fault: Option<&'static str>,
 }
 
@@ -56,6 +57,7 @@ pub struct CallProgress {
     chars: std::cell::Cell<u64>,
     first_text_at: std::cell::Cell<Option<f64>>,
     hand_offs: std::cell::Cell<u32>,
+    opens: std::cell::Cell<u32>,
     ended: std::cell::Cell<bool>,
     waker: std::cell::RefCell<Option<std::task::Waker>>,
 }
@@ -80,7 +82,18 @@ impl CallProgress {
         self.hand_offs.set(self.hand_offs.get() + 1);
     }
 
-    /// The requests the call has sent to the job's hub with its text.
+    /// The call opens a connection to the job's hub (`hand_on::Connected`).
+    pub fn opened(&self) {
+        self.opens.set(self.opens.get() + 1);
+    }
+
+    /// The connections the call has opened to the job's hub: its requests to the hub.
+    pub fn opens(&self) -> u32 {
+        self.opens.get()
+    }
+
+    /// The pieces of its text the call has sent to the job's hub (messages on its
+    /// connections).
     pub fn hand_offs(&self) -> u32 {
         self.hand_offs.get()
     }

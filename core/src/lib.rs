@@ -30,3 +30,4 @@ pub mod providers;
 pub mod reconcile;
 pub mod retention;
 pub mod store;
+pub mod together;

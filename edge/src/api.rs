@@ -27,10 +27,7 @@ pub(crate) async fn handle(mut req: Request, env: &Env, worker: &worker::Context
             .with_live(crate::live::notifier(env)),
         Err(e) => return e.into_response(),
     };
-    let host = crate::worker_host::WorkerHost {
-        env,
-        ctx: Some(worker),
-    };
+    let host = crate::worker_host::WorkerHost::new(env, Some(worker));
     let ctx = Ctx {
         env,
         host: &host,

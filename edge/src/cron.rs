@@ -19,7 +19,7 @@ use worker::Env;
 /// every report is (D1, or every shard).
 pub(crate) async fn cron(env: &Env) -> ApiResult<()> {
     let store = crate::places::from_env(env)?.with_live(crate::live::notifier(env));
-    let host = WorkerHost { env, ctx: None };
+    let host = WorkerHost::new(env, None);
     match store.is_sharded() {
         false => run(&host, &store).await?,
         true => run_previous(env, &store).await?,
@@ -37,7 +37,7 @@ async fn certify_due(host: &WorkerHost<'_>, store: &Store) -> ApiResult<()> {
 /// The pass over the previous layout's D1, when a sharded deployment keeps one.
 async fn run_previous(env: &Env, store: &Store) -> ApiResult<()> {
     if store.has_previous() {
-        let host = WorkerHost { env, ctx: None };
+        let host = WorkerHost::new(env, None);
         let store = crate::places::d1(env.d1("DB").map_err(crate::problem::runtime)?)
             .with_live(crate::live::notifier(env));
         run(&host, &store).await?;
@@ -56,7 +56,7 @@ pub(crate) async fn run_now(
     fault: Option<&str>,
     alarm_in_ms: Option<i64>,
 ) -> ApiResult<()> {
-    let host = WorkerHost { env, ctx: None };
+    let host = WorkerHost::new(env, None);
     let Some(shards) = crate::places::Shards::from_env(env)? else {
         run(&host, store).await?;
         return certify_due(&host, store).await;

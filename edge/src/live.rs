@@ -34,14 +34,16 @@ mod alarm;
 mod frame;
 mod hubs;
 mod kept;
+mod line;
 
 pub(crate) use frame::{unframe, Frame, CAUGHT_UP};
 pub(crate) use hubs::{notifier, Hubs};
+pub(crate) use line::SocketLink;
 
 use crate::keeping::{self, Writes};
 use alarm::sooner;
 use frame::{frame, text_frames};
-use onceclick_protocol::live::{Hub, Keeper, Place, Position};
+use onceclick_protocol::live::{Hub, Keeper, Piece, Place};
 use onceclick_protocol::Job;
 use std::cell::{Cell, RefCell};
 use std::time::Duration;
@@ -52,6 +54,11 @@ use worker::{
 
 /// The storage key of the job's id, written with its first kept text.
 const JOB_KEY: &str = "job";
+
+/// The tag of a stream's socket, and of a streaming call's ([`line::HAND`]): the fan-out,
+/// the subscriber limit and the alarm's re-read count only the streams'.
+const STREAM: &str = "stream";
+const CALL: &str = "call";
 
 /// The binding of the hubs in wrangler.toml.
 pub(crate) const BINDING: &str = "LIVE";
@@ -111,42 +118,67 @@ impl Live {
     }
 
     fn broadcast(&self, text: &str) {
-        for socket in self.state.get_websockets() {
+        for socket in self.state.get_websockets_with_tag(STREAM) {
             // A socket that is closing takes nothing; its stream has ended.
             let _ = socket.send_with_str(text);
         }
     }
 
-    /// `POST /text?attempt=ID&n=N&offset=O`: a piece of attempt `n`'s text, from the
-    /// call that streams it. Answers the code points the hub has of it (200, or 409 for
-    /// a piece past them: send from there), or 410 when the attempt has ended.
-    async fn text(&self, mut req: Request) -> Result<Response> {
-        let query = crate::http::query(&req, &["attempt", "n", "offset", "fault"])
-            .map_err(|e| e.detail.clone())?;
-        let number = |name| crate::http::param(&query, name).and_then(Position::parse);
-        let attempt = crate::http::param(&query, "attempt").map(str::to_owned);
-        let (Some(attempt), Some(n), Some(offset)) = (attempt, number("n"), number("offset"))
-        else {
-            return Response::error("attempt, n and offset", 400);
-        };
-        let Ok(n) = u32::try_from(n.0) else {
-            return Response::error("n", 400);
-        };
-        let text = req.text().await?;
+    /// A piece of an attempt's text, on its call's connection ([`line::HAND`]): taken
+    /// and sent to every stream, or refused. The code points the hub has of the
+    /// attempt's text (send from there), or `None` when the attempt has ended.
+    async fn take(&self, piece: &Piece<'_>) -> Result<Option<u64>> {
         self.load().await?;
-        let have = |hub: &Hub| hub.chars(n).to_string();
         let taken = {
             let mut hub = self.latest.borrow_mut();
-            keeping::take_text(&mut hub, n, &attempt, offset.0, &text).map(|p| text_frames(&p))
+            let (n, id) = (piece.n, piece.attempt_id);
+            keeping::take_text(&mut hub, n, id, piece.offset, piece.text).map(|p| text_frames(&p))
         };
         match taken {
             Ok(frames) => frames.iter().for_each(|frame| self.broadcast(frame)),
-            Err(answer) => {
-                return Ok(Response::ok(have(&self.latest.borrow()))?.with_status(answer.status()))
-            }
+            Err(keeping::Answer::Ended) => return Ok(None),
+            Err(_) => return Ok(Some(self.latest.borrow().chars(piece.n))),
         }
-        self.write(Writes::after_text(n)).await;
-        Response::ok(have(&self.latest.borrow()))
+        self.write(Writes::after_text(piece.n)).await;
+        Ok(Some(self.latest.borrow().chars(piece.n)))
+    }
+
+    /// A call's message: a piece of text (`line.rs`), answered on the same socket. A
+    /// message that is none, or a hub that cannot read its storage, closes the socket:
+    /// the call opens another and sends from where the hub stands.
+    async fn hand(&self, ws: &WebSocket, message: &str) -> Result<()> {
+        // Test-only (`fault.rs`, `hand_off`, `hub_reset`): a first line `!<fault>`.
+        let (fault, message) = match message.strip_prefix('!').and_then(|m| m.split_once('\n')) {
+            Some((fault, rest)) if crate::fault_header::allowed(&self.env) => (fault, rest),
+            _ => ("", message),
+        };
+        let Some(Frame::Text(piece)) = unframe(message) else {
+            return ws.close(Some(1008), Some("not a piece of text"));
+        };
+        match fault {
+            "cut" => return ws.close(Some(1011), Some("injected fault: the connection is cut")),
+            // What an eviction loses: memory. Storage is read back by `take`.
+            "reset" => {
+                *self.latest.borrow_mut() = Hub::default();
+                *self.keeper.borrow_mut() = Keeper::default();
+                self.job_kept.set(false);
+            }
+            _ => {}
+        }
+        let have = match self.take(&piece).await {
+            Ok(have) => have,
+            Err(e) => {
+                crate::log::error(serde_json::json!({"event": "live_text_refused",
+                    "attempt_id": piece.attempt_id, "cause": e.to_string()}));
+                return ws.close(Some(1011), Some("the hub could not read its storage"));
+            }
+        };
+        if fault == "late" {
+            let late = crate::pacing::HAND_OFF_MS - 100;
+            worker::Delay::from(Duration::from_millis(late)).await;
+        }
+        let have = have.map_or("stop".to_owned(), |have| have.to_string());
+        ws.send_with_str(format!("{} {have}", piece.offset))
     }
 
     async fn subscribe(&self, req: &Request) -> Result<Response> {
@@ -165,14 +197,15 @@ impl Live {
             "LIVE_MAX_SUBSCRIBERS",
             DEFAULT_MAX_SUBSCRIBERS as u64,
         );
-        if self.state.get_websockets().len() as u64 >= max {
+        if self.state.get_websockets_with_tag(STREAM).len() as u64 >= max {
             return Response::error("too many subscribers", 429);
         }
         self.load().await?;
         // From here to the catch-up nothing awaits: the socket gets each later change
         // and piece from `offer` and `text`, and what came before from here.
         let pair = WebSocketPair::new()?;
-        self.state.accept_web_socket(&pair.server);
+        self.state
+            .accept_websocket_with_tags(&pair.server, &[STREAM]);
         pair.server.serialize_attachment(Attachment { job })?;
         // A change heard of between the stream's own read and now, and the text the
         // stream lacks.
@@ -246,23 +279,10 @@ impl DurableObject for Live {
                     _ => Response::error("not a frame", 400),
                 }
             }
-            "/text" => {
-                // Test-only (`fault.rs`, `hand_off`): refuse the piece, or answer late.
-                let fault = match crate::fault_header::allowed(&self.env) {
-                    true => crate::http::query(&req, &["attempt", "n", "offset", "fault"])
-                        .ok()
-                        .and_then(|q| crate::http::param(&q, "fault").map(str::to_owned)),
-                    false => None,
-                };
-                if fault.as_deref() == Some("before") {
-                    return Response::error("injected fault: the hub failed to take the text", 503);
-                }
-                let answer = self.text(req).await;
-                if fault.as_deref() == Some("after") {
-                    let late = crate::pacing::HAND_OFF_MS - 100;
-                    worker::Delay::from(Duration::from_millis(late)).await;
-                }
-                answer
+            line::HAND => {
+                let pair = WebSocketPair::new()?;
+                self.state.accept_websocket_with_tags(&pair.server, &[CALL]);
+                Response::from_websocket(pair.client)
             }
             "/subscribe" => self.subscribe(&req).await,
             _ => Response::error("not found", 404),
@@ -276,10 +296,14 @@ impl DurableObject for Live {
 
     async fn websocket_message(
         &self,
-        _ws: WebSocket,
-        _message: WebSocketIncomingMessage,
+        ws: WebSocket,
+        message: WebSocketIncomingMessage,
     ) -> Result<()> {
-        Ok(()) // streams send nothing
+        // Streams (the Worker's relays) send nothing; a call sends its text.
+        match message {
+            WebSocketIncomingMessage::String(m) => self.hand(&ws, &m).await,
+            _ => Ok(()),
+        }
     }
 
     async fn websocket_close(

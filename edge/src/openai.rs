@@ -6,12 +6,12 @@
 //! timeout, a 504, or an answer cut off after its status line, after which the
 //! provider may have done the work (or may still be doing it).
 
+use crate::live::SocketLink;
 use crate::outcome::CallOutcome;
-use crate::pacing::HubAnswer;
 use futures_util::future::{select, Either, LocalBoxFuture};
 use futures_util::StreamExt;
 use onceclick_core::answer::{classify, classify_stream, request_body, timed_out};
-use onceclick_core::hand_on::{self, Handing, HubLine};
+use onceclick_core::hand_on::{self, Connected, Handing};
 use onceclick_protocol::chat::ChatStream;
 use onceclick_protocol::contract::Kind;
 use onceclick_protocol::contract::ProviderConfig;
@@ -33,28 +33,6 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// Where a streamed call's text goes as it comes: the hub of the attempt's job.
-pub(crate) struct TextSink<'a> {
-    pub(crate) hubs: crate::live::Hubs,
-    pub(crate) job_id: &'a str,
-    /// The attempt's `n`.
-    pub(crate) n: u32,
-    /// Test-only (`fault.rs`): `before` makes the hub refuse the next hand-off, `after`
-    /// makes it answer every one late.
-    pub(crate) fault: std::cell::Cell<Option<&'static str>>,
-}
-
-impl TextSink<'_> {
-    /// The fault the next hand-off carries: `before` once, `after` every time.
-    fn next_fault(&self) -> Option<&'static str> {
-        let fault = self.fault.get();
-        if fault == Some("before") {
-            self.fault.set(None);
-        }
-        fault
-    }
-}
-
 /// Calls the provider once for attempt `attempt_id` and classifies the answer; a
 /// streamed answer's text goes to `sink` as it comes, and `news` hears how much came
 /// and whether the hub said the attempt ended. Dropped before it ends, it aborts the
@@ -65,7 +43,7 @@ pub(crate) async fn call(
     kind: &Kind,
     input: &Value,
     attempt_id: &str,
-    sink: Option<TextSink<'_>>,
+    sink: Option<SocketLink<'_>>,
     news: Option<&crate::host::CallProgress>,
 ) -> CallOutcome {
     let controller = AbortController::default();
@@ -184,7 +162,7 @@ enum Answer {
 /// dispatcher's news of the call.
 #[derive(Clone, Copy)]
 struct Reader<'a> {
-    sink: Option<&'a TextSink<'a>>,
+    sink: Option<&'a SocketLink<'a>>,
     news: Option<&'a crate::host::CallProgress>,
 }
 
@@ -213,50 +191,25 @@ async fn read_stream(
 }
 
 /// Hands the text of `chat` on to `sink` as it comes: the core's loop
-/// (`hand_on.rs`), each piece a request to the job's hub ([`HubRequests`]). Ends when
-/// the body is read and the hub has all of it, when the hub says the attempt has ended
-/// (which `to.news` hears, so that the call is stopped at once), or after too many
-/// failed hand-offs in a row (said in the log).
+/// (`hand_on.rs`), each piece a message on the call's connection to the job's hub
+/// (`live/line.rs`). Ends when the body is read and the hub has all of it, when the hub
+/// says the attempt has ended (which `to.news` hears, so that the call is stopped at
+/// once), or after too many failed hand-offs in a row (said in the log).
 async fn hand_on(
     to: Reader<'_>,
     attempt_id: &str,
     chat: &std::cell::RefCell<ChatStream>,
     mut woken: futures_channel::mpsc::UnboundedReceiver<()>,
 ) {
-    let Some(sink) = to.sink else { return };
-    let hub = HubRequests { sink, attempt_id };
+    let Some(link) = to.sink else { return };
+    let hub = Connected::new(link, to.news);
     let who = Handing {
-        job_id: sink.job_id,
+        job_id: link.job_id,
         attempt_id,
         news: to.news,
     };
     let sleep = |ms| -> LocalBoxFuture<'static, ()> { Box::pin(delay(ms)) };
     hand_on::hand_on(&sleep, &hub, who, chat, &mut woken).await;
-}
-
-/// The hub port as the Worker carries it: each piece a request to the job's Durable
-/// Object.
-struct HubRequests<'a> {
-    sink: &'a TextSink<'a>,
-    attempt_id: &'a str,
-}
-
-impl HubLine for HubRequests<'_> {
-    fn send<'a>(
-        &'a self,
-        sent: u64,
-        piece: &'a str,
-    ) -> LocalBoxFuture<'a, Result<HubAnswer, String>> {
-        let sink = self.sink;
-        Box::pin(sink.hubs.text(
-            sink.job_id,
-            sink.n,
-            self.attempt_id,
-            sent,
-            piece,
-            sink.next_fault(),
-        ))
-    }
 }
 
 /// The reading half of [`read_stream`]: feeds the body to `chat`, and says on `wake`

@@ -6,7 +6,7 @@
 use crate::dispatch::{deliver, Dispatch};
 use crate::fault;
 use crate::worker_host::WorkerHost;
-use futures_util::future::join_all;
+use onceclick_core::together::together;
 use serde_json::json;
 use worker::{Env, MessageBatch, MessageExt, QueueRetryOptionsBuilder};
 
@@ -17,6 +17,7 @@ const RESULT_RETRY_DELAY_S: u32 = 30;
 /// The queue consumer. Messages of a batch run concurrently, each with its own store
 /// (and its own test-only faults).
 pub(crate) async fn consume(batch: MessageBatch<Dispatch>, env: &Env) {
+    let (made, watched) = (&std::cell::Cell::new(0), &std::cell::Cell::new(0));
     let runs = batch.raw_iter().map(|message| async move {
         let dispatch: Result<Dispatch, _> = serde_wasm_bindgen::from_value(message.body());
         let dispatch = match dispatch {
@@ -48,8 +49,10 @@ pub(crate) async fn consume(batch: MessageBatch<Dispatch>, env: &Env) {
                 return;
             }
         };
-        let host = WorkerHost { env, ctx: None };
+        let host = WorkerHost::new(env, None);
         let outcome = deliver(&host, &store, &dispatch).await;
+        made.set(made.get() + host.made.get() + store.subrequests());
+        watched.set(watched.get() + store.watched().0);
         match outcome {
             Ok(()) => message.ack(),
             Err(e) => {
@@ -70,5 +73,9 @@ pub(crate) async fn consume(batch: MessageBatch<Dispatch>, env: &Env) {
             }
         }
     });
-    join_all(runs).await;
+    let messages = together(runs).await.len();
+    // Bounded whatever the calls' durations (SCALING.md, "Subrequests"): the watch's
+    // reads, which grow with them up to `MAX_WATCH_READS` a call, said apart.
+    crate::log::info(json!({"event": "batch_consumed", "messages": messages,
+                            "subrequests": made.get(), "watch_reads": watched.get()}));
 }

@@ -109,10 +109,7 @@ impl DurableObject for Shard {
         self.recall_name();
         let name = self.name.borrow().clone();
         let local = self.local();
-        let host = crate::worker_host::WorkerHost {
-            env: &self.env,
-            ctx: None,
-        };
+        let host = crate::worker_host::WorkerHost::new(&self.env, None);
         self.wake(&local);
         let handed = self.outbox.hand_off(&host).await;
         let kept = first_value(&local, PASS_DUE, "due_ms").and_then(|v| v.as_f64());
@@ -290,17 +287,11 @@ impl Shard {
                 // refuses it or an end of this instance loses.
                 let (outbox, env) = (self.outbox.clone(), self.env.clone());
                 self.state.wait_until(async move {
-                    let host = crate::worker_host::WorkerHost {
-                        env: &env,
-                        ctx: None,
-                    };
+                    let host = crate::worker_host::WorkerHost::new(&env, None);
                     outbox.hand_off(&host).await;
                 });
             } else {
-                let host = crate::worker_host::WorkerHost {
-                    env: &self.env,
-                    ctx: None,
-                };
+                let host = crate::worker_host::WorkerHost::new(&self.env, None);
                 self.outbox.hand_off(&host).await;
             }
         } else if !self.armed.get() {
@@ -373,10 +364,7 @@ impl Shard {
         let store = crate::places::local(local)
             .with_faults(faults.unwrap_or_default(), scope)
             .with_live(crate::live::notifier(&self.env));
-        let host = crate::worker_host::WorkerHost {
-            env: &self.env,
-            ctx: None,
-        };
+        let host = crate::worker_host::WorkerHost::new(&self.env, None);
         reconcile::run(&host, &store).await
     }
 

@@ -37,15 +37,15 @@
 //!
 //! This file opens the stream (steps 1 to 3); `relay.rs` keeps it (step 4).
 
-mod relay;
+pub(crate) mod relay;
 
 use crate::auth::Caller;
 use crate::error::{ApiResult, AppError};
 use crate::http::Ctx;
 use crate::live::{self, Hubs};
 use crate::store::StoredJob;
-use futures_util::future::join_all;
 use futures_util::StreamExt;
+use onceclick_core::together::together;
 use onceclick_protocol::live::{
     parse_followed, Follower, Place, Position, FRAME_CHARS, MAX_STREAM_JOBS,
 };
@@ -174,7 +174,7 @@ async fn serve(
     caller: &Caller,
     jobs: Vec<(String, Option<Place>)>,
 ) -> ApiResult<Response> {
-    let reads = join_all(
+    let reads = together(
         jobs.iter()
             .map(|(id, _)| ctx.store.job(Some(&caller.owner), id)),
     )
@@ -198,7 +198,7 @@ async fn serve(
     // Test-only (`fault.rs`): the first job's hub fails to subscribe.
     let failing = ctx.store.fault_at(crate::fault::Point::Subscribe).err();
     let hubs = &hubs;
-    let subscribed = join_all(open.iter().enumerate().map(|(i, (id, at, _))| {
+    let subscribed = together(open.iter().enumerate().map(|(i, (id, at, _))| {
         let failing = failing.as_ref().filter(|_| i == 0);
         async move {
             match failing {

@@ -33,6 +33,23 @@ pub(crate) fn config(env: &worker::Env) -> Rc<Config> {
 pub(crate) struct WorkerHost<'a> {
     pub(crate) env: &'a worker::Env,
     pub(crate) ctx: Option<&'a worker::Context>,
+    /// The subrequests made through this host: provider calls, queue sends and the
+    /// connections of calls to their hubs (the store counts its own).
+    pub(crate) made: std::cell::Cell<u32>,
+}
+
+impl<'a> WorkerHost<'a> {
+    pub(crate) fn new(env: &'a worker::Env, ctx: Option<&'a worker::Context>) -> Self {
+        Self {
+            env,
+            ctx,
+            made: Default::default(),
+        }
+    }
+
+    fn made(&self) {
+        self.made.set(self.made.get() + 1);
+    }
 }
 
 impl Host for WorkerHost<'_> {
@@ -45,6 +62,7 @@ impl Host for WorkerHost<'_> {
     }
 
     fn enqueue(&self, message: Dispatch) -> LocalBoxFuture<'_, Result<(), String>> {
+        self.made();
         Box::pin(async move {
             let queue = self.env.queue(QUEUE).map_err(|e| e.to_string())?;
             queue.send(message).await.map_err(|e| e.to_string())
@@ -54,10 +72,7 @@ impl Host for WorkerHost<'_> {
     fn enqueue_after_response(&self, message: Dispatch) {
         let env = self.env.clone();
         let send = async move {
-            let host = WorkerHost {
-                env: &env,
-                ctx: None,
-            };
+            let host = WorkerHost::new(&env, None);
             send(&host, message).await;
         };
         match self.ctx {
@@ -77,13 +92,14 @@ impl Host for WorkerHost<'_> {
             .filter(|_| call.provider.stream)
             .and_then(|(job_id, n)| {
                 let hubs = crate::live::Hubs::from_env(self.env)?;
-                Some(crate::openai::TextSink {
+                Some(crate::live::SocketLink::new(
                     hubs,
-                    job_id,
-                    n,
-                    fault: std::cell::Cell::new(call.hand_off_fault),
-                })
+                    (job_id, n, call.attempt_id),
+                    &self.made,
+                    call.hand_off_fault,
+                ))
             });
+        self.made();
         Box::pin(crate::openai::call(
             call.provider,
             call.headers,

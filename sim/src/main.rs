@@ -105,7 +105,7 @@ fn run() -> Result<()> {
 /// The run's last line: what its worlds did.
 fn figures_line(seed: u64, worlds: u64, f: &Figures) -> String {
     format!(
-        "sim: seed {seed}: {} worlds, {} operations, {} requests, {} deliveries ({} redelivered), {} provider calls ({} stopped), {} shard alarms ({} attempts handed on), {} reconciler passes, {} crashes, {} clock jumps, {} store faults in {} batches, {} checks on {} jobs; live: {} streams opened, {} reconnected, {} events, {} of {} notifications lost, {} hub re-reads, {} hub restarts, {} hand-offs of text ({} failed, {} after an eviction, {} refused as ended), {} pieces of text sent, {} chunks of text kept ({} at an attempt's unknown end; {} writes failed), {} hub alarms that read a job for its kept text ({} deleted it); jobs succeeded by kind: {}; {} certifications made again after a redeploy; no promise broken",
+        "sim: seed {seed}: {} worlds, {} operations, {} requests, {} deliveries ({} redelivered), {} provider calls ({} stopped), {} shard alarms ({} attempts handed on), {} reconciler passes, {} crashes, {} clock jumps, {} store faults in {} batches, {} checks on {} jobs; live: {} streams opened, {} reconnected, {} events, {} of {} notifications lost, {} hub re-reads, {} hub restarts, {} hand-offs of text ({} failed, {} after an eviction, {} refused as ended) on {} connections to hubs ({} not opened, {} dropped), {} pieces of text sent, {} chunks of text kept ({} at an attempt's unknown end; {} writes failed), {} hub alarms that read a job for its kept text ({} deleted it); jobs succeeded by kind: {}; {} certifications made again after a redeploy; no promise broken",
         worlds,
         f.ops,
         f.requests,
@@ -133,6 +133,9 @@ fn figures_line(seed: u64, worlds: u64, f: &Figures) -> String {
         f.live.hand_failed,
         f.live.evictions,
         f.live.refused_ended,
+        f.live.connections,
+        f.live.open_failed,
+        f.live.dropped,
         f.live.pieces,
         f.live.kept,
         f.live.kept_at_end,
@@ -171,6 +174,8 @@ fn every_path_reached(ops: u64, figures: &Figures) -> Result<()> {
         && (untested
             || live.pieces == 0
             || live.hand_failed == 0
+            || live.open_failed == 0
+            || live.dropped == 0
             || live.evictions == 0
             || live.kept == 0
             || live.kept_at_end == 0

@@ -1062,11 +1062,12 @@ async fn an_unknown_streamed_attempt_keeps_its_partial_text() {
     }
 }
 
-// Issue 42, 6: the job's hub refuses one hand-off; the call tries it again, and the
-// stream gets the whole text as it is written (it got none: the call stopped handing
-// its text on at the first failure).
-#[tokio::test]
-async fn a_hub_that_fails_one_hand_off_still_gets_the_rest_of_the_text() {
+// Issue 49 (issue 42, 6 before it): the job's hub cuts the call's connection at a
+// piece mid-answer (`hand_off:before`), or forgets what it held there as an eviction
+// would (`hub_reset:before`; `wrangler dev` cannot evict an object). The call opens
+// another connection (a cut) or is told where the hub stands (a reset), and the stream
+// gets the whole text as it is written: no gap, nothing twice. Returns the call's line.
+async fn the_text_outlives(fault: &str, op: &str) -> Value {
     let (api, mock) = (Api::from_env(), Mock::from_env());
     let token = api.token("hub-once");
     let marker = unique("hub-once");
@@ -1082,16 +1083,80 @@ async fn a_hub_that_fails_one_hand_off_still_gets_the_rest_of_the_text() {
     let job = reply.json();
     let job_id = id(&job);
     let mut stream = sse::follow(&api, Some(&token), &job_id, None).await;
-    dispatch(&api, &job, Some("hand_off:before")).await;
+    dispatch(&api, &job, Some(fault)).await;
     let (mut deltas, mut docs) = (Vec::new(), Vec::new());
     assert!(read_text(&mut stream, &mut deltas, &mut docs, |_, _| false).await);
     let attempt = id(&job["attempts"][0]);
     assert!(
-        onceclick_tests::log::fault_fired("hand_off", "before", &attempt),
-        "the hub did not refuse a hand-off"
+        onceclick_tests::log::fault_fired(op, "before", &attempt),
+        "the fault {fault} did not fire"
     );
     assert_eq!(docs.last().unwrap()["status"], "succeeded", "{docs:?}");
     assert_eq!(joined(&deltas, 0), content, "{deltas:?}");
+    onceclick_tests::log::wait_event("call_streamed", 5, |l| l["attempt_id"] == attempt.as_str())
+        .await
+        .expect("the call's line")
+}
+
+#[tokio::test]
+async fn a_connection_cut_mid_answer_is_opened_again_and_the_stream_has_all_the_text() {
+    let line = the_text_outlives("hand_off:before", "hand_off").await;
+    // The first connection, and the one after the cut.
+    assert_eq!(line["hub_opens"], 2, "{line}");
+}
+
+#[tokio::test]
+async fn a_hub_reset_mid_answer_is_sent_what_it_lost_and_the_stream_has_all_the_text() {
+    let line = the_text_outlives("hub_reset:before", "hub_reset").await;
+    // An evicted hub keeps its sockets: the same connection carries the rest.
+    assert_eq!(line["hub_opens"], 1, "{line}");
+}
+
+// Issue 49: a long answer (20,000 code points) travels on one connection to its hub,
+// whatever its length: its deltas join to the provider's content, and the call opened
+// the hub once however many pieces it sent.
+#[tokio::test]
+async fn a_long_answer_goes_to_its_hub_on_one_connection() {
+    let (api, mock) = (Api::from_env(), Mock::from_env());
+    let token = api.token("long-answer");
+    let marker = unique("long-answer");
+    let summary = "the numbers came in above the forecast";
+    let chars = 20_000;
+    let step = json!({"summary": summary, "chunk_chars": 40, "chunk_ms": 5, "pad_to": chars});
+    mock.script("fallback", &marker, json!([step])).await;
+    let body = json!({"kind": "summarize", "input": {"text": marked_text(&marker)},
+                      "provider": "fallback"});
+    let reply = send(
+        api.create(&token, Some(&unique("key")), &body.to_string())
+            .header(FAULT, "drop-enqueue"),
+    )
+    .await;
+    assert_eq!(reply.status, 201, "{}", reply.text);
+    let job = reply.json();
+    let job_id = id(&job);
+    let mut stream = sse::follow(&api, Some(&token), &job_id, None).await;
+    dispatch(&api, &job, None).await;
+    let (mut deltas, mut docs) = (Vec::new(), Vec::new());
+    assert!(read_text(&mut stream, &mut deltas, &mut docs, |_, _| false).await);
+    let done = docs.last().unwrap();
+    assert_eq!(done["status"], "succeeded", "{docs:?}");
+    let text = joined(&deltas, 0);
+    assert_eq!(text.chars().count(), chars, "the whole answer streamed");
+    assert_eq!(
+        serde_json::from_str::<Value>(&text).unwrap()["summary"],
+        summary
+    );
+    let attempt = id(&job["attempts"][0]);
+    let line = onceclick_tests::log::wait_event("call_streamed", 5, |l| {
+        l["attempt_id"] == attempt.as_str()
+    })
+    .await
+    .expect("the call's line");
+    assert_eq!(line["hub_opens"], 1, "{line}");
+    assert!(
+        line["hand_offs"].as_u64().unwrap() > 3,
+        "many pieces: {line}"
+    );
 }
 
 // Issue 42, 6: one job's hub will not subscribe. The stream of several jobs serves the

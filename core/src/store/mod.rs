@@ -291,7 +291,13 @@ impl Store {
         self.notified.get()
     }
 
-    /// The watch reads made so far, and their rows.
+    /// The subrequests this store has made so far: its round trips, its watch reads
+    /// and its documents handed to hubs.
+    pub fn subrequests(&self) -> u32 {
+        self.round_trips.get() + self.watched.get().0 + self.notified.get()
+    }
+
+    /// The watch reads made so far (a failed one too), and their rows.
     pub fn watched(&self) -> (u32, Cost) {
         self.watched.get()
     }
@@ -405,11 +411,11 @@ impl Store {
             }
             let out = if op == Op::Watch {
                 let out = self.run(&target, statements).await;
+                let (trips, mut total) = self.watched.get();
                 if let Ok((_, cost)) = &out {
-                    let (trips, mut total) = self.watched.get();
                     total.add(cost.written, cost.read);
-                    self.watched.set((trips + 1, total));
                 }
+                self.watched.set((trips + 1, total));
                 out.map(|(rows, _)| rows)?
             } else {
                 self.call(&target, statements).await?

@@ -13,7 +13,7 @@ impl Live {
     /// what an operator resolves it with, and such a job is never purged). The next
     /// alarm is the sooner of the needs that remain ([`next_alarm_in`]).
     pub(super) async fn reread(&self) -> Result<()> {
-        let sockets = self.state.get_websockets();
+        let sockets = self.state.get_websockets_with_tag(super::STREAM);
         // Storage is asked only when no stream needs the alarm anyway. A failure to ask
         // counts as kept: the alarm comes again (the runtime's own retries of a failed
         // alarm run out).
@@ -72,7 +72,7 @@ impl Live {
         };
         // Decided after the last await: a stream that subscribed meanwhile counts.
         let keeps = !self.settled.get() && (kept || !sockets.is_empty());
-        let streams = !self.state.get_websockets().is_empty();
+        let streams = !self.state.get_websockets_with_tag(super::STREAM).is_empty();
         if kept && keeps {
             crate::log::info(serde_json::json!({"event": "live_text_checked", "job_id": job}));
         }

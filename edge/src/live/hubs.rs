@@ -1,13 +1,12 @@
-//! The Worker's side of the hubs, as a client: the store's notifications, a call's
-//! hand-off of its text, and a stream's subscription. Each is one request to the hub of
-//! its job, on the stub's own `fetch`.
+//! The Worker's side of the hubs, as a client: the store's notifications, a stream's
+//! subscription, and a call's connection for its text (`line.rs`). Each is one request
+//! to the hub of its job, on the stub's own `fetch`.
 
 use super::frame::frame;
 use super::BINDING;
 use crate::error::{ApiResult, AppError};
-use crate::pacing::HubAnswer;
 use futures_util::future::LocalBoxFuture;
-use onceclick_protocol::live::{Place, Position};
+use onceclick_protocol::live::Place;
 use wasm_bindgen::{JsCast, JsValue};
 use worker::js_sys::{Function, Object, Promise, Reflect};
 use worker::wasm_bindgen_futures::JsFuture;
@@ -28,13 +27,9 @@ impl Hubs {
     }
 
     /// One request to the hub of `job_id`, on the stub's own `fetch` with a plain init
-    /// object (as `places.rs` calls shards, for the Worker's size).
-    async fn send(
-        &self,
-        job_id: &str,
-        path: &str,
-        init: &Object,
-    ) -> std::result::Result<JsValue, String> {
+    /// object (as `places.rs` calls shards, for the Worker's size): sent at once, its
+    /// answer the promise's.
+    fn request(&self, job_id: &str, path: &str, init: &Object) -> Result<Promise, String> {
         let text = |e: JsValue| format!("{e:?}");
         let stub: JsValue = self
             .namespace
@@ -47,46 +42,26 @@ impl Hubs {
             .dyn_into()
             .map_err(text)?;
         let url = JsValue::from_str(&format!("https://live{path}"));
-        let promise: Promise = fetch
+        fetch
             .call2(&stub, &url, init)
             .map_err(text)?
             .dyn_into()
-            .map_err(text)?;
-        JsFuture::from(promise).await.map_err(text)
+            .map_err(text)
     }
 
-    /// Hands the hub of `job_id` the piece of attempt `n`'s text that begins at code
-    /// point `offset`.
-    pub(crate) async fn text(
-        &self,
-        job_id: &str,
-        n: u32,
-        attempt_id: &str,
-        offset: u64,
-        text: &str,
-        fault: Option<&str>,
-    ) -> std::result::Result<HubAnswer, String> {
+    async fn send(&self, job_id: &str, path: &str, init: &Object) -> Result<JsValue, String> {
+        let request = self.request(job_id, path, init)?;
+        JsFuture::from(request).await.map_err(|e| format!("{e:?}"))
+    }
+
+    /// Asks the hub of `job_id` for a WebSocket at `path`: the request is sent at once,
+    /// and its answer read with [`socket_of`].
+    pub(crate) fn upgrade(&self, job_id: &str, path: &str) -> Result<JsFuture, String> {
         let show = |e: JsValue| format!("{e:?}");
-        let init = post(text)?;
-        let mut path = format!("/text?attempt={attempt_id}&n={n}&offset={offset}");
-        if let Some(fault) = fault {
-            path.push_str("&fault=");
-            path.push_str(fault);
-        }
-        let reply = self.send(job_id, &path, &init).await?;
-        let status = status_of(&reply);
-        let body: Promise = Reflect::get(&reply, &"text".into())
-            .and_then(|f| f.dyn_into::<Function>())
-            .and_then(|f| f.call0(&reply))
-            .and_then(|p| p.dyn_into())
-            .map_err(show)?;
-        let body = JsFuture::from(body).await.map_err(show)?;
-        let have = body.as_string().and_then(|b| Position::parse(&b));
-        match (status as u16, have) {
-            (410, _) => Ok(HubAnswer::Stop),
-            (200 | 409, Some(have)) => Ok(HubAnswer::Have(have.0)),
-            _ => Err(format!("the hub answered {status}: {body:?}")),
-        }
+        let (init, headers) = (Object::new(), Object::new());
+        Reflect::set(&headers, &"Upgrade".into(), &"websocket".into()).map_err(show)?;
+        Reflect::set(&init, &"headers".into(), &headers).map_err(show)?;
+        self.request(job_id, path, &init).map(JsFuture::from)
     }
 
     /// Opens a WebSocket to the hub of `job_id` for a stream at `since`: the hub sends
@@ -94,18 +69,10 @@ impl Hubs {
     /// hears of. `429 too_many_subscribers` when the job has its fill of streams.
     pub(crate) async fn subscribe(&self, job_id: &str, since: &Place) -> ApiResult<WebSocket> {
         let unavailable = |why: String| AppError::unavailable(format!("live hub: {why}"));
-        let init = Object::new();
-        let headers = Object::new();
-        let set = |o: &Object, k: &str, v: &str| {
-            Reflect::set(o, &k.into(), &v.into()).map_err(|e| unavailable(format!("{e:?}")))
-        };
-        set(&headers, "Upgrade", "websocket")?;
-        Reflect::set(&init, &"headers".into(), &headers)
-            .map_err(|e| unavailable(format!("{e:?}")))?;
         let path = format!("/subscribe?job={job_id}&since={since}");
-        let reply = self.send(job_id, &path, &init).await.map_err(unavailable)?;
-        let status = status_of(&reply);
-        if status == 429.0 {
+        let reply = self.upgrade(job_id, &path).map_err(unavailable)?;
+        let reply = reply.await.map_err(|e| unavailable(format!("{e:?}")))?;
+        if status_of(&reply) == 429.0 {
             return Err(AppError::new(
                 onceclick_protocol::ErrorCode::TooManySubscribers,
                 format!("job {job_id} has as many live streams open as one job may; close one, or retry later"),
@@ -113,16 +80,22 @@ impl Hubs {
             .with_job(job_id)
             .retry_after(5));
         }
-        let socket = Reflect::get(&reply, &"webSocket".into()).unwrap_or(JsValue::NULL);
-        if socket.is_null() || socket.is_undefined() {
-            return Err(unavailable(format!(
-                "the hub answered {status} without a WebSocket"
-            )));
-        }
-        Ok(WebSocket::from(
-            socket.unchecked_into::<worker::web_sys::WebSocket>(),
-        ))
+        socket_of(&reply).map_err(unavailable)
     }
+}
+
+/// The WebSocket of a hub's answer to [`Hubs::upgrade`], or why it has none.
+pub(crate) fn socket_of(reply: &JsValue) -> Result<WebSocket, String> {
+    let socket = Reflect::get(reply, &"webSocket".into()).unwrap_or(JsValue::NULL);
+    if socket.is_null() || socket.is_undefined() {
+        return Err(format!(
+            "the hub answered {} without a WebSocket",
+            status_of(reply)
+        ));
+    }
+    Ok(WebSocket::from(
+        socket.unchecked_into::<worker::web_sys::WebSocket>(),
+    ))
 }
 
 /// The init of a `POST` of `body` to a hub.
@@ -156,7 +129,7 @@ impl crate::host::Notify for Hubs {
     ) -> LocalBoxFuture<'a, std::result::Result<(), String>> {
         Box::pin(async move {
             let init = post(&frame(seq, doc))?;
-            self.send(job_id, "/notify", &init).await.map(|_| ())
+            self.send(job_id, "/notify", &init).await.map(drop)
         })
     }
 }

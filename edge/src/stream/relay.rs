@@ -145,8 +145,19 @@ impl Inbox {
     }
 }
 
-/// Takes the stream's listeners off a hub socket.
-fn unlisten(socket: &WebSocket) {
+/// A hub socket's listener.
+pub(crate) type Listener = Closure<dyn FnMut(worker::web_sys::MessageEvent)>;
+
+/// Puts listeners on a hub socket: `on_close` hears its error too.
+pub(crate) fn listen(socket: &WebSocket, on_message: &Listener, on_close: &Listener) {
+    let raw: &worker::web_sys::WebSocket = socket.as_ref();
+    raw.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
+    raw.set_onclose(Some(on_close.as_ref().unchecked_ref()));
+    raw.set_onerror(Some(on_close.as_ref().unchecked_ref()));
+}
+
+/// Takes the listeners off a hub socket.
+pub(crate) fn unlisten(socket: &WebSocket) {
     let raw: &worker::web_sys::WebSocket = socket.as_ref();
     raw.set_onmessage(None);
     raw.set_onclose(None);
@@ -157,7 +168,7 @@ fn unlisten(socket: &WebSocket) {
 struct Watch {
     socket: WebSocket,
     /// The listeners, kept alive as long as the socket is.
-    _listeners: [Closure<dyn FnMut(worker::web_sys::MessageEvent)>; 2],
+    _listeners: [Listener; 2],
     job: String,
     /// The last change sent, and each attempt's text as far as it was sent: a change
     /// is sent only if newer, and of a piece of text only what the client lacks.
@@ -284,10 +295,7 @@ impl Relay {
                 move |_e: worker::web_sys::MessageEvent| inbox.push(index, Heard::End),
             )
         };
-        let raw: &worker::web_sys::WebSocket = socket.as_ref();
-        raw.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
-        raw.set_onclose(Some(on_close.as_ref().unchecked_ref()));
-        raw.set_onerror(Some(on_close.as_ref().unchecked_ref()));
+        listen(&socket, &on_message, &on_close);
         let accepted = socket.accept();
         if accepted.is_err() {
             unlisten(&socket);

@@ -19,6 +19,11 @@ pub struct LiveFigures {
     pub pieces: u64,
     /// Hubs evicted between hand-offs (memory gone, sockets open).
     pub evictions: u64,
+    /// Connections of calls to their hubs: opened, failed to open, and dropped under a
+    /// call (cut, or closed by the hub's restart).
+    pub connections: u64,
+    pub open_failed: u64,
+    pub dropped: u64,
     /// Chunks of text a hub wrote to its storage, and writes that failed.
     pub kept: u64,
     pub keep_failed: u64,
@@ -46,6 +51,9 @@ impl LiveFigures {
         self.hand_failed += o.hand_failed;
         self.pieces += o.pieces;
         self.evictions += o.evictions;
+        self.connections += o.connections;
+        self.open_failed += o.open_failed;
+        self.dropped += o.dropped;
         self.kept += o.kept;
         self.keep_failed += o.keep_failed;
         self.kept_at_end += o.kept_at_end;

@@ -23,6 +23,8 @@ pub(super) struct HubObject {
     /// The hub's alarm for its kept text (`Live::keep` sets it with a write, at most
     /// `CHECK_MS` away): storage, so an eviction or a restart keeps it.
     pub(super) check_at: Option<u64>,
+    /// Restarts so far: a call's connection opened before the last one is closed.
+    pub(super) restarts: u64,
 }
 
 /// One stream the model opened: where it stands, and whether it is open.
@@ -53,6 +55,7 @@ impl Default for HubObject {
             streams: Vec::new(),
             read_at: 0,
             check_at: None,
+            restarts: 0,
         }
     }
 }

@@ -74,6 +74,10 @@ const LOST_ONE_IN: u64 = 8;
 const STREAMS_PER_JOB: usize = 4;
 /// One hand-off of text in this many fails (the hub did not answer in time).
 const HAND_LOST_ONE_IN: u64 = 16;
+/// One connection of a call to its hub in this many cannot be opened, and one in this
+/// many drops before a piece (a network cut; a hub's restart closes it too).
+const OPEN_FAILS_ONE_IN: u64 = 24;
+const DROPPED_ONE_IN: u64 = 24;
 /// Before one hand-off in this many the hub is evicted: its memory is gone, and its
 /// (hibernatable) sockets stay open.
 const EVICTED_ONE_IN: u64 = 6;
@@ -234,6 +238,7 @@ impl Live {
         self.notifications.borrow_mut().retain(|n| n.job != job);
         if let Some(object) = self.objects.borrow_mut().get_mut(job) {
             object.forget();
+            object.restarts += 1;
             object.read_at = 0;
             for w in &mut object.streams {
                 w.connected = false;

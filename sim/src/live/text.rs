@@ -1,9 +1,13 @@
-//! A streaming call's text on its way to the job's hub (`POST /text`), taken as the
+//! A streaming call's text on its way to the job's hub (a message on the call's
+//! connection, which may fail to open, drop, or be closed by a restart), taken as the
 //! Worker's hub takes it (`keeping.rs`), and what the hub writes of it to its storage
 //! (`keeping::Writes`), each write failing now and then.
 
 use super::hub::HubObject;
-use super::{Live, EVICTED_ONE_IN, HAND_LOST_ONE_IN, KEEP_BYTES, KEEP_EVERY, KEEP_FAILS_ONE_IN};
+use super::{
+    Live, DROPPED_ONE_IN, EVICTED_ONE_IN, HAND_LOST_ONE_IN, KEEP_BYTES, KEEP_EVERY,
+    KEEP_FAILS_ONE_IN, OPEN_FAILS_ONE_IN,
+};
 use onceclick_core::keeping::{self, Answer, Writes};
 use onceclick_core::pacing::HubAnswer;
 use onceclick_protocol::chat::MAX_CHARS;
@@ -40,8 +44,32 @@ fn read_back(storage: &BTreeMap<String, String>, n: u32) -> u64 {
 }
 
 impl Live {
-    /// One hand-off of a streaming call's text, as the hub of `job` serves it (`POST
-    /// /text`): the piece of attempt `n`'s text from code point `offset`, of `whole`, the
+    /// A call opens a connection to the hub of `job`: its restarts so far (a later one
+    /// closes it), or why it could not be opened.
+    pub(crate) fn connect(&self, job: &str) -> Result<u64, String> {
+        self.count(|f| f.connections += 1);
+        if self.rng.borrow_mut().below(OPEN_FAILS_ONE_IN) == 0 {
+            self.count(|f| f.open_failed += 1);
+            return Err("the hub's connection could not be opened (simulated)".to_owned());
+        }
+        let objects = self.objects.borrow();
+        Ok(objects.get(job).map_or(0, |o| o.restarts))
+    }
+
+    /// Whether a call's connection to the hub of `job`, opened after `restarts`
+    /// restarts, is still open as the call sends a piece on it: a restart since closed
+    /// it, and a cut drops one now and then.
+    pub(crate) fn still_open(&self, job: &str, restarts: u64) -> bool {
+        let now = self.objects.borrow().get(job).map_or(0, |o| o.restarts);
+        let open = now == restarts && self.rng.borrow_mut().below(DROPPED_ONE_IN) != 0;
+        if !open {
+            self.count(|f| f.dropped += 1);
+        }
+        open
+    }
+
+    /// One hand-off of a streaming call's text, as the hub of `job` serves it (a message
+    /// on the call's connection): the piece of attempt `n`'s text from code point `offset`, of `whole`, the
     /// text its provider sends. The hub may have been evicted since the last (its memory
     /// gone, its storage kept); one hand-off in `HAND_LOST_ONE_IN` fails.
     pub(crate) fn take(
@@ -86,6 +114,18 @@ impl Live {
         let most = reached.entry(attempt_id.to_owned()).or_default();
         *most = (*most).max(have);
         Ok(HubAnswer::Have(have))
+    }
+
+    /// A call's hand-off ended having opened `opens` connections to its hub, `failed`
+    /// of its opens and sends having failed: one, and one more only after a failure,
+    /// within the core's bound.
+    pub(crate) fn check_opens(&self, attempt_id: &str, opens: u32, failed: u32) {
+        if opens > 1 + failed || opens > onceclick_core::hand_on::MAX_OPENS {
+            self.problem(format!(
+                "the call of attempt {attempt_id} opened {opens} connections to its hub with {failed} failures (at most {} a call)",
+                onceclick_core::hand_on::MAX_OPENS
+            ));
+        }
     }
 
     /// The hand-off of attempt `attempt_id`'s text (of `job`) ended with the body read,

@@ -1,0 +1,190 @@
+//! A streaming call's connection to its job's hub (the core's `HubLink`): one WebSocket
+//! (`GET /hand`, the call's own, tagged apart from the streams'), each piece of text a
+//! message on it (a text frame, `frame.rs`), each answered on it with the code points
+//! the hub has (`<offset> <have>`) or that the attempt ended (`<offset> stop`).
+//!
+//! The first connection is asked for when the link is made, beside the provider's
+//! fetch, so that it adds no round trip before the first piece. (A provider that then
+//! answers whole, or refuses, leaves it unused: the hub closes it when the invocation
+//! ends.)
+
+use super::frame::text_frame;
+use super::hubs::{socket_of, Hubs};
+use crate::pacing::HubAnswer;
+use crate::stream::relay::{listen, unlisten, Listener};
+use futures_channel::mpsc::UnboundedReceiver;
+use futures_util::future::LocalBoxFuture;
+use futures_util::StreamExt;
+use onceclick_core::hand_on::{HubLine, HubLink};
+use onceclick_protocol::live::{Piece, Position};
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use worker::wasm_bindgen_futures::JsFuture;
+use worker::web_sys::MessageEvent;
+use worker::WebSocket;
+
+/// The path of a call's connection on the hub.
+pub(crate) const HAND: &str = "/hand";
+
+/// A streaming call's way to its job's hub.
+pub(crate) struct SocketLink<'a> {
+    hubs: Hubs,
+    pub(crate) job_id: &'a str,
+    n: u32,
+    attempt_id: &'a str,
+    /// The first connection, asked for when the link was made.
+    first: RefCell<Option<Result<JsFuture, String>>>,
+    /// The invocation's count of subrequests, which each connection adds to.
+    made: &'a Cell<u32>,
+    /// Test-only (`fault.rs`): `cut` closes the connection at the first piece past the
+    /// first, `reset` empties the hub's memory there (as an eviction would), `late`
+    /// answers every piece late.
+    fault: Cell<Option<&'static str>>,
+}
+
+impl<'a> SocketLink<'a> {
+    /// The link to the hub of `job_id` for attempt `n` (`attempt_id`), asking for its
+    /// first connection now.
+    pub(crate) fn new(
+        hubs: Hubs,
+        (job_id, n, attempt_id): (&'a str, u32, &'a str),
+        made: &'a Cell<u32>,
+        fault: Option<&'static str>,
+    ) -> Self {
+        let first = RefCell::new(Some(hubs.upgrade(job_id, HAND)));
+        made.set(made.get() + 1);
+        Self {
+            hubs,
+            job_id,
+            n,
+            attempt_id,
+            first,
+            made,
+            fault: Cell::new(fault),
+        }
+    }
+
+    /// The fault the piece from code point `sent` carries: `late` every time, the
+    /// others once, past the first piece (mid-answer).
+    fn fault(&self, sent: u64) -> Option<&'static str> {
+        let fault = self.fault.get();
+        match fault {
+            Some("late") => fault,
+            Some(_) if sent > 0 => self.fault.take(),
+            _ => None,
+        }
+    }
+}
+
+impl HubLink for SocketLink<'_> {
+    fn open(&self) -> LocalBoxFuture<'_, Result<Rc<dyn HubLine + '_>, String>> {
+        Box::pin(async move {
+            let asked = match self.first.take() {
+                Some(first) => first,
+                None => {
+                    self.made.set(self.made.get() + 1);
+                    self.hubs.upgrade(self.job_id, HAND)
+                }
+            };
+            let reply = asked?.await.map_err(|e| format!("{e:?}"))?;
+            let socket = socket_of(&reply)?;
+            // The hub's newest answer waits in `last` until a piece reads it (one piece is
+            // on its way at a time); `None` there once the socket closed.
+            let (tell, heard) = futures_channel::mpsc::unbounded();
+            let last = Rc::new(RefCell::new(Some(String::new())));
+            let on_message = {
+                let (tell, last) = (tell.clone(), last.clone());
+                Listener::new(move |e: MessageEvent| {
+                    if let (Some(text), Some(slot)) =
+                        (e.data().as_string(), &mut *last.borrow_mut())
+                    {
+                        *slot = text;
+                    }
+                    let _ = tell.unbounded_send(());
+                })
+            };
+            let on_close = {
+                let last = last.clone();
+                Listener::new(move |_: MessageEvent| {
+                    *last.borrow_mut() = None;
+                    let _ = tell.unbounded_send(());
+                })
+            };
+            listen(&socket, &on_message, &on_close);
+            let line = SocketLine {
+                socket,
+                link: self,
+                heard: RefCell::new(heard),
+                last,
+                _listeners: [on_message, on_close],
+            };
+            line.socket.accept().map_err(|e| e.to_string())?;
+            Ok(Rc::new(line) as Rc<dyn HubLine>)
+        })
+    }
+}
+
+/// One open connection of a [`SocketLink`]; closed when dropped.
+struct SocketLine<'a> {
+    socket: WebSocket,
+    link: &'a SocketLink<'a>,
+    /// Says that `last` changed.
+    heard: RefCell<UnboundedReceiver<()>>,
+    last: Rc<RefCell<Option<String>>>,
+    _listeners: [Listener; 2],
+}
+
+impl Drop for SocketLine<'_> {
+    fn drop(&mut self) {
+        unlisten(&self.socket);
+        let _ = self.socket.close(Some(1000), Some("done"));
+    }
+}
+
+impl HubLine for SocketLine<'_> {
+    fn send<'a>(
+        &'a self,
+        sent: u64,
+        piece: &'a str,
+    ) -> LocalBoxFuture<'a, Result<HubAnswer, String>> {
+        Box::pin(async move {
+            let link = self.link;
+            let mut message = text_frame(&Piece {
+                n: link.n,
+                offset: sent,
+                attempt_id: link.attempt_id,
+                text: piece,
+            });
+            if let Some(fault) = link.fault(sent) {
+                message.insert_str(0, &format!("!{fault}\n"));
+            }
+            self.socket
+                .send_with_str(message)
+                .map_err(|e| e.to_string())?;
+            let heard = || std::future::poll_fn(|cx| self.heard.borrow_mut().poll_next_unpin(cx));
+            // An answer to an earlier piece (it came late) is passed over.
+            while heard().await.is_some() {
+                match &*self.last.borrow() {
+                    Some(text) => match answer(text, sent) {
+                        Some(answer) => return Ok(answer),
+                        None => continue,
+                    },
+                    None => break,
+                }
+            }
+            Err("the hub closed the connection".to_owned())
+        })
+    }
+}
+
+/// The hub's answer to the piece from code point `sent`, if `text` is one.
+fn answer(text: &str, sent: u64) -> Option<HubAnswer> {
+    let (offset, have) = text.split_once(' ')?;
+    if Position::parse(offset)?.0 != sent {
+        return None;
+    }
+    match have {
+        "stop" => Some(HubAnswer::Stop),
+        have => Some(HubAnswer::Have(Position::parse(have)?.0)),
+    }
+}
