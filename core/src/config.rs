@@ -7,6 +7,7 @@
 //! internal error) by each decision that needs the providers, so that the rest of the
 //! API still answers.
 
+use crate::dispatch::MAX_WATCH_READS;
 use crate::error::{ApiResult, AppError};
 use crate::kinds::Kinds;
 use onceclick_protocol::contract::ProviderConfig;
@@ -34,6 +35,10 @@ pub struct Config {
     providers: Result<Rc<Vec<ProviderConfig>>, String>,
     /// `CANCEL_POLL_MS`: how often the watch over a running call reads its attempt.
     pub cancel_poll_ms: u64,
+    /// `MAX_WATCH_READS`: the watch's reads in one delivery at most, 1 to
+    /// [`crate::dispatch::MAX_WATCH_READS`] (the default, which the subrequest bound
+    /// counts; a smaller one lets the simulation reach it).
+    pub max_watch_reads: u32,
     /// `RECONCILE_STARTING_AFTER_MS`: an attempt `starting` this long is sent again.
     pub starting_after_ms: f64,
     /// `RECONCILE_LOST_GRACE_MS`: a `running` attempt this long past its provider's
@@ -58,6 +63,9 @@ impl Config {
         Self {
             providers: ProviderConfig::parse_list(&text).map(Rc::new),
             cancel_poll_ms: cancel_poll_ms(var("CANCEL_POLL_MS")),
+            max_watch_reads: number("MAX_WATCH_READS").map_or(MAX_WATCH_READS, |n| {
+                n.clamp(1.0, f64::from(MAX_WATCH_READS)) as u32
+            }),
             starting_after_ms: number("RECONCILE_STARTING_AFTER_MS")
                 .unwrap_or(DEFAULT_STARTING_AFTER_MS),
             lost_grace_ms: number("RECONCILE_LOST_GRACE_MS").unwrap_or(DEFAULT_LOST_GRACE_MS),

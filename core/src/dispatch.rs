@@ -30,8 +30,8 @@ use std::future::Future;
 /// Tries of one D1 write inside one delivery, the first included.
 const WRITE_TRIES: u32 = 8;
 
-/// The watch's reads over one call at most (five minutes at the default
-/// `CANCEL_POLL_MS`). Each is a subrequest of the consumer's invocation: the bound keeps
+/// The watch's reads in one delivery at most, its calls' together (five minutes of one
+/// call at the default `CANCEL_POLL_MS`). Each is a subrequest of the consumer's invocation: the bound keeps
 /// a delivery's subrequests constant in the provider's duration, so that a batch of
 /// long calls cannot run its invocation out of them before its completions and result
 /// sends (SCALING.md). Past it a stop reaches the call only by the hub's word (a
@@ -360,9 +360,12 @@ async fn call_and_record(
 }
 
 /// Test-only (`fault.rs`): what the job's hub does to the call's connection, as the
-/// shells name it: `cut` it, answer `late`, or `reset` its memory.
+/// shells name it: `cut` it, answer `late`, or `reset` its memory; or `off`, no hub.
 fn hand_off_fault(store: &Store) -> Option<&'static str> {
     use crate::fault::Point;
+    if store.fault_when(Point::NoHandOff).is_some() {
+        return Some("off");
+    }
     match store.fault_when(Point::HandOff) {
         Some("before") => Some("cut"),
         Some(_) => Some("late"),
@@ -393,17 +396,18 @@ async fn unless_stopped(
     call: futures_util::future::LocalBoxFuture<'_, CallOutcome>,
     watching: Watching<'_>,
 ) -> ApiResult<Option<CallOutcome>> {
-    let every = host.config().cancel_poll_ms;
+    let config = host.config();
+    let (every, most) = (config.cancel_poll_ms, config.max_watch_reads);
     let attempt = p.attempt;
     let Watching { news, started } = watching;
     let watch = async {
         let mut said = false;
         // The hub's word, until it comes (once); then the ticks alone. Past
-        // `MAX_WATCH_READS`, the hub's word alone, and one read after it.
-        let (mut heard, mut reads) = (false, 0);
+        // `MAX_WATCH_READS` in this delivery (a hedge's watch shares them), the hub's
+        // word alone, and one read after it.
+        let mut heard = false;
         loop {
-            reads += 1;
-            let tick = match reads > MAX_WATCH_READS {
+            let tick = match store.watched().0 >= most {
                 true => Box::pin(futures_util::future::pending()),
                 false => host.sleep(every),
             };

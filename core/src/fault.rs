@@ -16,7 +16,8 @@
 //! answer every piece of that call late (it keeps the text, and answers 100 ms inside
 //! the call's bound); `hub_reset:before` (or `after`) empties the hub's memory at that
 //! piece, as an eviction would, so that it reads its storage back (`wrangler dev`
-//! cannot evict an object).
+//! cannot evict an object). `no_hand_off:before` hands none of a streamed call's text to
+//! its hub (`cargo xtask bench --streamed`'s floor).
 //!
 //! Each fault fires once, at the first matching call, and says so in one structured log
 //! line (`{"event": "fault_fired", "op", "when", "scope"}`) that tests read to prove it
@@ -47,6 +48,9 @@ pub enum Point {
     HandOff,
     /// The job's hub's memory, as a streamed call hands it its text.
     HubReset,
+    /// A streamed call's text, handed to no hub (the bench's floor: what reading the
+    /// provider's chunks costs alone).
+    NoHandOff,
     /// A stream's first hub subscription.
     Subscribe,
     /// The store's notification of a move to the job's hub.
@@ -58,6 +62,7 @@ const STEPS: &[(Point, &str)] = &[
     (Point::DispatchPrepare, "dispatch_prepare"),
     (Point::HandOff, "hand_off"),
     (Point::HubReset, "hub_reset"),
+    (Point::NoHandOff, "no_hand_off"),
     (Point::Subscribe, "subscribe"),
     (Point::Notify, "notify"),
 ];

@@ -15,6 +15,7 @@ use crate::pacing::{HubAnswer, Next, Pacing, HAND_OFF_MS};
 use futures_util::future::{select, Either, FutureExt, LocalBoxFuture};
 use futures_util::{Stream, StreamExt};
 use onceclick_protocol::chat::ChatStream;
+use onceclick_protocol::live::FRAME_CHARS;
 use serde_json::json;
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -28,6 +29,10 @@ pub trait HubLine {
         sent: u64,
         piece: &'a str,
     ) -> LocalBoxFuture<'a, Result<HubAnswer, String>>;
+
+    /// The last piece went unanswered for [`HAND_OFF_MS`]: a connection that carried it
+    /// is taken for dropped (a late answer on it is not waited for).
+    fn unanswered(&self) {}
 }
 
 /// The connections a call opens to its hub at most: one, and one again for each that
@@ -89,6 +94,10 @@ impl<'l> Connected<'l> {
 }
 
 impl HubLine for Connected<'_> {
+    fn unanswered(&self) {
+        self.line.borrow_mut().take();
+    }
+
     fn send<'a>(
         &'a self,
         sent: u64,
@@ -162,7 +171,14 @@ pub async fn hand_on(
         };
         // What came so far goes in this piece.
         while let Some(Some(())) = woken.next().now_or_never() {}
-        let piece = onceclick_protocol::live::after_chars(chat.borrow().text(), sent).to_owned();
+        // At most a frame's worth: a message stays within what a socket carries, and
+        // the rest goes with the next.
+        let piece = {
+            let chat = chat.borrow();
+            let after = onceclick_protocol::live::after_chars(chat.text(), sent);
+            let end = after.char_indices().nth(FRAME_CHARS);
+            end.map_or(after, |(at, _)| &after[..at]).to_owned()
+        };
         if let Some(news) = who.news {
             news.handed_off();
         }
@@ -183,7 +199,10 @@ pub async fn hand_on(
                 return Ended::Stopped;
             }
             Either::Left((Err(e), _)) => e,
-            Either::Right(_) => format!("the hub did not answer within {HAND_OFF_MS} ms"),
+            Either::Right(_) => {
+                hub.unanswered();
+                format!("the hub did not answer within {HAND_OFF_MS} ms")
+            }
         };
         let again = pace.failed();
         let event = match again {

@@ -43,7 +43,7 @@ pub struct ProviderCall<'a> {
     pub news: Option<&'a CallProgress>,
     /// Test-only (`fault.rs`): what the job's hub does to the call's connection: `cut`
     /// it or `reset` its memory at the first piece past the first, or answer each piece
-    /// `late`.
+    /// `late`; or `off`: the call hands its text to no hub.
     pub hand_off_fault: Option<&'static str>,
 }
 

@@ -6,8 +6,9 @@
 //!
 //! Each piece is what the hub lacks: the first at once (the time to first text), then
 //! at most one per [`HAND_OFF_EVERY_MS`], carrying all that came meanwhile, and the last
-//! as soon as the body is read. So a stream costs a hand-off (a request to the hub) per
-//! interval, not per chunk, and a hub that restarted and lost text is sent it again.
+//! as soon as the body is read. So a stream costs a hand-off (a message on the call's
+//! connection to its hub, `hand_on::Connected`) per interval, not per chunk, and a hub
+//! that restarted and lost text is sent it again.
 
 /// How long one hand-off of text to the hub may take before it counts as failed (the
 /// answer is still read, and recorded, whatever the hub does).
@@ -23,9 +24,9 @@ const HAND_OFF_RETRY_MS: u64 = 100;
 
 /// The shortest interval between two hand-offs of a call's text to the hub after the
 /// first: text that comes meanwhile goes in one piece. Twenty a second shows text as
-/// smoothly as a page draws it, and keeps a streamed job's requests to its hub (each a
-/// subrequest of the consumer's invocation, and a Durable Object request) in proportion
-/// to its duration, not to its chunks (`cargo xtask bench`, "Per streamed job"). The
+/// smoothly as a page draws it, and keeps a streamed job's messages to its hub (an
+/// object bills 20 of them as a request) in proportion to its duration, not to its
+/// chunks (`cargo xtask bench`, "Per streamed job"). The
 /// price: a chunk reaches the browser up to this much later, and a hub's word that the
 /// attempt ended (a stop) comes with the next hand-off, up to this much later too.
 const HAND_OFF_EVERY_MS: u64 = 50;

@@ -178,7 +178,9 @@ impl Live {
             worker::Delay::from(Duration::from_millis(late)).await;
         }
         let have = have.map_or("stop".to_owned(), |have| have.to_string());
-        ws.send_with_str(format!("{} {have}", piece.offset))
+        // A call that has gone (stopped, or its invocation ended) takes nothing.
+        let _ = ws.send_with_str(format!("{} {have}", piece.offset));
+        Ok(())
     }
 
     async fn subscribe(&self, req: &Request) -> Result<Response> {

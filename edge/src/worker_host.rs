@@ -89,7 +89,7 @@ impl Host for WorkerHost<'_> {
     fn call<'a>(&'a self, call: ProviderCall<'a>) -> LocalBoxFuture<'a, CallOutcome> {
         let sink = call
             .job
-            .filter(|_| call.provider.stream)
+            .filter(|_| call.provider.stream && call.hand_off_fault != Some("off"))
             .and_then(|(job_id, n)| {
                 let hubs = crate::live::Hubs::from_env(self.env)?;
                 Some(crate::live::SocketLink::new(

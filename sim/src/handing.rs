@@ -71,6 +71,7 @@ struct ModelLink<'a> {
 impl ModelLink<'_> {
     fn failed(&self, why: String) -> String {
         self.failed.set(self.failed.get() + 1);
+        self.took_all.set(false);
         why
     }
 }

@@ -105,7 +105,7 @@ fn run() -> Result<()> {
 /// The run's last line: what its worlds did.
 fn figures_line(seed: u64, worlds: u64, f: &Figures) -> String {
     format!(
-        "sim: seed {seed}: {} worlds, {} operations, {} requests, {} deliveries ({} redelivered), {} provider calls ({} stopped), {} shard alarms ({} attempts handed on), {} reconciler passes, {} crashes, {} clock jumps, {} store faults in {} batches, {} checks on {} jobs; live: {} streams opened, {} reconnected, {} events, {} of {} notifications lost, {} hub re-reads, {} hub restarts, {} hand-offs of text ({} failed, {} after an eviction, {} refused as ended) on {} connections to hubs ({} not opened, {} dropped), {} pieces of text sent, {} chunks of text kept ({} at an attempt's unknown end; {} writes failed), {} hub alarms that read a job for its kept text ({} deleted it); jobs succeeded by kind: {}; {} certifications made again after a redeploy; no promise broken",
+        "sim: seed {seed}: {} worlds, {} operations, {} requests, {} deliveries ({} redelivered), {} provider calls ({} stopped), {} shard alarms ({} attempts handed on), {} reconciler passes, {} crashes, {} clock jumps, {} store faults in {} batches, {} checks on {} jobs; live: {} streams opened, {} reconnected, {} events, {} of {} notifications lost, {} hub re-reads, {} hub restarts, {} hand-offs of text ({} failed, {} after an eviction, {} refused as ended) on {} connections to hubs ({} not opened, {} dropped), {} pieces of text sent, {} chunks of text kept ({} at an attempt's unknown end; {} writes failed), {} hub alarms that read a job for its kept text ({} deleted it); jobs succeeded by kind: {}; {} certifications made again after a redeploy; {} deliveries whose watch reached its cap; no promise broken",
         worlds,
         f.ops,
         f.requests,
@@ -148,6 +148,7 @@ fn figures_line(seed: u64, worlds: u64, f: &Figures) -> String {
             .collect::<Vec<_>>()
             .join(", "),
         f.recertified,
+        f.watch_capped,
     )
 }
 
@@ -163,6 +164,9 @@ fn every_path_reached(ops: u64, figures: &Figures) -> Result<()> {
         bail!("no provider call was stopped in {ops} operations: the stop went untested");
     }
     // Likewise the shards' hand-off: a run that sharded no create checked nothing of it.
+    if ops >= 100_000 && figures.watch_capped == 0 {
+        bail!("no delivery's watch reached its cap in {ops} operations: the cap went untested");
+    }
     if ops >= 100_000 && figures.handed_off == 0 {
         bail!("no shard handed a create on in {ops} operations: the hand-off went untested");
     }

@@ -323,7 +323,7 @@ pub async fn stop(
         }
     };
     let http = reqwest::Client::new();
-    let created = create_fresh(&http, base, &token, &body)
+    let created = create_fresh(&http, base, &token, &body, None)
         .await
         .context("the stop's job")?;
     let job: Value = created.json().await?;
@@ -409,14 +409,16 @@ async fn create_fresh(
     base: &str,
     token: &str,
     body: &Value,
+    fault: Option<&str>,
 ) -> Result<reqwest::Response> {
-    let created = http
+    let mut created = http
         .post(format!("{base}/v1/jobs"))
         .bearer_auth(token)
-        .header("Idempotency-Key", crate::client::unique("key"))
-        .json(body)
-        .send()
-        .await?;
+        .header("Idempotency-Key", crate::client::unique("key"));
+    if let Some(fault) = fault {
+        created = created.header("X-Onceclick-Fault", fault);
+    }
+    let created = created.json(body).send().await?;
     if created.status().as_u16() != 201 {
         bail!("create answered {}", created.status());
     }
@@ -461,7 +463,7 @@ pub async fn paths(
         mock.script("fallback", &marker, fallback).await;
         let body = serde_json::json!({"kind": kind,
                                       "input": {"text": crate::client::marked_text(&marker)}});
-        let created = create_fresh(&api.http, base, &token, &body)
+        let created = create_fresh(&api.http, base, &token, &body, None)
             .await
             .with_context(|| format!("{path}: its job"))?;
         let [trips, written, read] = timing_sum(&created);
@@ -644,12 +646,15 @@ pub async fn purge(
 /// What one job costs whose answer streams, or, for the side-by-side line, one whose
 /// answer does not (`provider` `primary` in the test Worker), per job over the jobs
 /// run: the store (as [`PathCost`] counts it), the requests to the job's hub (the
-/// documents the store handed it, the pieces of text the call handed it), and the
-/// hub's own storage writes (each kilobyte kept, a row each, and each of those rows
+/// documents the store handed it, the connections the call opened to it) and the
+/// messages on those (the pieces of text), and the hub's own storage writes (each kilobyte kept, a row each, and each of those rows
 /// deleted once the result is stored).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StreamedCost {
     pub provider: &'static str,
+    /// The call handed its text to no hub (`no_hand_off`): what reading the provider's
+    /// chunks costs alone, the floor of any design.
+    pub floor: bool,
     pub jobs: usize,
     /// The code points of the answer's content, and of the text streamed (the largest
     /// a job's call read; 0 for a provider that does not stream).
@@ -660,6 +665,7 @@ pub struct StreamedCost {
     pub rows_read: f64,
     pub hub_notifies: f64,
     pub hand_offs: f64,
+    pub hub_opens: f64,
     pub hub_rows_written: f64,
 }
 
@@ -676,19 +682,21 @@ pub async fn certify(base: &str, secret: &str, provider: &str) {
 /// than the primary: [`certify`]), one after the other, each
 /// answer `pad_to` code points long (padded with JSON whitespace, which the contract
 /// reads as the same answer) and streamed four code points per chunk, a chunk every
-/// 5 ms where the provider streams; returns their cost per job ([`StreamedCost`]).
+/// 5 ms where the provider streams; with `floor`, the calls hand their text to no hub.
+/// Returns their cost per job ([`StreamedCost`]).
+#[allow(clippy::too_many_arguments)]
 pub async fn streamed(
     base: &str,
     secret: &str,
     mock: &crate::client::Mock,
     log: &Path,
     provider: &'static str,
-    pad_to: usize,
+    (pad_to, floor): (usize, bool),
     jobs: usize,
 ) -> Result<StreamedCost> {
     let api = crate::client::Api::at(base, secret);
     let token = crate::auth::mint(secret, &crate::client::unique("streamed"), false, 600)?;
-    let mut sum = [0u64; 6];
+    let mut sum = [0u64; 7];
     let mut streamed_chars = 0;
     for _ in 0..jobs {
         let marker = crate::client::unique("streamed");
@@ -697,7 +705,8 @@ pub async fn streamed(
         mock.script(provider, &marker, step).await;
         let body = serde_json::json!({"kind": "summarize", "provider": provider,
                                       "input": {"text": crate::client::marked_text(&marker)}});
-        let created = create_fresh(&api.http, base, &token, &body).await?;
+        let fault = floor.then_some("no_hand_off:before");
+        let created = create_fresh(&api.http, base, &token, &body, fault).await?;
         let [trips, written, read] = timing_sum(&created);
         let job: Value = created.json().await?;
         let id = job["id"].as_str().context("the job has no id")?.to_owned();
@@ -717,14 +726,12 @@ pub async fn streamed(
             .to_owned();
         let dispatched = line_of(log, "dispatched", &attempt, by).await?;
         let notified = dispatched["hub_notified"].as_u64().unwrap_or_default();
-        let (hand_offs, read_chars) = match provider {
-            "primary" => (0, 0),
+        let (hand_offs, opens, read_chars) = match provider {
+            "primary" => (0, 0, 0),
             _ => {
                 let line = line_of(log, "call_streamed", &attempt, by).await?;
-                (
-                    line["hand_offs"].as_u64().unwrap_or_default(),
-                    line["chars"].as_u64().unwrap_or_default(),
-                )
+                let n = |name: &str| line[name].as_u64().unwrap_or_default();
+                (n("hand_offs"), n("hub_opens"), n("chars"))
             }
         };
         // Each kilobyte kept is a row; once the result is stored, the hub deletes them all.
@@ -740,6 +747,7 @@ pub async fn streamed(
             notified,
             hand_offs,
             2 * kept,
+            opens,
         ]) {
             *total += n;
         }
@@ -747,6 +755,7 @@ pub async fn streamed(
     let per = |n: u64| n as f64 / jobs.max(1) as f64;
     Ok(StreamedCost {
         provider,
+        floor,
         jobs,
         chars: pad_to,
         streamed_chars,
@@ -755,6 +764,106 @@ pub async fn streamed(
         rows_read: per(sum[2]),
         hub_notifies: per(sum[3]),
         hand_offs: per(sum[4]),
+        hub_opens: per(sum[6]),
         hub_rows_written: per(sum[5]),
+    })
+}
+
+/// What one consumer batch of streamed calls made (issue 49, [`batch`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BatchCost {
+    /// The batch's messages, its subrequests as the consumer counted them, and of
+    /// those the watch's reads.
+    pub messages: u64,
+    pub subrequests: u64,
+    pub watch_reads: u64,
+    /// Each call's connections to its hub, and the pieces it sent on them.
+    pub hub_opens: Vec<u64>,
+    pub hand_offs: Vec<u64>,
+    /// Each answer's code points, and how long the batch's calls took, in seconds.
+    pub chars: usize,
+    pub seconds: f64,
+}
+
+/// Holds the local queue's consumer with one call (it runs one batch at a time) while
+/// `streams` streamed `summarize` jobs queue behind it, then lets it go: their messages
+/// go in one batch (`max_batch_size = 10`), whose calls stream `pad_to` code points,
+/// `chunk_chars` every `chunk_ms`, side by side. Waits until every job succeeded with its
+/// answer, and returns the batch's line (`batch_consumed`) and each call's.
+pub async fn batch(
+    api: &crate::client::Api,
+    mock: &crate::client::Mock,
+    log: &Path,
+    streams: usize,
+    (pad_to, chunk_chars, chunk_ms): (usize, u32, u32),
+) -> Result<BatchCost> {
+    use crate::client::{id, marked_text, unique};
+    let token = api.token("batch");
+    let (gate, blocker) = (unique("gate"), unique("blocker"));
+    mock.script("primary", &blocker, serde_json::json!([{"gate": gate}]))
+        .await;
+    let body = serde_json::json!({"kind": "summarize", "input": {"text": marked_text(&blocker)}});
+    let blocked = create_fresh(&api.http, &api.base, &token, &body, None).await?;
+    let blocked = id(&blocked.json::<Value>().await?);
+    mock.wait_calls(&blocker, 1).await;
+    let summary = "the numbers came in above the forecast";
+    let mut attempts = Vec::new();
+    for _ in 0..streams {
+        let marker = unique("batch");
+        let step = serde_json::json!([{"summary": summary, "chunk_chars": chunk_chars,
+                                       "chunk_ms": chunk_ms, "pad_to": pad_to}]);
+        mock.script("fallback", &marker, step).await;
+        let body = serde_json::json!({"kind": "summarize", "provider": "fallback",
+                                      "input": {"text": marked_text(&marker)}});
+        let job: Value = create_fresh(&api.http, &api.base, &token, &body, None)
+            .await?
+            .json()
+            .await?;
+        attempts.push((id(&job), id(&job["attempts"][0])));
+    }
+    let started = Instant::now();
+    mock.release(&gate).await;
+    api.wait_job(&token, &blocked, |j| {
+        j["status"] != "queued" && j["status"] != "running"
+    })
+    .await;
+    let (mut hub_opens, mut hand_offs) = (Vec::new(), Vec::new());
+    for (job, attempt) in &attempts {
+        let done = api
+            .wait_job(&token, job, |j| {
+                j["status"] != "queued" && j["status"] != "running"
+            })
+            .await;
+        if done["status"] != "succeeded" || done["result"]["summary"] != summary {
+            bail!("job {job} of the batch ended {done}");
+        }
+        let by = Instant::now() + Duration::from_secs(10);
+        let line = line_of(log, "call_streamed", attempt, by).await?;
+        hub_opens.push(line["hub_opens"].as_u64().unwrap_or_default());
+        hand_offs.push(line["hand_offs"].as_u64().unwrap_or_default());
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    // The batch: the last one of `streams` messages (the blocker's had one), logged once
+    // its deliveries have all ended.
+    let by = Instant::now() + Duration::from_secs(10);
+    let batch = loop {
+        let found = events_of(log, "batch_consumed", "")
+            .into_iter()
+            .rfind(|b| b["messages"].as_u64() == Some(streams as u64));
+        match found {
+            Some(batch) => break batch,
+            None if Instant::now() > by => bail!("no batch of {streams} messages in the log"),
+            None => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    };
+    let n = |name: &str| batch[name].as_u64().unwrap_or_default();
+    Ok(BatchCost {
+        messages: n("messages"),
+        subrequests: n("subrequests"),
+        watch_reads: n("watch_reads"),
+        hub_opens,
+        hand_offs,
+        chars: pad_to,
+        seconds,
     })
 }

@@ -1,5 +1,7 @@
-//! Storms: many identical requests at once, again and again. 100 rounds of 100
-//! concurrent creates with one key per round; then 100 concurrent fallback clicks on
+//! Storms: many identical requests at once, again and again. 50 rounds of 100
+//! concurrent creates with one key per round (100 until CI had to come back under 45
+//! minutes: each round checks the same, and the crash suite and the simulation race
+//! creates far more); then 100 concurrent fallback clicks on
 //! one job (each click its own key), and 100 concurrent resends of one click (one key).
 //! Everything must come out as exactly one job per key and one attempt per click, with
 //! no 5xx.
@@ -10,7 +12,7 @@ use onceclick_tests::{db, report};
 use serde_json::json;
 use std::collections::HashSet;
 
-const ROUNDS: usize = 100;
+const ROUNDS: usize = 50;
 const PER_ROUND: usize = 100;
 const CLICKS: usize = 100;
 

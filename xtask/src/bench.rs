@@ -84,6 +84,10 @@ pub(crate) fn run(tools: &Tools, plan: &Plan) -> Result<Value> {
         Value::Null
     };
     drop(servers);
+    let mut cost = cost;
+    if plan.report {
+        put_streamed(&mut cost, bench_cost::streamed_all(tools)?);
+    }
 
     let mut results =
         bench_results::results(&rounds, &e2e, &cost, &sizes, plan, started.elapsed(), built);
@@ -461,12 +465,20 @@ fn rewrite(root: &Path, change: impl FnOnce(&mut Value)) -> Result<()> {
 /// `cargo xtask bench --streamed`: the cost per streamed job alone, on each store, put
 /// into the last full run's bench/results.json, and BENCHMARKS.md rendered again.
 pub(crate) fn streamed_only(tools: &Tools) -> Result<()> {
-    measure_only(tools, bench_cost::streamed, |results, measured| {
-        for (name, streamed) in measured {
-            results["job_cost"][name]["streamed"] = streamed;
-        }
+    wrangler::build(tools, &EDGE)?;
+    let measured = bench_cost::streamed_all(tools)?;
+    rewrite(&tools.root, |results| {
+        put_streamed(&mut results["job_cost"], measured);
         results["job_cost"]["streamed_date"] = json!(today());
     })
+}
+
+/// Puts [`bench_cost::streamed_all`]'s figures into `job_cost`.
+fn put_streamed(job_cost: &mut Value, measured: Vec<(&'static str, Value, Value)>) {
+    for (name, rows, batch) in measured {
+        job_cost[name]["streamed"] = rows;
+        job_cost[name]["streamed_batch"] = batch;
+    }
 }
 
 /// One part of the job cost alone: `measure` on a fresh test Worker of each store, then

@@ -41,9 +41,7 @@ pub(crate) fn job_cost(tools: &Tools, root: &Path) -> Result<Value> {
             &worker.persist,
             20,
         ))?;
-        let streamed = streamed(&runtime, &worker, &mock)?;
         let mut value = serde_json::to_value(probe)?;
-        value["streamed"] = streamed;
         value["stops"] = stops;
         value["streamed_stops"] = streamed_stops;
         value["paths"] = serde_json::to_value(&paths)?;
@@ -76,10 +74,18 @@ pub(crate) fn streamed(
         "fallback",
     ));
     let mut out = Vec::new();
-    for (provider, chars, jobs) in [
-        ("primary", 400, 8),
-        ("fallback", 400, 8),
-        ("fallback", 2048, 6),
+    // Each streamed row beside its floor (the same jobs handing their text to no hub),
+    // and the whole answer of the same length.
+    for (provider, chars, floor, jobs) in [
+        ("primary", 400, false, 8),
+        ("fallback", 400, false, 8),
+        ("fallback", 400, true, 8),
+        ("primary", 2048, false, 6),
+        ("fallback", 2048, false, 6),
+        ("fallback", 2048, true, 6),
+        ("primary", 20_000, false, 3),
+        ("fallback", 20_000, false, 3),
+        ("fallback", 20_000, true, 3),
     ] {
         let cpu = worker.server.cpu_time();
         let cost = runtime.block_on(onceclick_tests::probe::streamed(
@@ -88,7 +94,7 @@ pub(crate) fn streamed(
             mock,
             &worker.log,
             provider,
-            chars,
+            (chars, floor),
             jobs,
         ))?;
         let mut cost = serde_json::to_value(cost)?;
@@ -97,6 +103,45 @@ pub(crate) fn streamed(
         out.push(cost);
     }
     Ok(Value::Array(out))
+}
+
+/// The streamed figures of each store ([`streamed`], [`streamed_batch`]) on a Worker of
+/// its own whose providers' limits allow the longest answers (20,000 code points take
+/// 25 s, the batch's calls 100 s): `timeout_ms` 60 s, the fallback's total 120 s. By
+/// store name: the rows, and the batch.
+pub(crate) fn streamed_all(tools: &Tools) -> Result<Vec<(&'static str, Value, Value)>> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let mut measured = Vec::new();
+    for (name, store) in [("d1", StoreKind::D1), ("durable", StoreKind::Durable)] {
+        let worker = TestWorker::start_with_timeout(tools, &tools.root, store, 60_000)?;
+        let mock = mock_of(&worker);
+        let rows = streamed(&runtime, &worker, &mock)?;
+        let batch = streamed_batch(&runtime, &worker, &mock)?;
+        measured.push((name, rows, batch));
+    }
+    Ok(measured)
+}
+
+/// Ten calls of about 100 s in one consumer batch (4 code points every 200 ms), on a
+/// Worker whose providers' limits allow them (`timeout_ms` 60 s): the batch's
+/// subrequests, as the consumer counted them. The watch reads every 250 ms here, so
+/// each delivery reaches `MAX_WATCH_READS`.
+pub(crate) fn streamed_batch(
+    runtime: &tokio::runtime::Runtime,
+    worker: &TestWorker,
+    mock: &onceclick_tests::client::Mock,
+) -> Result<Value> {
+    let api = onceclick_tests::client::Api::at(&worker.server.url, &worker.secret);
+    let batch = runtime.block_on(onceclick_tests::probe::batch(
+        &api,
+        mock,
+        &worker.log,
+        10,
+        (2_000, 4, 200),
+    ))?;
+    Ok(serde_json::to_value(batch)?)
 }
 
 /// The stops of one store, each kind apart (`probe::StopOf`): calls held open, then

@@ -682,42 +682,96 @@ fn sizes(md: &mut String, r: &Value) {
     }
 }
 
-/// Issue 25's figures per streamed job (`tests/src/probe.rs`, `streamed`), beside the
-/// same job answered whole, on each store.
+/// The figures per streamed job (`tests/src/probe.rs`, `streamed`; issues 25 and 49),
+/// beside the same job answered whole and the floor, on each store.
 fn streamed_cost(md: &mut String, cost: &Value) {
     let _ = writeln!(
         md,
-        "\nPer streamed job (`tests/src/probe.rs`, `streamed`): first-try `summarize` jobs, one after the other, whose answer is 400 code points (the demo kind's size: its summary is at most 400) or 2,048 (about 2 KB: the same answer padded with JSON whitespace, which its contract reads as the same), streamed four code points per chunk every 5 ms, beside the same jobs on the provider that answers whole. Server CPU is wrangler's and workerd's over the run, per job (an upper bound: wrangler's own included). Subrequests: the store's round trips (D1 queries, or requests to the job's shard), the requests to the job's hub (each document the store hands it, each piece of text the call hands it), one queue send and one provider call. The hub's rows: each kilobyte it keeps while the text streams is a row, and each is deleted (a row written) once the result is stored. The call hands its text to the hub at once, then at most every 50 ms (`HAND_OFF_EVERY_MS`, `core/src/pacing.rs`); handing on each chunk as it came, as the Worker did first, took 100 and 512 requests to the hub for these answers, and 3.5× and 14.6× the whole answer's CPU on D1 (measured 2026-12-05, in a run that also counted a certification's calls in the streamed rows).\n\n| store | answer | jobs | server CPU ms per job | × the whole answer's | subrequests: store + hub (documents + text) + queue + provider | rows written: store + hub |\n|---|---|---|---|---|---|---|"
+        "\nPer streamed job (`tests/src/probe.rs`, `streamed`): first-try `summarize` jobs, one after the other, whose answer is 400 code points (the demo kind's size: its summary is at most 400), 2,048 or 20,000 (the same answer padded with JSON whitespace, which its contract reads as the same), streamed four code points per chunk every 5 ms, beside the same jobs on the provider that answers whole, and beside the floor: the same streamed jobs whose call hands its text to no hub (`no_hand_off`), which is what reading the provider's chunks costs, whatever the design. Server CPU is wrangler's and workerd's over the run, per job (an upper bound: wrangler's own included). Subrequests: the store's round trips (D1 queries, or requests to the job's shard), the requests to the job's hub (each document the store hands it, each connection the call opens to it: one, whatever the length), one queue send and one provider call. Messages: the pieces of text the call sends on its connection, at most one per 50 ms (`HAND_OFF_EVERY_MS`), each answered on it; an object bills incoming WebSocket messages at 20 to a request. The hub's rows: each kilobyte it keeps while the text streams is a row, and each is deleted (a row written) once the result is stored. $ per million jobs: CPU, the create's request and the consumer's, three queue operations, rows, and object requests (the shard's round trips, the hub's requests, its messages at 20:1), at the prices above; an object's duration is not counted. Before issue 49 each piece was a request of its own: 13.4 and 63 requests to the hub for 400 and 2,048 code points on D1, and 2.22× and 7.82× the whole answer's CPU (measured 2026-12-05).\n\n| store | answer | jobs | server CPU ms per job | × the whole answer's | × the floor | subrequests: store + hub (documents + connections) + queue + provider | messages to the hub | rows written: store + hub | $ per million jobs |\n|---|---|---|---|---|---|---|---|---|---|"
     );
     for (name, what) in [("d1", "D1"), ("durable", "the shards")] {
         let lines = cost[name]["streamed"]
             .as_array()
             .cloned()
             .unwrap_or_default();
-        let whole = lines
-            .iter()
-            .find(|l| l["provider"] == "primary")
-            .map(|l| f(&l["cpu_ms_per_job"]));
+        let cpu_of = |chars: f64, pick: &dyn Fn(&Value) -> bool| {
+            lines
+                .iter()
+                .find(|l| f(&l["chars"]) == chars && pick(l))
+                .map_or(f64::NAN, |l| f(&l["cpu_ms_per_job"]))
+        };
         for l in &lines {
             let streams = l["provider"] != "primary";
-            let (trips, notifies, hand_offs) = (
+            let floor = l["floor"] == true;
+            let chars = f(&l["chars"]);
+            let whole = cpu_of(chars, &|l| l["provider"] == "primary");
+            let floor_cpu = cpu_of(chars, &|l| l["floor"] == true);
+            let (trips, notifies, opens, messages) = (
                 f(&l["round_trips"]),
                 f(&l["hub_notifies"]),
+                f(&l["hub_opens"]),
                 f(&l["hand_offs"]),
             );
             let cpu = f(&l["cpu_ms_per_job"]);
+            let rows = f(&l["rows_written"]) + f(&l["hub_rows_written"]);
+            let shard_trips = if name == "durable" { trips } else { 0.0 };
+            let object_requests = shard_trips + notifies + opens + messages / 20.0;
+            let dollars = cpu * price("cpu_ms")
+                + 2.0 * price("requests")
+                + 3.0 * price("queue_operations")
+                + rows_price(f(&l["rows_written"]), f(&l["rows_read"]))
+                + f(&l["hub_rows_written"]) * PRICE_PER_MILLION_ROWS.0
+                + object_requests * price("object_requests");
+            let answer = match (streams, floor) {
+                (false, _) => "whole",
+                (true, false) => "streamed",
+                (true, true) => "streamed, the floor (no hub)",
+            };
             let _ = writeln!(
                 md,
-                "| {what} | {} code points, {} | {:.0} | {cpu:.1} | {:.2} | {:.1} = {trips:.0} + {notifies:.0} + {hand_offs:.1} + 1 + 1 | {:.1} = {:.0} + {:.1} |",
-                f(&l["chars"]),
-                if streams { "streamed" } else { "whole" },
+                "| {what} | {chars:.0} code points, {answer} | {:.0} | {cpu:.1} | {:.2} | {} | {:.1} = {trips:.0} + {notifies:.0} + {opens:.1} + 1 + 1 | {messages:.1} | {rows:.1} = {:.0} + {:.1} | {dollars:.2} |",
                 f(&l["jobs"]),
-                whole.map_or(f64::NAN, |w| cpu / w),
-                trips + notifies + hand_offs + 2.0,
-                f(&l["rows_written"]) + f(&l["hub_rows_written"]),
+                cpu / whole,
+                match streams && !floor {
+                    true => format!("{:.2}", cpu / floor_cpu),
+                    false => "".to_owned(),
+                },
+                trips + notifies + opens + 2.0,
                 f(&l["rows_written"]),
                 f(&l["hub_rows_written"]),
             );
         }
+    }
+    let _ = writeln!(
+        md,
+        "\nTen streamed calls in one consumer batch (`probe::batch`: a held call keeps the local consumer busy while their ten messages queue, then they run side by side), each about 100 s long (2,000 code points, 4 every 200 ms), on a Worker whose providers allow that long; the consumer's own count of the invocation's subrequests (`batch_consumed`), against the platform's 10,000 and the bound `10 × (MAX_WATCH_READS + MAX_SUBREQUESTS_BESIDE_WATCH)` = 4,280 (SCALING.md). The watch reads every 250 ms in this Worker (1 s deployed), so each delivery reaches its 300 reads.\n\n| store | messages | subrequests | of them the watch's reads | the rest, per message | connections to the hub, per call | pieces per call | seconds |\n|---|---|---|---|---|---|---|---|"
+    );
+    for (name, what) in [("d1", "D1"), ("durable", "the shards")] {
+        let b = &cost[name]["streamed_batch"];
+        let list = |key: &str| -> Vec<f64> {
+            b[key]
+                .as_array()
+                .map_or(Vec::new(), |a| a.iter().map(f).collect())
+        };
+        let (opens, pieces) = (list("hub_opens"), list("hand_offs"));
+        let span = |v: &[f64]| {
+            let (lo, hi) = v.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), &x| {
+                (lo.min(x), hi.max(x))
+            });
+            format!("{lo:.0} to {hi:.0}")
+        };
+        let (messages, made, watched) = (
+            f(&b["messages"]),
+            f(&b["subrequests"]),
+            f(&b["watch_reads"]),
+        );
+        let _ = writeln!(
+            md,
+            "| {what} | {messages:.0} | {made:.0} | {watched:.0} | {:.1} | {} | {} | {:.0} |",
+            (made - watched) / messages,
+            span(&opens),
+            span(&pieces),
+            f(&b["seconds"]),
+        );
     }
 }

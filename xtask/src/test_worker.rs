@@ -178,7 +178,18 @@ impl TestWorker {
     /// The Worker as the integration tests run it: with no rate limit one owner's
     /// storm would reach ([`wrangler::unlimited_config`]).
     pub(crate) fn start(tools: &Tools, root: &Path, store: StoreKind) -> Result<Self> {
-        let mut how = Launch::for_tests(TEST_TIMEOUT_MS);
+        Self::start_with_timeout(tools, root, store, TEST_TIMEOUT_MS)
+    }
+
+    /// [`TestWorker::start`] with the providers' `timeout_ms` at `timeout_ms` (the
+    /// streaming fallback's total limit is two of them).
+    pub(crate) fn start_with_timeout(
+        tools: &Tools,
+        root: &Path,
+        store: StoreKind,
+        timeout_ms: u64,
+    ) -> Result<Self> {
+        let mut how = Launch::for_tests(timeout_ms);
         how.store = store;
         how.config = Some(wrangler::unlimited_config(root)?);
         Self::launch(tools, root, &how)

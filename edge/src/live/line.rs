@@ -89,24 +89,23 @@ impl HubLink for SocketLink<'_> {
             let reply = asked?.await.map_err(|e| format!("{e:?}"))?;
             let socket = socket_of(&reply)?;
             // The hub's newest answer waits in `last` until a piece reads it (one piece is
-            // on its way at a time); `None` there once the socket closed.
+            // on a connection at a time); `closed` once the socket closed.
             let (tell, heard) = futures_channel::mpsc::unbounded();
-            let last = Rc::new(RefCell::new(Some(String::new())));
+            let last = Rc::new(RefCell::new(String::new()));
+            let closed = Rc::new(Cell::new(false));
             let on_message = {
                 let (tell, last) = (tell.clone(), last.clone());
                 Listener::new(move |e: MessageEvent| {
-                    if let (Some(text), Some(slot)) =
-                        (e.data().as_string(), &mut *last.borrow_mut())
-                    {
-                        *slot = text;
+                    if let Some(text) = e.data().as_string() {
+                        *last.borrow_mut() = text;
                     }
                     let _ = tell.unbounded_send(());
                 })
             };
             let on_close = {
-                let last = last.clone();
+                let closed = closed.clone();
                 Listener::new(move |_: MessageEvent| {
-                    *last.borrow_mut() = None;
+                    closed.set(true);
                     let _ = tell.unbounded_send(());
                 })
             };
@@ -116,6 +115,7 @@ impl HubLink for SocketLink<'_> {
                 link: self,
                 heard: RefCell::new(heard),
                 last,
+                closed,
                 _listeners: [on_message, on_close],
             };
             line.socket.accept().map_err(|e| e.to_string())?;
@@ -130,7 +130,8 @@ struct SocketLine<'a> {
     link: &'a SocketLink<'a>,
     /// Says that `last` changed.
     heard: RefCell<UnboundedReceiver<()>>,
-    last: Rc<RefCell<Option<String>>>,
+    last: Rc<RefCell<String>>,
+    closed: Rc<Cell<bool>>,
     _listeners: [Listener; 2],
 }
 
@@ -162,14 +163,14 @@ impl HubLine for SocketLine<'_> {
                 .send_with_str(message)
                 .map_err(|e| e.to_string())?;
             let heard = || std::future::poll_fn(|cx| self.heard.borrow_mut().poll_next_unpin(cx));
-            // An answer to an earlier piece (it came late) is passed over.
+            // An answer to an earlier piece (it came late) is passed over; one that came
+            // before the socket closed still counts.
             while heard().await.is_some() {
-                match &*self.last.borrow() {
-                    Some(text) => match answer(text, sent) {
-                        Some(answer) => return Ok(answer),
-                        None => continue,
-                    },
-                    None => break,
+                if let Some(answer) = answer(&self.last.borrow(), sent) {
+                    return Ok(answer);
+                }
+                if self.closed.get() {
+                    break;
                 }
             }
             Err("the hub closed the connection".to_owned())

@@ -91,6 +91,8 @@ pub struct Figures {
     pub succeeded: BTreeMap<String, u64>,
     /// Pairs the cron's pass certified again after a redeploy changed their digest.
     pub recertified: u64,
+    /// Deliveries whose watch reached its cap (`MAX_WATCH_READS`).
+    pub watch_capped: u64,
 }
 
 impl Figures {
@@ -113,6 +115,7 @@ impl Figures {
         self.handed_off += o.handed_off;
         self.live.add(&o.live);
         self.recertified += o.recertified;
+        self.watch_capped += o.watch_capped;
         for (kind, n) in &o.succeeded {
             *self.succeeded.entry(kind.clone()).or_default() += n;
         }
@@ -269,7 +272,13 @@ impl World {
             _ => None,
         };
         let db = Rc::new(Db::new(seed, sql_mutant));
-        let vars = vars();
+        let mut vars = vars();
+        // One world in four caps its watch at a few reads a delivery (the Worker's is
+        // 300: a call of five minutes), so that calls outlive the cap and a stop must
+        // come by the hub's word or at the call's end.
+        if seed % 4 == 1 {
+            vars.insert("MAX_WATCH_READS".to_owned(), (2 + seed % 3).to_string());
+        }
         let config = RefCell::new(config_of(&vars, kinds));
         Rc::new(Self {
             exec: Rc::new(Exec::default()),
@@ -450,6 +459,8 @@ impl World {
         let n = self.redeploys.get() + 1;
         self.redeploys.set(n);
         let mut vars = vars();
+        let most = self.config.borrow().max_watch_reads;
+        vars.insert("MAX_WATCH_READS".to_owned(), most.to_string());
         if n % 2 == 1 {
             let providers = vars["PROVIDERS"].replace(
                 r#""name":"fallback","#,

@@ -113,6 +113,18 @@ impl World {
                 let host = world.host(CONSUMER);
                 let store = world.notifying_store(layout, &dispatch.attempt_id);
                 let outcome = requests::deliver(&host, &store, &dispatch).await;
+                // The watch's reads are bounded per delivery (a hedge's share them), one
+                // more per call after its hub's word: so are its subrequests.
+                let (reads, most) = (store.watched().0, world.config.borrow().max_watch_reads);
+                if reads >= most {
+                    world.figures.borrow_mut().watch_capped += 1;
+                }
+                if reads > most + 2 {
+                    world.violate(format!(
+                        "the delivery of {} read its attempt {reads} times, over its {most} (and one after the hub's word per call)",
+                        dispatch.attempt_id
+                    ));
+                }
                 let task = crate::exec::current();
                 let msg = world.delivering.borrow_mut().remove(&task);
                 if let (Err(code), Some(msg)) = (outcome, msg) {
