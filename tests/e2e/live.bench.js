@@ -195,9 +195,11 @@ async function text(page) {
       // Straight to the mock, as the Worker calls it: to the first chunk with content.
       const straight = async () => {
         const started = performance.now();
+        // With the headers the tests' mock asks of `fallback` (`mock::spawn_for_tests`).
         const r = await fetch(`${mock}/fallback/v1/chat/completions`, {
           method: "POST",
-          headers: { "content-type": "application/json" },
+          headers: { "content-type": "application/json", "api-key": "test-key",
+                     "x-title": "onceclick tests", "x-tenant": "tenant-7" },
           body: JSON.stringify({ model: "mock-large", stream: true, messages: [
             { role: "system", content: "You summarize texts." },
             { role: "user", content: `Summarize this text:\n\n${direct}` },
@@ -237,7 +239,7 @@ async function text(page) {
       return { job, mockMs };
     }, { direct, viaJob, mock: h.MOCK, jobFirst: n % 2 === 0 });
     assert.equal(seen.job.status, "succeeded", `text job ${n}`);
-    assert.ok(seen.job.first !== null && seen.mockMs !== null, `text ${n} came both ways`);
+    assert.ok(seen.job.first !== null && seen.mockMs !== null, `text ${n} came both ways: ${JSON.stringify(seen)}`);
     first.onceclick.push(seen.job.first);
     first.mock.push(seen.mockMs);
     // Each chunk the mock sent for the job, to the first onText that held it.

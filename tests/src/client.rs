@@ -113,7 +113,18 @@ impl Api {
     /// Polls `GET /v1/jobs/{id}` (with `If-None-Match`, so an unchanged job costs a
     /// 304) until `done` holds, for at most 30 s; returns the job.
     pub async fn wait_job(&self, token: &str, id: &str, done: impl Fn(&Value) -> bool) -> Value {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        self.wait_job_for(30, token, id, done).await
+    }
+
+    /// [`Api::wait_job`] for at most `seconds`.
+    pub async fn wait_job_for(
+        &self,
+        seconds: u64,
+        token: &str,
+        id: &str,
+        done: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
         let mut etag: Option<String> = None;
         let mut last = Value::Null;
         loop {
@@ -133,7 +144,7 @@ impl Api {
             }
             assert!(
                 std::time::Instant::now() < deadline,
-                "job {id} did not reach the awaited state in 30 s; last seen: {last}"
+                "job {id} did not reach the awaited state in {seconds} s; last seen: {last}"
             );
             tokio::time::sleep(std::time::Duration::from_millis(25)).await;
         }

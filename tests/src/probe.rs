@@ -823,14 +823,14 @@ pub async fn batch(
     }
     let started = Instant::now();
     mock.release(&gate).await;
-    api.wait_job(&token, &blocked, |j| {
+    api.wait_job_for(300, &token, &blocked, |j| {
         j["status"] != "queued" && j["status"] != "running"
     })
     .await;
     let (mut hub_opens, mut hand_offs) = (Vec::new(), Vec::new());
     for (job, attempt) in &attempts {
         let done = api
-            .wait_job(&token, job, |j| {
+            .wait_job_for(300, &token, job, |j| {
                 j["status"] != "queued" && j["status"] != "running"
             })
             .await;

@@ -1062,6 +1062,31 @@ async fn an_unknown_streamed_attempt_keeps_its_partial_text() {
     }
 }
 
+/// A `summarize` job on the streaming fallback (scripted for `marker`), followed from
+/// its creation and dispatched with `fault`: the job, and the deltas and documents its
+/// stream sent until it ended.
+async fn streamed_job(
+    api: &Api,
+    token: &str,
+    marker: &str,
+    fault: Option<&str>,
+) -> (Value, Deltas, Vec<Value>) {
+    let body = json!({"kind": "summarize", "input": {"text": marked_text(marker)},
+                      "provider": "fallback"});
+    let reply = send(
+        api.create(token, Some(&unique("key")), &body.to_string())
+            .header(FAULT, "drop-enqueue"),
+    )
+    .await;
+    assert_eq!(reply.status, 201, "{}", reply.text);
+    let job = reply.json();
+    let mut stream = sse::follow(api, Some(token), &id(&job), None).await;
+    dispatch(api, &job, fault).await;
+    let (mut deltas, mut docs) = (Vec::new(), Vec::new());
+    assert!(read_text(&mut stream, &mut deltas, &mut docs, |_, _| false).await);
+    (job, deltas, docs)
+}
+
 // Issue 49 (issue 42, 6 before it): the job's hub cuts the call's connection at a
 // piece mid-answer (`hand_off:before`), or forgets what it held there as an eviction
 // would (`hub_reset:before`; `wrangler dev` cannot evict an object). The call opens
@@ -1072,20 +1097,7 @@ async fn the_text_outlives(fault: &str, op: &str) -> Value {
     let token = api.token("hub-once");
     let marker = unique("hub-once");
     let content = stream_from_fallback(&mock, &marker, "above the forecast, again", 3, 40).await;
-    let body = json!({"kind": "summarize", "input": {"text": marked_text(&marker)},
-                      "provider": "fallback"});
-    let reply = send(
-        api.create(&token, Some(&unique("key")), &body.to_string())
-            .header(FAULT, "drop-enqueue"),
-    )
-    .await;
-    assert_eq!(reply.status, 201, "{}", reply.text);
-    let job = reply.json();
-    let job_id = id(&job);
-    let mut stream = sse::follow(&api, Some(&token), &job_id, None).await;
-    dispatch(&api, &job, Some(fault)).await;
-    let (mut deltas, mut docs) = (Vec::new(), Vec::new());
-    assert!(read_text(&mut stream, &mut deltas, &mut docs, |_, _| false).await);
+    let (job, deltas, docs) = streamed_job(&api, &token, &marker, Some(fault)).await;
     let attempt = id(&job["attempts"][0]);
     assert!(
         onceclick_tests::log::fault_fired(op, "before", &attempt),
@@ -1124,20 +1136,7 @@ async fn a_long_answer_goes_to_its_hub_on_one_connection() {
     let chars = 20_000;
     let step = json!({"summary": summary, "chunk_chars": 40, "chunk_ms": 5, "pad_to": chars});
     mock.script("fallback", &marker, json!([step])).await;
-    let body = json!({"kind": "summarize", "input": {"text": marked_text(&marker)},
-                      "provider": "fallback"});
-    let reply = send(
-        api.create(&token, Some(&unique("key")), &body.to_string())
-            .header(FAULT, "drop-enqueue"),
-    )
-    .await;
-    assert_eq!(reply.status, 201, "{}", reply.text);
-    let job = reply.json();
-    let job_id = id(&job);
-    let mut stream = sse::follow(&api, Some(&token), &job_id, None).await;
-    dispatch(&api, &job, None).await;
-    let (mut deltas, mut docs) = (Vec::new(), Vec::new());
-    assert!(read_text(&mut stream, &mut deltas, &mut docs, |_, _| false).await);
+    let (job, deltas, docs) = streamed_job(&api, &token, &marker, None).await;
     let done = docs.last().unwrap();
     assert_eq!(done["status"], "succeeded", "{docs:?}");
     let text = joined(&deltas, 0);

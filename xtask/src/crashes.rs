@@ -27,8 +27,8 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// Crashes per run.
-pub(crate) const CRASHES: usize = 20;
+/// Crashes per run (20 until issue 49, when CI had to come back under 45 minutes).
+pub(crate) const CRASHES: usize = 16;
 /// Jobs created in each life of the Worker before it is killed.
 const JOBS_PER_LIFE: usize = 8;
 /// The provider timeout of the crash Worker: short, so lost dispatchers are found fast.
