@@ -63,9 +63,11 @@ impl Config {
         Self {
             providers: ProviderConfig::parse_list(&text).map(Rc::new),
             cancel_poll_ms: cancel_poll_ms(var("CANCEL_POLL_MS")),
-            max_watch_reads: number("MAX_WATCH_READS").map_or(MAX_WATCH_READS, |n| {
-                n.clamp(1.0, f64::from(MAX_WATCH_READS)) as u32
-            }),
+            max_watch_reads: number("MAX_WATCH_READS")
+                .filter(|n| !n.is_nan())
+                .map_or(MAX_WATCH_READS, |n| {
+                    n.clamp(1.0, f64::from(MAX_WATCH_READS)) as u32
+                }),
             starting_after_ms: number("RECONCILE_STARTING_AFTER_MS")
                 .unwrap_or(DEFAULT_STARTING_AFTER_MS),
             lost_grace_ms: number("RECONCILE_LOST_GRACE_MS").unwrap_or(DEFAULT_LOST_GRACE_MS),
@@ -109,6 +111,23 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         Config::read(&|name| vars.get(name).cloned())
+    }
+
+    #[test]
+    fn the_watch_cap_can_only_be_lowered_and_is_never_zero() {
+        for (var, most) in [
+            (None, 300),
+            (Some("7"), 7),
+            (Some("0"), 1),
+            (Some("-5"), 1),
+            (Some("1000"), 300),
+            (Some("inf"), 300),
+            (Some("nan"), 300),
+            (Some("many"), 300),
+        ] {
+            let vars: Vec<(&str, &str)> = var.map(|v| ("MAX_WATCH_READS", v)).into_iter().collect();
+            assert_eq!(read(&vars).max_watch_reads, most, "{var:?}");
+        }
     }
 
     #[test]

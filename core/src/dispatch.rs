@@ -418,6 +418,11 @@ async fn unless_stopped(
                 heard = matches!(select(tick, news.heard()).await, Either::Right(_));
                 heard
             };
+            // A tick that the cap overtook meanwhile (the other call's watch read) reads
+            // nothing: past it, only the hub's word reads, once a call.
+            if !woken && store.watched().0 >= most {
+                continue;
+            }
             match store.watch(&attempt.id).await {
                 Ok(Some(seen)) => {
                     if let Some(stop) = seen.stop(&attempt.id) {

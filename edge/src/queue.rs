@@ -75,7 +75,7 @@ pub(crate) async fn consume(batch: MessageBatch<Dispatch>, env: &Env) {
     });
     let messages = together(runs).await.len();
     // Bounded whatever the calls' durations (SCALING.md, "Subrequests"): the watch's
-    // reads, which grow with them up to `MAX_WATCH_READS` a call, said apart.
+    // reads, which grow with them up to `MAX_WATCH_READS` a delivery, said apart.
     crate::log::info(json!({"event": "batch_consumed", "messages": messages,
                             "subrequests": made.get(), "watch_reads": watched.get()}));
 }

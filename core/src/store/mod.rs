@@ -410,12 +410,15 @@ impl Store {
                 statements.push(self.stmt(sql::LIVE_DOC, &[bind_text(id)])?);
             }
             let out = if op == Op::Watch {
-                let out = self.run(&target, statements).await;
-                let (trips, mut total) = self.watched.get();
-                if let Ok((_, cost)) = &out {
-                    total.add(cost.written, cost.read);
-                }
+                // Counted as it starts: a watch beside it (a hedge's) sees it at once.
+                let (trips, total) = self.watched.get();
                 self.watched.set((trips + 1, total));
+                let out = self.run(&target, statements).await;
+                if let Ok((_, cost)) = &out {
+                    let (trips, mut total) = self.watched.get();
+                    total.add(cost.written, cost.read);
+                    self.watched.set((trips, total));
+                }
                 out.map(|(rows, _)| rows)?
             } else {
                 self.call(&target, statements).await?

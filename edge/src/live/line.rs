@@ -159,6 +159,9 @@ impl HubLine for SocketLine<'_> {
             if let Some(fault) = link.fault(sent) {
                 message.insert_str(0, &format!("!{fault}\n"));
             }
+            // An answer to an earlier piece of the same offset (the hub took nothing of
+            // it) must not stand for this one's.
+            self.last.borrow_mut().clear();
             self.socket
                 .send_with_str(message)
                 .map_err(|e| e.to_string())?;
