@@ -25,7 +25,13 @@ pub(crate) async fn handle(mut req: Request, env: &Env, worker: &worker::Context
         Ok(store) => store
             .with_faults(faults, &req.path())
             .with_live(crate::live::notifier(env)),
-        Err(e) => return e.into_response(),
+        // A configuration no store can be made of (`places::from_env`): every request
+        // is refused, and says why in the log.
+        Err(e) => {
+            crate::log::error(serde_json::json!({"event": "configuration_refused",
+                "cause": e.cause}));
+            return e.into_response();
+        }
     };
     let host = crate::worker_host::WorkerHost::new(env, Some(worker));
     let ctx = Ctx {

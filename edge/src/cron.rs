@@ -1,5 +1,5 @@
 //! The reconciler's runs on the Worker (its shell, `reconcile.rs` being the pass): the
-//! cron's on the one database (or on the previous layout's D1, when sharded), and the
+//! cron's on the D1 database (the layout now's, or the one a move leaves), and the
 //! test-only `POST /v1/_reconcile`.
 
 use crate::error::ApiResult;
@@ -9,9 +9,9 @@ use crate::worker_host::WorkerHost;
 use serde_json::json;
 use worker::Env;
 
-/// The cron: the one database's pass. Sharded, each shard runs its own pass from its
-/// alarm (`shard.rs`), and the cron only sweeps the previous layout's database, if the
-/// deployment keeps one.
+/// The cron: the D1 database's pass. Shards, of the layout now or of the one a move
+/// leaves, each run their own pass from their alarm (`shard.rs`); sharded now, the cron
+/// only sweeps the D1 a move from D1 leaves, if any.
 ///
 /// Then, on either store, the background certification pass (`certification::auto`):
 /// each provider a kind names that has no report for the kind's current contract
@@ -34,9 +34,10 @@ async fn certify_due(host: &WorkerHost<'_>, store: &Store) -> ApiResult<()> {
     crate::certification::auto(store, host).await.map(drop)
 }
 
-/// The pass over the previous layout's D1, when a sharded deployment keeps one.
+/// The pass over the previous layout's D1, during a move from D1 (a previous layout of
+/// shards reconciles itself: each shard's alarm).
 async fn run_previous(env: &Env, store: &Store) -> ApiResult<()> {
-    if store.has_previous() {
+    if store.previous() == Some(onceclick_protocol::moving::StoreLayout::D1) {
         let host = WorkerHost::new(env, None);
         let store = crate::places::d1(env.d1("DB").map_err(crate::problem::runtime)?)
             .with_live(crate::live::notifier(env));
@@ -46,10 +47,10 @@ async fn run_previous(env: &Env, store: &Store) -> ApiResult<()> {
 }
 
 /// The test-only `POST /v1/_reconcile`: one pass now, with the request's faults, and the
-/// background certification pass. Sharded:
-/// every shard's own pass, concurrently (each with the same faults), and the previous
-/// layout's database's; or, with `alarm_in_ms`, every shard's alarm moved that close, so
-/// that a test can watch the alarms do the work.
+/// background certification pass. Sharded (now, or the layout a move leaves): every
+/// shard's own pass, concurrently (each with the same faults), and the D1's, if the store
+/// has one; or, with `alarm_in_ms`, every shard's alarm moved that close, so that a test
+/// can watch the alarms do the work.
 pub(crate) async fn run_now(
     env: &Env,
     store: &Store,
@@ -57,17 +58,21 @@ pub(crate) async fn run_now(
     alarm_in_ms: Option<i64>,
 ) -> ApiResult<()> {
     let host = WorkerHost::new(env, None);
-    let Some(shards) = crate::places::Shards::from_env(env)? else {
-        run(&host, store).await?;
-        return certify_due(&host, store).await;
-    };
-    run_previous(env, store).await?;
+    match store.is_sharded() {
+        false => run(&host, store).await?,
+        true => run_previous(env, store).await?,
+    }
     certify_due(&host, store).await?;
-    let calls = shards.all().map(|shard| {
+    let shards = store.shards();
+    if shards.is_empty() {
+        return Ok(());
+    }
+    let objects = crate::places::Shards::from_env(env)?;
+    let calls = shards.into_iter().map(|shard| {
         let body =
             json!({"shard": shard.object_name(), "fault": fault, "alarm_in_ms": alarm_in_ms});
-        let shards = &shards;
-        async move { shards.send(shard, "/reconcile", &body).await }
+        let objects = &objects;
+        async move { objects.send(shard, "/reconcile", &body).await }
     });
     for outcome in futures_util::future::join_all(calls).await {
         outcome?;

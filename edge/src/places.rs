@@ -12,9 +12,9 @@
 //! Rows come back as JSON (`rows_of`, or a shard's answer read as it came), so that
 //! the store's code above never sees a JS value.
 //!
-//! A sharded deployment may keep the D1 database it moved from (`PREVIOUS_STORE=d1`):
-//! its jobs (UUIDv7 ids) are still routed there, and a create first asks it whether
-//! the key is already bound (see `Store::create_or_get_job`).
+//! During a move a deployment keeps the layout it moves from (`PREVIOUS_STORE`: `d1`,
+//! or `durable:N`): its jobs are still routed there by their ids, and a create first
+//! asks it whether the key is already bound (see `Store::create_or_get_job`).
 
 use futures_util::future::LocalBoxFuture;
 use onceclick_core::error::{ApiResult, AppError};
@@ -22,6 +22,7 @@ use onceclick_core::handoff::{to_hand_on, ToHandOn};
 use onceclick_core::store::{
     storage_error, Cost, HandOff, Layout, Places, Rows, Stmt, Store, Target,
 };
+use onceclick_protocol::moving::{self, StoreLayout};
 use onceclick_protocol::shard::{self, Shard, ShardCount};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -34,31 +35,19 @@ use worker::{D1Database, Env, ObjectNamespace, SqlStorage};
 /// The shard count when `SHARDS` is not set.
 const DEFAULT_SHARDS: u32 = 256;
 
-/// The shards of a sharded deployment.
+/// The shards' objects (binding `SHARD`), of whatever count: a shard's object is named
+/// with its count (`s8.3`), so two counts' objects live side by side during a move.
 pub(crate) struct Shards {
     namespace: ObjectNamespace,
-    count: ShardCount,
 }
 
 impl Shards {
-    /// The shards of this deployment (`STORE=durable`), if it has them.
-    pub(crate) fn from_env(env: &Env) -> ApiResult<Option<Self>> {
-        if var(env, "STORE").as_deref() != Some("durable") {
-            return Ok(None);
-        }
-        Ok(Some(Shards {
+    /// The shards' objects.
+    pub(crate) fn from_env(env: &Env) -> ApiResult<Self> {
+        Ok(Shards {
             namespace: env
                 .durable_object("SHARD")
                 .map_err(crate::problem::runtime)?,
-            count: shard_count(env)?,
-        }))
-    }
-
-    /// Every shard of the current layout.
-    pub(crate) fn all(&self) -> impl Iterator<Item = Shard> + '_ {
-        (0..self.count.get()).map(|index| Shard {
-            count: self.count,
-            index,
         })
     }
 
@@ -144,58 +133,55 @@ fn var(env: &Env, name: &str) -> Option<String> {
     env.var(name).ok().map(|v| v.to_string())
 }
 
-fn shard_count(env: &Env) -> ApiResult<ShardCount> {
-    let count = match var(env, "SHARDS") {
-        None => DEFAULT_SHARDS,
-        Some(text) => text.parse().map_err(|_| bad_shards(&text))?,
-    };
-    ShardCount::new(count).ok_or_else(|| bad_shards(&count.to_string()))
+/// The layout `STORE` and `SHARDS` name: where new keys bind.
+fn layout_now(env: &Env) -> ApiResult<StoreLayout> {
+    match var(env, "STORE").as_deref() {
+        None | Some("d1") => Ok(StoreLayout::D1),
+        Some("durable") => {
+            let count = match var(env, "SHARDS") {
+                None => DEFAULT_SHARDS,
+                Some(text) => text.parse().map_err(|_| bad_shards(&text))?,
+            };
+            ShardCount::new(count)
+                .map(StoreLayout::Shards)
+                .ok_or_else(|| bad_shards(&count.to_string()))
+        }
+        Some(other) => Err(AppError::internal(format!(
+            "STORE is {other:?}; use \"d1\" or \"durable\""
+        ))),
+    }
 }
 
-/// The store this deployment is configured with (`STORE`: `d1`, the default, or
-/// `durable`, with `SHARDS` and `PREVIOUS_STORE`), its `REFUSE_NEW_KEYS` and
-/// `LOG_STORE_CALLS` read.
+/// The store this deployment is configured with: its layout now (`STORE`, `SHARDS`), the
+/// one it moves from (`PREVIOUS_STORE`: `d1` or `durable:N`), its `REFUSE_NEW_KEYS` and
+/// `LOG_STORE_CALLS`. A configuration no move can keep its promise in is refused here
+/// (`moving::check_move`), before any call.
 pub(crate) fn from_env(env: &Env) -> ApiResult<Store> {
-    let (places, layout) = match var(env, "STORE").as_deref() {
-        None | Some("d1") => (
-            WorkerPlaces {
-                db: Some(env.d1("DB").map_err(crate::problem::runtime)?),
-                shards: None,
-                local: None,
-            },
-            Layout::One,
+    let now = layout_now(env)?;
+    let previous = match var(env, "PREVIOUS_STORE").as_deref() {
+        None | Some("") => None,
+        Some(text) => Some(
+            StoreLayout::parse(text)
+                .map_err(|e| AppError::internal(format!("PREVIOUS_STORE is {e}")))?,
         ),
-        Some("durable") => {
-            let previous = match var(env, "PREVIOUS_STORE").as_deref() {
-                None | Some("") => None,
-                Some("d1") => Some(env.d1("DB").map_err(crate::problem::runtime)?),
-                Some(other) => {
-                    return Err(AppError::internal(format!(
-                        "PREVIOUS_STORE is {other:?}; the one known is \"d1\""
-                    )))
-                }
-            };
-            let shards = Shards::from_env(env)?
-                .ok_or_else(|| AppError::internal("STORE=durable without its shards"))?;
-            let layout = Layout::Sharded {
-                count: shards.count,
-                previous: previous.is_some(),
-            };
-            let places = WorkerPlaces {
-                db: previous,
-                shards: Some(shards),
-                local: None,
-            };
-            (places, layout)
-        }
-        Some(other) => {
-            return Err(AppError::internal(format!(
-                "STORE is {other:?}; use \"d1\" or \"durable\""
-            )))
-        }
     };
+    let refusing = refuse_new_keys(env)?;
+    moving::check_move(now, previous, refusing).map_err(AppError::internal)?;
+    let uses = |kind: fn(&StoreLayout) -> bool| kind(&now) || previous.as_ref().is_some_and(kind);
+    let places = WorkerPlaces {
+        db: match uses(|l| *l == StoreLayout::D1) {
+            true => Some(env.d1("DB").map_err(crate::problem::runtime)?),
+            false => None,
+        },
+        shards: match uses(|l| matches!(l, StoreLayout::Shards(_))) {
+            true => Some(Shards::from_env(env)?),
+            false => None,
+        },
+        local: None,
+    };
+    let layout = Layout::Deployed { now, previous };
     Ok(Store::new(Rc::new(places), layout)
-        .refusing_new_keys(refuse_new_keys(env)?)
+        .refusing_new_keys(refusing)
         .logging_calls(var(env, "LOG_STORE_CALLS").as_deref() == Some("true")))
 }
 
@@ -206,7 +192,7 @@ pub(crate) fn d1(db: D1Database) -> Store {
         shards: None,
         local: None,
     };
-    Store::new(Rc::new(places), Layout::One)
+    Store::new(Rc::new(places), Layout::one())
 }
 
 /// Inside a shard: its own SQLite, for the shard's reconciler.

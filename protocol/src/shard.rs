@@ -18,9 +18,9 @@
 //! Why a key can never be in two shards: the create is the only write that binds a key,
 //! and it goes to `shard_for_key(owner, key, count)`, where `UNIQUE(owner_id,
 //! idempotency_key)` decides in one transaction. With a fixed count that is one shard. A
-//! deployment that changes the count (or moves from D1) must keep answering the keys of
-//! the previous layout from there until their retention ends: see README.md, "Moving
-//! from D1 to Durable Objects".
+//! deployment that changes the count (or moves from D1) keeps answering the keys of the
+//! previous layout from there until it holds no job (`PREVIOUS_STORE`, `moving.rs`):
+//! see README.md, "Changing the number of shards".
 
 use sha2::{Digest, Sha256};
 

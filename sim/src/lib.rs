@@ -32,6 +32,8 @@ pub use world::{Figures, Shape, Violation};
 
 use db::FaultRates;
 use onceclick_core::kinds::Kinds;
+use onceclick_protocol::moving::StoreLayout;
+use onceclick_protocol::shard::ShardCount;
 use rng::Rng;
 use std::collections::BTreeSet;
 use world::World;
@@ -56,7 +58,17 @@ pub struct WorldSpec {
     pub kinds: &'static Kinds,
 }
 
+/// `n` shards (a power of two the simulation picks).
+fn shards(n: u32) -> StoreLayout {
+    ShardCount::new(n).map_or(StoreLayout::D1, StoreLayout::Shards)
+}
+
 impl WorldSpec {
+    /// The world's store layout (and its move, if any), from its seed.
+    pub fn layout(&self) -> Shape {
+        self.shape().0
+    }
+
     /// The world's shape and faults, from its seed.
     fn shape(&self) -> (Shape, FaultRates) {
         let mut rng = Rng::new(Rng::derive(self.seed, u64::MAX));
@@ -64,7 +76,13 @@ impl WorldSpec {
             0 | 1 => Shape::D1,
             2 => Shape::Shards(2),
             3 => Shape::Shards(4),
-            _ => Shape::Moved(2),
+            // Halfway, a move: onto shards, to more shards, to fewer, back to D1.
+            _ => {
+                let (d1, two, four) = (StoreLayout::D1, shards(2), shards(4));
+                let (from, to) =
+                    [(d1, two), (two, four), (four, two), (two, d1)][rng.below(4) as usize];
+                Shape::Moved { from, to }
+            }
         };
         let faults = match rng.below(4) {
             0 => FaultRates::default(),

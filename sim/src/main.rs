@@ -10,8 +10,10 @@
 //! - `--soak`: 100,000,000 operations, progress printed as it goes.
 
 use anyhow::{bail, Context, Result};
+use onceclick_protocol::moving::StoreLayout;
 use onceclick_sim::{
-    run_world, shrink, world_seed, AnyMutant, Figures, Mutant, SqlMutant, WorldSpec, WORLD_OPS,
+    run_world, shrink, world_seed, AnyMutant, Figures, Mutant, Shape, SqlMutant, WorldSpec,
+    WORLD_OPS,
 };
 use std::collections::BTreeSet;
 use std::time::Instant;
@@ -105,7 +107,7 @@ fn run() -> Result<()> {
 /// The run's last line: what its worlds did.
 fn figures_line(seed: u64, worlds: u64, f: &Figures) -> String {
     format!(
-        "sim: seed {seed}: {} worlds, {} operations, {} requests, {} deliveries ({} redelivered), {} provider calls ({} stopped), {} shard alarms ({} attempts handed on), {} reconciler passes, {} crashes, {} clock jumps, {} store faults in {} batches, {} checks on {} jobs; live: {} streams opened, {} reconnected, {} events, {} of {} notifications lost, {} hub re-reads, {} hub restarts, {} hand-offs of text ({} failed, {} after an eviction, {} refused as ended) on {} connections to hubs ({} not opened, {} dropped), {} pieces of text sent, {} chunks of text kept ({} at an attempt's unknown end; {} writes failed), {} hub alarms that read a job for its kept text ({} deleted it); jobs succeeded by kind: {}; {} certifications made again after a redeploy; {} deliveries whose watch reached its cap; no promise broken",
+        "sim: seed {seed}: {} worlds, {} operations, {} requests, {} deliveries ({} redelivered), {} provider calls ({} stopped), {} shard alarms ({} attempts handed on), {} reconciler passes, {} crashes, {} clock jumps, {} store faults in {} batches, {} checks on {} jobs; live: {} streams opened, {} reconnected, {} events, {} of {} notifications lost, {} hub re-reads, {} hub restarts, {} hand-offs of text ({} failed, {} after an eviction, {} refused as ended) on {} connections to hubs ({} not opened, {} dropped), {} pieces of text sent, {} chunks of text kept ({} at an attempt's unknown end; {} writes failed), {} hub alarms that read a job for its kept text ({} deleted it); jobs succeeded by kind: {}; {} certifications made again after a redeploy; {} deliveries whose watch reached its cap; moves: {}, {} creates answered from the layout a move left; no promise broken",
         worlds,
         f.ops,
         f.requests,
@@ -149,6 +151,12 @@ fn figures_line(seed: u64, worlds: u64, f: &Figures) -> String {
             .join(", "),
         f.recertified,
         f.watch_capped,
+        f.moves
+            .iter()
+            .map(|(kind, n)| format!("{kind} {n}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        f.previous_answers,
     )
 }
 
@@ -196,6 +204,24 @@ fn every_path_reached(ops: u64, figures: &Figures) -> Result<()> {
         .map(|k| k.name())
         .filter(|k| !figures.succeeded.contains_key(*k))
         .collect();
+    // And the moves: each kind of move made in some world, and some key bound before one
+    // answered from the layout it left (a run this long has about 66 moved worlds).
+    let moves = [
+        "d1 → durable:2",
+        "durable:2 → durable:4",
+        "durable:4 → durable:2",
+        "durable:2 → d1",
+    ];
+    let unmoved: Vec<&str> = moves
+        .into_iter()
+        .filter(|m| !figures.moves.contains_key(*m))
+        .collect();
+    if ops >= 400_000 && (!unmoved.is_empty() || figures.previous_answers == 0) {
+        bail!(
+            "the moves went untested in {ops} operations: none of {unmoved:?}, {} creates answered from the previous layout",
+            figures.previous_answers
+        );
+    }
     if ops >= 100_000 && figures.recertified == 0 {
         bail!("no redeploy's voided certification was made again in {ops} operations: the background pass went untested");
     }
@@ -493,26 +519,78 @@ fn name(m: AnyMutant) -> &'static str {
         .map_or("?", |(n, _, _)| n)
 }
 
+/// A planted defect's label, the worlds' name, and which worlds they are.
+type InWorlds = (&'static str, &'static str, fn(Shape) -> bool);
+
+/// The planted defects that must be caught in each of some kinds of world, not only in
+/// the first world that breaks: by label, the worlds' name and which worlds they are.
+const IN_WORLDS: &[InWorlds] = &[
+    (
+        "sharded-create-skips-before",
+        "a move from D1 to shards",
+        |shape| {
+            matches!(
+                shape,
+                Shape::Moved {
+                    from: StoreLayout::D1,
+                    ..
+                }
+            )
+        },
+    ),
+    (
+        "sharded-create-skips-before",
+        "a move between shard counts",
+        |shape| {
+            matches!(
+                shape,
+                Shape::Moved {
+                    from: StoreLayout::Shards(_),
+                    to: StoreLayout::Shards(_)
+                }
+            )
+        },
+    ),
+];
+
 /// Every planted defect (or only the one named) must be caught: worlds run (one
 /// thread, in order) until one breaks a promise; the operations it took are printed.
 fn mutants(seed: u64, only: Option<&str>) -> Result<()> {
     let mut missed = Vec::new();
-    for (label, m, says) in MUTANTS
+    let hunts = MUTANTS
         .iter()
         .filter(|(n, _, _)| only.is_none_or(|o| o == *n))
-    {
+        .flat_map(|planted| {
+            let worlds: Vec<_> = IN_WORLDS.iter().filter(|w| w.0 == planted.0).collect();
+            match worlds.is_empty() {
+                true => vec![(planted, None)],
+                false => worlds
+                    .into_iter()
+                    .map(|w| (planted, Some((w.1, w.2))))
+                    .collect(),
+            }
+        });
+    for ((label, m, says), in_worlds) in hunts {
+        let label = match in_worlds {
+            Some((worlds, _)) => format!("{label} (in {worlds})"),
+            None => label.to_string(),
+        };
         let started = Instant::now();
         let mut ops = 0;
         let mut caught = None;
         let mut ran = false;
-        for n in 0..200 {
-            let spec = WorldSpec {
+        let worlds = (0..2_000)
+            .map(|n| WorldSpec {
                 kinds: onceclick_core::kinds::Kinds::built(),
                 seed: world_seed(seed, n),
                 ops: WORLD_OPS,
                 mutant: Some(*m),
                 skip: BTreeSet::new(),
-            };
+            })
+            .enumerate()
+            .filter(|(_, spec)| in_worlds.is_none_or(|(_, of)| of(spec.layout())))
+            .take(200);
+        for (n, spec) in worlds {
             let run = run_world(&spec, false);
             ran |= run.mutant_ran;
             if let Some(v) = run.violations.first() {
@@ -533,11 +611,11 @@ fn mutants(seed: u64, only: Option<&str>) -> Result<()> {
             ),
             Some((_, v)) => {
                 println!("sim: mutant {label}: caught for another reason (its statement ran: {ran}): {}", v.what);
-                missed.push(*label);
+                missed.push(label);
             }
             None => {
                 println!("sim: mutant {label}: NOT caught in {ops} operations");
-                missed.push(*label);
+                missed.push(label);
             }
         }
     }

@@ -47,6 +47,44 @@ fn shard_files(dir: &Path) -> Vec<PathBuf> {
     found
 }
 
+/// The shards' SQLite files under `dir` of the layout of `count` shards: those whose
+/// object named itself `s<count>.<index>` (its `onceclick_shard` row), in a stable order.
+pub fn shard_files_of(dir: &Path, count: u32) -> Vec<PathBuf> {
+    let prefix = format!("s{count}.");
+    shard_files(dir)
+        .into_iter()
+        .filter(|path| {
+            Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)
+                .and_then(|c| {
+                    c.query_row("SELECT name FROM onceclick_shard", [], |r| {
+                        r.get::<_, String>(0)
+                    })
+                })
+                .is_ok_and(|name| name.starts_with(&prefix))
+        })
+        .collect()
+}
+
+/// One connection over the shards of the layout of `count` shards under `dir`, read-only
+/// (the union views of [`open_shards_in`]).
+pub fn open_shards_of(dir: &Path, count: u32) -> Connection {
+    open_shards(&shard_files_of(dir, count))
+}
+
+/// Opens one shard's SQLite file read-only.
+pub fn open_file(path: &Path) -> Connection {
+    opened(Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY,
+    ))
+}
+
+/// Opens one shard's SQLite file for writing: for state the API cannot reach (a job
+/// idle for years).
+pub fn open_file_writable(path: &Path) -> Connection {
+    opened(Connection::open(path))
+}
+
 /// The tables the Worker writes (and the view of a job's whole log), as the union views
 /// of a sharded store name them. The certifications are a copy per shard: their view
 /// keeps one of each.

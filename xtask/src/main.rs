@@ -21,8 +21,9 @@
 //!   `bench --store durable`: one shard against one D1 (`bench_durable.rs`), written to
 //!   bench/durable.json.
 //! - `lint`: `cargo fmt --check` and clippy (`-D warnings`) on every crate.
-//! - `move-status [--local [--persist DIR]]`: during a move from D1 to the shards, how
-//!   many jobs D1 still holds, and so whether `PREVIOUS_STORE` may go (`moves.rs`).
+//! - `move-status [--previous d1|durable:N] [--local [--persist DIR]] [--url URL [--token
+//!   T]]`: during a move, how many jobs the layout it leaves still holds, and so whether
+//!   `PREVIOUS_STORE` may go (`move_status.rs`).
 //! - `certify --provider NAME [--url URL] [--token TOKEN] [--config FILE]`: prompt sizes against
 //!   `max_prompt_tokens`, then certification on a running Worker (default: the one `dev`
 //!   serves), with any admin token (default: one minted from `.dev.vars`).
@@ -51,7 +52,9 @@ mod e2e;
 mod example;
 mod kinds;
 mod load;
+mod move_status;
 mod moves;
+mod reshards;
 mod sdk;
 mod sdk_readme;
 mod sim;
@@ -60,13 +63,13 @@ mod test_worker;
 mod tools;
 mod wrangler;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use std::ffi::OsString;
 use std::path::PathBuf;
 use tools::{project_root, Tools};
 
 /// Printed after every parse error; `usage_says_what_parses` keeps it true to the grammar.
-const USAGE: &str = "usage: cargo xtask <dev [--port N] [--store durable] | test [--browser] [--e2e] [--soak] [--only NAME] [--store d1|durable] | token --owner NAME [--admin] [--ttl SECONDS] | sim [--seed N] [--ops N] [--world N] [--skip LIST] [--mutant NAME] [--mutants] [--soak] | build-edge | lint | sdk | bench [--store durable] [--live] [--stops] [--streamed] [--render] | load | move-status [--local] [--persist DIR] | certify --provider NAME [--url URL] [--token TOKEN] [--config FILE] | kinds [--dir DIR] [--types FILE]>";
+const USAGE: &str = "usage: cargo xtask <dev [--port N] [--store durable] | test [--browser] [--e2e] [--soak] [--only NAME] [--store d1|durable] | token --owner NAME [--admin] [--ttl SECONDS] | sim [--seed N] [--ops N] [--world N] [--skip LIST] [--mutant NAME] [--mutants] [--soak] | build-edge | lint | sdk | bench [--store durable] [--live] [--stops] [--streamed] [--render] | load | move-status [--previous d1|durable:N] [--local [--persist DIR]] [--url URL [--token T]] | certify --provider NAME [--url URL] [--token TOKEN] [--config FILE] | kinds [--dir DIR] [--types FILE]>";
 
 // One struct per command with its own flags, and `XtaskCmd`, the enum of them: generated
 // below from this grammar by `UPDATE_XFLAGS=1 cargo build -p xtask`.
@@ -145,12 +148,20 @@ xflags::xflags! {
         }
         /// The bench's load generator: a spec on stdin, figures on stdout.
         cmd load {}
-        /// How many jobs the D1 kept by a move still holds: whether PREVIOUS_STORE may go.
+        /// How many jobs the layout a move leaves still holds: whether PREVIOUS_STORE may go.
         cmd move-status {
-            /// Ask the local D1 that `dev` and the tests keep instead of the deployed one.
+            /// The layout the move leaves, `d1` or `durable:N` (default: wrangler.toml's
+            /// PREVIOUS_STORE, else d1).
+            optional --previous layout: String
+            /// Ask the local store that `dev` and the tests keep instead of the deployed one.
             optional --local
             /// With `--local`: the `--persist-to` folder (default .wrangler/state).
             optional --persist dir: PathBuf
+            /// Shards, deployed: the Worker to ask (`GET /v1/move`), since a Durable
+            /// Object's storage is read only through it.
+            optional --url url: String
+            /// With `--url`: an admin token (default: $ONCECLICK_ADMIN_TOKEN).
+            optional --token token: String
         }
         /// Prompt sizes, then certification of a provider on a running Worker.
         cmd certify {
@@ -254,8 +265,11 @@ pub struct Load;
 
 #[derive(Debug)]
 pub struct MoveStatus {
+    pub previous: Option<String>,
     pub local: bool,
     pub persist: Option<PathBuf>,
+    pub url: Option<String>,
+    pub token: Option<String>,
 }
 
 #[derive(Debug)]
@@ -336,13 +350,27 @@ fn real_main() -> Result<()> {
         XtaskCmd::Load(_) => load::main(),
         XtaskCmd::MoveStatus(flags) => {
             let tools = Tools::bootstrap()?;
-            let persist = flags.local.then(|| {
-                flags
-                    .persist
-                    .unwrap_or_else(|| project_root().join(".wrangler/state"))
-            });
-            let status = moves::status(&tools, persist.as_deref())?;
-            println!("{}", status.verdict());
+            let root = project_root();
+            let previous = move_status::previous_layout(&root, flags.previous.as_deref())?;
+            let at = match (flags.local, flags.url) {
+                (true, _) => move_status::Asked::Local(
+                    flags
+                        .persist
+                        .unwrap_or_else(|| root.join(".wrangler/state")),
+                ),
+                (false, Some(url)) => {
+                    let token = flags
+                        .token
+                        .or_else(|| std::env::var("ONCECLICK_ADMIN_TOKEN").ok())
+                        .context(
+                            "--url needs an admin token: --token, or $ONCECLICK_ADMIN_TOKEN",
+                        )?;
+                    move_status::Asked::Worker { url, token }
+                }
+                (false, None) => move_status::Asked::Deployed,
+            };
+            let status = move_status::status(&tools, previous, &at)?;
+            println!("{}", status.verdict(previous));
             Ok(())
         }
         XtaskCmd::Kinds(flags) => {

@@ -29,21 +29,21 @@ use crate::test_worker::{base_vars, Scratch, TEST_TIMEOUT_MS};
 use crate::tools::Tools;
 use crate::wrangler::{self, DevOptions, Wrangler};
 use anyhow::{ensure, Context, Result};
-use onceclick_protocol::moving::MoveStatus;
+use onceclick_protocol::moving::StoreLayout;
 use onceclick_tests::client::{id, marked_text, send, unique, Api, Mock};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// Keys made before the move.
-const OLD_KEYS: usize = 6;
+pub(crate) const OLD_KEYS: usize = 6;
 /// Keys made after it.
 const NEW_KEYS: usize = 12;
 
 /// The move suite: the three lives of the module's list, in order, on one store.
 pub(crate) fn run(tools: &Tools, root: &Path) -> Result<()> {
     let started = Instant::now();
-    let suite = MoveSuite::new(tools, root)?;
+    let suite = MoveSuite::new(tools, root, "move")?;
     eprintln!("xtask: the move from D1 to Durable Objects, life 1: D1");
     let old = suite.life_on_d1()?;
     eprintln!("xtask: the move, life 2: D1 refusing new keys");
@@ -57,23 +57,23 @@ pub(crate) fn run(tools: &Tools, root: &Path) -> Result<()> {
         NEW_KEYS + 1,
         started.elapsed().as_secs_f64()
     );
-    Ok(())
+    crate::reshards::run(tools, root)
 }
 
 /// What the three lives share: one persisted local store, one mock provider, one owner
 /// whose keys and texts are numbered.
-struct MoveSuite<'a> {
-    tools: &'a Tools,
-    root: &'a Path,
-    persist: PathBuf,
+pub(crate) struct MoveSuite<'a> {
+    pub(crate) tools: &'a Tools,
+    pub(crate) root: &'a Path,
+    pub(crate) persist: PathBuf,
     secret: String,
-    mock: Mock,
-    base_vars: Vec<(String, String)>,
+    pub(crate) mock: Mock,
+    pub(crate) base_vars: Vec<(String, String)>,
     /// The wrangler.toml of life 2.
-    refusing: PathBuf,
-    runtime: tokio::runtime::Runtime,
-    owner: String,
-    marker: String,
+    pub(crate) refusing: PathBuf,
+    pub(crate) runtime: tokio::runtime::Runtime,
+    pub(crate) owner: String,
+    pub(crate) marker: String,
 }
 
 /// The jobs made on D1 in life 1.
@@ -92,13 +92,14 @@ impl OldJobs {
 }
 
 impl<'a> MoveSuite<'a> {
-    fn new(tools: &'a Tools, root: &'a Path) -> Result<Self> {
+    /// A suite on a new store in `target/xtask/<dir>`.
+    pub(crate) fn new(tools: &'a Tools, root: &'a Path, dir: &str) -> Result<Self> {
         let Scratch {
             persist,
             secret,
             mock_port,
             mock,
-        } = Scratch::new(tools, root.join("target/xtask/move"))?;
+        } = Scratch::new(tools, root.join("target/xtask").join(dir))?;
         let base_vars = base_vars(&secret, mock_port, TEST_TIMEOUT_MS, None, false);
         // Step 1's flag is written as the TOML boolean (`REFUSE_NEW_KEYS = true`), the
         // form a string-only read would have taken for "off"; `--var` would pass a string.
@@ -127,7 +128,7 @@ impl<'a> MoveSuite<'a> {
 
     /// One life of the Worker on the suite's store: `name` picks its log (and, for
     /// `refuse`, life 2's wrangler.toml); `extra` vars go over the base ones.
-    fn life(&self, name: &str, extra: &[(&str, &str)]) -> Result<Wrangler> {
+    pub(crate) fn life(&self, name: &str, extra: &[(&str, &str)]) -> Result<Wrangler> {
         let mut vars = self.base_vars.clone();
         vars.extend(
             extra
@@ -135,7 +136,7 @@ impl<'a> MoveSuite<'a> {
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
         );
         let config = match name {
-            "refuse" => self.refusing.clone(),
+            name if name.contains("refuse") => self.refusing.clone(),
             _ => wrangler::unlimited_config(self.root)?,
         };
         Wrangler::start(
@@ -151,18 +152,18 @@ impl<'a> MoveSuite<'a> {
         )
     }
 
-    fn api(&self, server: &Wrangler) -> Api {
+    pub(crate) fn api(&self, server: &Wrangler) -> Api {
         Api::at(&server.url, &self.secret)
     }
 
     /// Key `i`'s body: its text carries its own marker (zero-padded); only `-05` is
     /// scripted.
-    fn body(&self, i: usize) -> String {
+    pub(crate) fn body(&self, i: usize) -> String {
         json!({"kind": "summarize", "input": {"text": marked_text(&format!("{}-{i:02}", self.marker))}})
             .to_string()
     }
 
-    fn key(&self, i: usize) -> String {
+    pub(crate) fn key(&self, i: usize) -> String {
         format!("{}-{i}", self.owner)
     }
 
@@ -215,7 +216,7 @@ impl<'a> MoveSuite<'a> {
 
     /// The old keys' jobs, each waited for: all succeed but the last, which fails at its
     /// provider (to take the fallback button later). Then the fallback is certified.
-    async fn make_old_jobs(&self, api: &Api) -> Result<Vec<String>> {
+    pub(crate) async fn make_old_jobs(&self, api: &Api) -> Result<Vec<String>> {
         let token = api.token(&self.owner);
         self.mock
             .script(
@@ -498,12 +499,13 @@ impl<'a> MoveSuite<'a> {
                 self.tools,
                 &api,
                 &self.persist,
+                StoreLayout::D1,
                 Some(finished_late.len() as u64),
             )
             .await?;
             backdate_d1(&self.persist, &[])?;
             api.run_cron().await;
-            check_move_status(self.tools, &api, &self.persist, Some(0)).await
+            check_move_status(self.tools, &api, &self.persist, StoreLayout::D1, Some(0)).await
         })
     }
 }
@@ -590,7 +592,7 @@ async fn all_certified(api: &Api, provider: &str) -> bool {
 
 /// Runs the cron until `provider` is certified for every kind that names it: each pass
 /// certifies a few pairs (`certification::auto`).
-async fn certified_by_cron(api: &Api, provider: &str) -> Result<()> {
+pub(crate) async fn certified_by_cron(api: &Api, provider: &str) -> Result<()> {
     for _ in 0..8 {
         if all_certified(api, provider).await {
             return Ok(());
@@ -637,12 +639,13 @@ fn backdate_d1(persist: &Path, keep: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// `GET /v1/move` and `cargo xtask move-status --local` agree that D1 holds `jobs` jobs,
-/// and say "D1 may go" exactly when that is 0.
-async fn check_move_status(
+/// `GET /v1/move` and `cargo xtask move-status --local` agree that `previous` holds
+/// `jobs` jobs, and say it may go exactly when that is 0.
+pub(crate) async fn check_move_status(
     tools: &Tools,
     api: &Api,
     persist: &Path,
+    previous: StoreLayout,
     jobs: Option<u64>,
 ) -> Result<()> {
     let admin = api.admin_token("mover-admin");
@@ -654,13 +657,18 @@ async fn check_move_status(
         reply.text
     );
     let endpoint = reply.json();
-    let local = status(tools, Some(persist))?;
+    let at = crate::move_status::Asked::Local(persist.to_owned());
+    let local = crate::move_status::status(tools, previous, &at)?;
     ensure!(
-        endpoint["jobs"].as_u64() == Some(local.jobs),
-        "GET /v1/move says {endpoint}, move-status {local:?}"
+        endpoint["jobs"].as_u64() == Some(local.jobs)
+            && endpoint["previous_store"] == previous.to_string(),
+        "GET /v1/move says {endpoint}, move-status of {previous} {local:?}"
     );
     if let Some(jobs) = jobs {
-        ensure!(local.jobs == jobs, "D1 holds {local:?}, not {jobs} jobs");
+        ensure!(
+            local.jobs == jobs,
+            "{previous} holds {local:?}, not {jobs} jobs"
+        );
     }
     let may_go = local.jobs == 0;
     ensure!(
@@ -668,14 +676,14 @@ async fn check_move_status(
         "the verdict with {} jobs left: {endpoint}",
         local.jobs
     );
-    let verdict = local.verdict();
+    let verdict = local.verdict(previous);
+    let want = match may_go {
+        true => format!("{previous} may go"),
+        false => format!("keep PREVIOUS_STORE: {previous} still holds"),
+    };
     ensure!(
-        verdict.starts_with(if may_go {
-            "D1 may go"
-        } else {
-            "keep PREVIOUS_STORE"
-        }),
-        "{verdict}"
+        verdict.starts_with(&want) && endpoint["verdict"] == verdict.as_str(),
+        "{verdict}, {endpoint}"
     );
     eprintln!("xtask: move-status: {verdict}");
     Ok(())
@@ -686,41 +694,3 @@ fn d1_count(persist: &Path, sql: &str, param: &str) -> Result<i64> {
         .query_row(sql, [param], |r| r.get(0))
         .with_context(|| format!("{sql} on the D1 file"))
 }
-
-/// What the D1 kept by a move still holds: `wrangler d1 execute DB` with the statement
-/// `GET /v1/move` runs (`core/src/store/move_status.sql`), on the deployed database, or
-/// on the local one kept in `local` (the folder `--persist-to` names).
-pub(crate) fn status(tools: &Tools, local: Option<&Path>) -> Result<MoveStatus> {
-    let mut cmd = tools.command("wrangler");
-    cmd.args([
-        "d1",
-        "execute",
-        "DB",
-        "--json",
-        "--command",
-        MOVE_STATUS_SQL,
-    ]);
-    match local {
-        Some(persist) => cmd.arg("--local").arg("--persist-to").arg(persist),
-        None => cmd.arg("--remote"),
-    };
-    let out = cmd.output().context("running wrangler d1 execute")?;
-    ensure!(
-        out.status.success(),
-        "wrangler d1 execute failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    // `[{"results": [{…}], "success": true, "meta": {…}}]`: one result set, one row.
-    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).with_context(|| {
-        format!(
-            "wrangler's answer: {}",
-            String::from_utf8_lossy(&out.stdout)
-        )
-    })?;
-    let row = answer[0]["results"][0].clone();
-    serde_json::from_value(row.clone()).with_context(|| format!("the counts of D1: {row}"))
-}
-
-/// The statement both `GET /v1/move` and [`status`] run.
-const MOVE_STATUS_SQL: &str = include_str!("../../core/src/store/move_status.sql");

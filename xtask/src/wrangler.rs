@@ -186,6 +186,18 @@ pub(crate) struct Wrangler {
 
 impl Wrangler {
     pub(crate) fn start(tools: &Tools, opts: DevOptions) -> Result<Self> {
+        Self::start_answering(tools, opts, b"HTTP/1.1 200")
+    }
+
+    /// Starts a Worker whose configuration it refuses: ready once `GET /v1/health`
+    /// answers `500` (every request does, saying why).
+    pub(crate) fn start_refused(tools: &Tools, opts: DevOptions) -> Result<Self> {
+        Self::start_answering(tools, opts, b"HTTP/1.1 500")
+    }
+
+    /// Starts `wrangler dev`; ready once `GET /v1/health`'s status line starts with
+    /// `ready`.
+    fn start_answering(tools: &Tools, opts: DevOptions, ready: &'static [u8]) -> Result<Self> {
         let mut cmd = tools.command("wrangler");
         cmd.args(["dev", "--ip", "127.0.0.1", "--port"])
             .arg(opts.port.to_string())
@@ -217,13 +229,13 @@ impl Wrangler {
             url: format!("http://127.0.0.1:{}", opts.port),
             log: opts.log,
         };
-        wrangler.wait_ready(opts.port)?;
+        wrangler.wait_ready(opts.port, ready)?;
         Ok(wrangler)
     }
 
     /// Waits until `GET /v1/health` answers 200, or wrangler exits, or 5 minutes pass
     /// (a first build on a cold machine takes a few).
-    fn wait_ready(&mut self, port: u16) -> Result<()> {
+    fn wait_ready(&mut self, port: u16, ready: &[u8]) -> Result<()> {
         let deadline = Instant::now() + Duration::from_secs(300);
         loop {
             if let Some(status) = self.child.try_wait()? {
@@ -232,7 +244,7 @@ impl Wrangler {
                     self.log_tail()
                 );
             }
-            if health(port) {
+            if health(port, ready) {
                 return Ok(());
             }
             if Instant::now() > deadline {
@@ -308,7 +320,7 @@ impl Drop for Wrangler {
 }
 
 /// One plain HTTP/1.1 GET of /v1/health on loopback; true on a 200.
-fn health(port: u16) -> bool {
+fn health(port: u16, ready: &[u8]) -> bool {
     let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
         return false;
     };
@@ -318,7 +330,7 @@ fn health(port: u16) -> bool {
         return false;
     }
     let mut head = [0u8; 12];
-    stream.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/1.1 200")
+    stream.read_exact(&mut head).is_ok() && head.starts_with(ready)
 }
 
 /// Clock ticks per second of `/proc/*/stat` times (`getconf CLK_TCK`; 100 on Linux).

@@ -124,8 +124,8 @@ impl Store {
         .await
     }
 
-    /// The job (owner, key) is bound to in the previous layout's database, when the
-    /// deployment keeps one; no call otherwise.
+    /// The job (owner, key) is bound to in the previous layout (its D1, or the shard the
+    /// pair hashes to under the previous count), during a move; no call otherwise.
     async fn job_by_key_before(&self, owner: &str, key: &str) -> ApiResult<Option<StoredJob>> {
         if !self.has_previous()
             || crate::mutant::on(crate::mutant::Mutant::ShardedCreateSkipsBefore)
@@ -135,7 +135,7 @@ impl Store {
         let params = [bind_text(owner), bind_text(key)];
         self.read_job(
             Op::JobByKeyBefore,
-            Route::Previous,
+            Route::Previous { owner, key },
             sql::JOB_BY_KEY,
             &params,
         )

@@ -8,6 +8,7 @@ use super::route::Target;
 use super::{bind_num, bind_opt_text, bind_text, exactly, json_text, sql, Op, Rows, Store};
 use crate::error::ApiResult;
 use crate::fault::{Point, When};
+use onceclick_protocol::moving::StoreLayout;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -444,18 +445,27 @@ impl Store {
 }
 
 impl Store {
-    /// What the previous layout's D1 still holds, when the deployment keeps one
-    /// (`PREVIOUS_STORE`); `None` (and no call) otherwise.
+    /// What the previous layout still holds during a move (`PREVIOUS_STORE`), summed over
+    /// its places (one round trip to each, concurrently), with that layout and how many
+    /// places it has; `None` (and no call) otherwise.
     pub async fn previous_store_status(
         &self,
-    ) -> ApiResult<Option<onceclick_protocol::moving::MoveStatus>> {
-        if !self.has_previous() {
+    ) -> ApiResult<Option<(StoreLayout, usize, onceclick_protocol::moving::MoveStatus)>> {
+        let Some(previous) = self.layout.previous() else {
             return Ok(None);
-        }
-        let stmt = self.stmt(sql::MOVE_STATUS, &[])?;
-        let rows = self
-            .one(Op::MoveStatus, super::Route::Previous, stmt)
+        };
+        let places = self.layout.previous_places();
+        let sets = self
+            .exec_at(Op::MoveStatus, &places, || {
+                Ok(vec![self.stmt(sql::MOVE_STATUS, &[])?])
+            })
             .await?;
-        super::first_row(&rows)
+        let mut sum = onceclick_protocol::moving::MoveStatus::default();
+        for rows in sets.iter().flatten() {
+            if let Some(place) = super::first_row(rows)? {
+                sum.add(place);
+            }
+        }
+        Ok(Some((previous, places.len(), sum)))
     }
 }

@@ -197,22 +197,44 @@ impl Store {
         self.is_sharded()
     }
 
-    /// True when jobs live in shards that reconcile themselves (the cron has nothing
+    /// True when new jobs live in shards that reconcile themselves (the cron has nothing
     /// to do but the previous layout's D1, if any).
     pub fn is_sharded(&self) -> bool {
         self.layout.is_sharded()
     }
 
-    /// How many places a certification is written to: 1, or every shard (and a D1 kept
-    /// from a move).
+    /// How many places a certification is written to: 1, or every shard (and, during a
+    /// move, every place of the previous layout too).
     pub fn places(&self) -> u32 {
         self.layout.places()
     }
 
-    /// True when a sharded deployment keeps the D1 database (`DB`) it moved from,
-    /// still answering that database's keys and jobs.
+    /// True during a move: the deployment keeps the layout it moves from
+    /// (`PREVIOUS_STORE`), still answering that layout's keys and jobs.
     pub fn has_previous(&self) -> bool {
         self.layout.has_previous()
+    }
+
+    /// The deployment's layout now (none inside a shard).
+    pub fn now(&self) -> Option<onceclick_protocol::moving::StoreLayout> {
+        self.layout.now()
+    }
+
+    /// The layout a move leaves, during one.
+    pub fn previous(&self) -> Option<onceclick_protocol::moving::StoreLayout> {
+        self.layout.previous()
+    }
+
+    /// Every shard of the layout now and of the previous one (none on D1 alone).
+    pub fn shards(&self) -> Vec<onceclick_protocol::shard::Shard> {
+        self.layout
+            .everywhere()
+            .into_iter()
+            .filter_map(|place| match place {
+                Target::Shard(shard) => Some(shard),
+                _ => None,
+            })
+            .collect()
     }
 
     /// New ids for a job of (owner, key) and its first attempt: UUIDv7 on D1; in the
@@ -506,18 +528,29 @@ impl Store {
         }
     }
 
-    /// The same statements in every place (every shard, and the previous layout's D1);
+    /// The same statements in every place (of the layout now, and of the previous one);
     /// the results per place. One round trip to each, concurrently.
     async fn exec_everywhere(
         &self,
         op: Op,
         statements: impl Fn() -> ApiResult<Vec<Stmt>>,
     ) -> ApiResult<Vec<Vec<Rows>>> {
+        self.exec_at(op, &self.layout.everywhere(), statements)
+            .await
+    }
+
+    /// The same statements in each of `places`; the results per place, as
+    /// [`Store::exec_everywhere`].
+    async fn exec_at(
+        &self,
+        op: Op,
+        places: &[Target],
+        statements: impl Fn() -> ApiResult<Vec<Stmt>>,
+    ) -> ApiResult<Vec<Vec<Rows>>> {
         if let Some(fault) = self.fault(Point::Store(op), When::Before) {
             return Err(fault);
         }
-        let targets = self.layout.everywhere();
-        let targets: Vec<&Target> = targets.iter().collect();
+        let targets: Vec<&Target> = places.iter().collect();
         let out = self.call_all(&targets, &|_| statements()).await?;
         match self.fault(Point::Store(op), When::After) {
             Some(fault) => Err(fault),

@@ -8,7 +8,8 @@ use super::rows::{storage_error, Cost, HandOff, Rows, Stmt};
 use super::Store;
 use crate::error::ApiResult;
 use futures_util::future::LocalBoxFuture;
-use onceclick_protocol::shard::{Shard, ShardCount};
+use onceclick_protocol::moving::StoreLayout;
+use onceclick_protocol::shard::Shard;
 use serde_json::Value;
 use std::rc::Rc;
 
@@ -37,12 +38,21 @@ pub trait Places {
 /// How the native store's places are laid out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Layout {
-    /// One database (`d1`), as on `STORE=d1`.
-    One,
     /// Inside one shard: its own database, for its reconciler (the alarm).
     Inside(Shard),
-    /// `count` shards, and the previous layout's D1 (`d1`) if `previous`.
-    Sharded { count: ShardCount, previous: bool },
+    /// A deployment's: its layout now, and the one it moves from, if any.
+    Deployed {
+        now: StoreLayout,
+        previous: Option<StoreLayout>,
+    },
+}
+
+impl Layout {
+    /// One D1, with no move.
+    pub const ONE: Layout = Layout::Deployed {
+        now: StoreLayout::D1,
+        previous: None,
+    };
 }
 
 /// The simulator's places as the store's [`route::Places`]: a target by its name.
@@ -59,9 +69,8 @@ impl Store {
 
 fn store(places: Rc<dyn Places>, layout: Layout) -> Store {
     let layout = match layout {
-        Layout::One => route::Layout::One,
         Layout::Inside(shard) => route::Layout::Inside(shard.object_name()),
-        Layout::Sharded { count, previous } => route::Layout::Sharded { count, previous },
+        Layout::Deployed { now, previous } => route::Layout::Deployed { now, previous },
     };
     Store::new(Rc::new(Native { places }), layout)
 }

@@ -204,7 +204,7 @@ impl Bench {
         crate::platform::install(&TestPlatform);
         let places = Sqlite::open().unwrap_or_else(|e| panic!("open the schema: {e}"));
         let hubs = Rc::new(Hubs::default());
-        let store = Store::native(Rc::new(places), Layout::One).with_live(Some(hubs.clone()));
+        let store = Store::native(Rc::new(places), Layout::ONE).with_live(Some(hubs.clone()));
         Self {
             store,
             hubs,

@@ -9,6 +9,9 @@ use super::{column_text, World};
 use crate::db;
 use crate::model::{self, JobRecord, JobView, Reply};
 use crate::requests::Answer;
+use onceclick_core::store::native::Layout;
+use onceclick_protocol::moving::StoreLayout;
+use onceclick_protocol::shard::IdRoute;
 use onceclick_protocol::{AttemptState, JobStatus};
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -130,6 +133,27 @@ impl World {
         }
         for what in self.answer_broken(request, &reply) {
             self.violate(what);
+        }
+        if let (Request::Create { .. }, Some(job)) = (request, reply.job) {
+            if self.of_previous_layout(&job.id) {
+                self.figures.borrow_mut().previous_answers += 1;
+            }
+        }
+    }
+
+    /// Whether `id` is a job of the layout a move left (none before the move).
+    fn of_previous_layout(&self, id: &str) -> bool {
+        let Layout::Deployed {
+            previous: Some(previous),
+            ..
+        } = self.layout.get()
+        else {
+            return false;
+        };
+        match (previous, onceclick_protocol::shard::route_of_id(id)) {
+            (StoreLayout::D1, IdRoute::Database) => true,
+            (StoreLayout::Shards(count), IdRoute::Shard(shard)) => shard.count == count,
+            _ => false,
         }
     }
 

@@ -4,7 +4,7 @@
 //! clock jumping, crashes, store outages, shards' alarms and hand-offs, the live
 //! channel's streams, and the tasks' steps in between.
 
-use super::{layout_of, Shape, World, CONSUMER, FRONT, RECONCILER};
+use super::{layout_of, passes_of, Shape, World, CONSUMER, FRONT, RECONCILER};
 use crate::exec::Role;
 use crate::host::SimHost;
 use crate::model::{Create, Key, Resolution};
@@ -12,7 +12,7 @@ use crate::requests::{self, Answer};
 use crate::rng::Rng;
 use onceclick_core::store::native::Layout;
 use onceclick_core::store::Store;
-use onceclick_protocol::shard::Shard;
+use onceclick_protocol::moving::StoreLayout;
 use onceclick_protocol::{AttemptState, CreateJob, NewAttempt};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
@@ -157,11 +157,17 @@ impl World {
     /// A moved world moves halfway, once its front isolates hold no request (the
     /// move's first deploy refuses new keys until the old layout's creates are done).
     fn move_when_due(self: &Rc<Self>, index: u64) {
-        if let Shape::Moved(_) = self.shape {
-            if self.layout.get() == Layout::One && index >= self.move_at {
+        if let Shape::Moved { from, to } = self.shape {
+            if self.layout.get() == layout_of(self.shape, false) && index >= self.move_at {
                 self.drain_front();
                 self.layout.set(layout_of(self.shape, true));
-                self.note(|| "the move: shards, with D1 kept as the previous store".to_owned());
+                self.note(|| format!("the move: {to}, with {from} kept as the previous store"));
+                *self
+                    .figures
+                    .borrow_mut()
+                    .moves
+                    .entry(format!("{from} → {to}"))
+                    .or_default() += 1;
             }
         }
     }
@@ -452,21 +458,12 @@ impl World {
         self.spawn_request(rng, Request::Resolve { attempt, outcome });
     }
 
-    /// A reconciler pass, of one place: the D1, or a shard (or the D1 a move kept).
+    /// A reconciler pass, of one place: the D1, or a shard (of either layout during a
+    /// move).
     fn reconcile(self: &Rc<Self>, rng: &mut Rng) {
         self.figures.borrow_mut().reconciles += 1;
-        let layout = match self.layout.get() {
-            Layout::Sharded { count, previous } => {
-                let n = u64::from(count.get()) + u64::from(previous);
-                let i = rng.below(n) as u32;
-                if i < count.get() {
-                    Layout::Inside(Shard { count, index: i })
-                } else {
-                    Layout::One
-                }
-            }
-            other => other,
-        };
+        let passes = passes_of(self.layout.get());
+        let layout = passes[rng.below(passes.len() as u64) as usize];
         self.note(|| format!("reconcile {layout:?}"));
         self.spawn_reconcile(layout);
     }
@@ -482,9 +479,12 @@ impl World {
             let host = world.host(RECONCILER);
             let store = world.notifying_store(layout, "/v1/_reconcile");
             let _ = requests::reconcile(&host, &store).await;
-            // The cron's minute: after D1's pass, or (sharded) after the first shard's.
-            let cron = matches!(&layout, Layout::One)
-                || matches!(&layout, Layout::Inside(shard) if shard.index == 0);
+            // The cron's minute: after D1's pass, or (sharded) after the first shard's of
+            // the layout now.
+            let cron = layout == Layout::ONE
+                || matches!((&layout, &whole), (Layout::Inside(shard), Layout::Deployed {
+                    now: StoreLayout::Shards(count), ..
+                }) if shard.index == 0 && shard.count == *count);
             if cron {
                 let store = world.store(whole, "cron");
                 let config = onceclick_core::host::Host::config(&host);

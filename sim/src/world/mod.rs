@@ -36,7 +36,8 @@ use onceclick_core::kinds::Kinds;
 use onceclick_core::mutant::Mutant;
 use onceclick_core::store::native::{Layout, Places};
 use onceclick_core::store::Store;
-use onceclick_protocol::shard::ShardCount;
+use onceclick_protocol::moving::StoreLayout;
+use onceclick_protocol::shard::{Shard, ShardCount};
 use queue::Message;
 use serde_json::{json, Value};
 use std::cell::{Cell, RefCell};
@@ -60,8 +61,9 @@ pub enum Shape {
     D1,
     /// Shards.
     Shards(u32),
-    /// One D1 first, then the move: shards with that D1 kept as the previous store.
-    Moved(u32),
+    /// One layout first, then halfway the move to another, the first kept as the
+    /// previous layout (`PREVIOUS_STORE`) from then on.
+    Moved { from: StoreLayout, to: StoreLayout },
 }
 
 /// What a world did (summed over a run: its last line).
@@ -93,6 +95,11 @@ pub struct Figures {
     pub recertified: u64,
     /// Deliveries whose watch reached its cap (`MAX_WATCH_READS`).
     pub watch_capped: u64,
+    /// The moves made halfway, by kind (`d1 → durable:2`).
+    pub moves: BTreeMap<String, u64>,
+    /// Creates answered, after a move, with a job of the layout it left: a key bound
+    /// before the move found where it was bound.
+    pub previous_answers: u64,
 }
 
 impl Figures {
@@ -116,6 +123,10 @@ impl Figures {
         self.live.add(&o.live);
         self.recertified += o.recertified;
         self.watch_capped += o.watch_capped;
+        self.previous_answers += o.previous_answers;
+        for (kind, n) in &o.moves {
+            *self.moves.entry(kind.clone()).or_default() += n;
+        }
         for (kind, n) in &o.succeeded {
             *self.succeeded.entry(kind.clone()).or_default() += n;
         }
@@ -192,23 +203,34 @@ pub(crate) struct World {
 
 /// The store's layout for a world's shape, before or after its move.
 fn layout_of(shape: Shape, moved: bool) -> Layout {
-    let count = |n: u32| {
-        ShardCount::new(n)
-            .or(ShardCount::new(1))
-            .unwrap_or_else(|| unreachable!())
+    let (now, previous) = match shape {
+        Shape::D1 => (StoreLayout::D1, None),
+        Shape::Shards(n) => (
+            ShardCount::new(n).map_or(StoreLayout::D1, StoreLayout::Shards),
+            None,
+        ),
+        Shape::Moved { from, .. } if !moved => (from, None),
+        Shape::Moved { from, to } => (to, Some(from)),
     };
-    match shape {
-        Shape::D1 => Layout::One,
-        Shape::Shards(n) => Layout::Sharded {
-            count: count(n),
-            previous: false,
-        },
-        Shape::Moved(_) if !moved => Layout::One,
-        Shape::Moved(n) => Layout::Sharded {
-            count: count(n),
-            previous: true,
-        },
-    }
+    Layout::Deployed { now, previous }
+}
+
+/// The places of `layout` (both layouts during a move), each as the layout of its own
+/// reconciler's pass: a shard's own database, or the D1 alone.
+fn passes_of(layout: Layout) -> Vec<Layout> {
+    let Layout::Deployed { now, previous } = layout else {
+        return vec![layout];
+    };
+    [Some(now), previous]
+        .into_iter()
+        .flatten()
+        .flat_map(|l| match l {
+            StoreLayout::D1 => vec![Layout::ONE],
+            StoreLayout::Shards(count) => (0..count.get())
+                .map(|index| Layout::Inside(Shard { count, index }))
+                .collect(),
+        })
+        .collect()
 }
 
 /// A column's value as text: a string as it is, any other value as its JSON, `None`
@@ -329,8 +351,8 @@ impl World {
         *self.db.faults.borrow_mut() = faults;
         // In a moved world the shards are certified at the move: once now is enough,
         // since every shard's copy is written by the same call (it goes everywhere).
-        if let Shape::Moved(n) = self.shape {
-            self.certify_fallback(layout_of(Shape::Moved(n), true));
+        if let Shape::Moved { .. } = self.shape {
+            self.certify_fallback(layout_of(self.shape, true));
             *self.db.faults.borrow_mut() = FaultRates::default();
             while self.step(&mut rng) {}
             let _ = crate::platform::drain_log();

@@ -6,8 +6,6 @@ use super::checks::SeenJob;
 use super::World;
 use crate::db::FaultRates;
 use crate::rng::Rng;
-use onceclick_core::store::native::Layout;
-use onceclick_protocol::shard::Shard;
 use onceclick_protocol::AttemptState;
 use std::rc::Rc;
 
@@ -84,16 +82,10 @@ impl World {
         }
     }
 
-    /// A reconciler pass of every place: each shard, and the D1 a move kept.
+    /// A reconciler pass of every place: each shard, and the D1, of both layouts during
+    /// a move.
     fn reconcile_everywhere(self: &Rc<Self>) {
-        let layouts: Vec<Layout> = match self.layout.get() {
-            Layout::Sharded { count, previous } => (0..count.get())
-                .map(|index| Layout::Inside(Shard { count, index }))
-                .chain(previous.then_some(Layout::One))
-                .collect(),
-            other => vec![other],
-        };
-        for layout in layouts {
+        for layout in super::passes_of(self.layout.get()) {
             self.spawn_reconcile(layout);
         }
     }

@@ -11,7 +11,6 @@ use crate::requests;
 use crate::rng::Rng;
 use onceclick_core::store::native::Layout;
 use onceclick_core::{alarm, handoff};
-use onceclick_protocol::shard::Shard;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::rc::Rc;
@@ -38,13 +37,9 @@ impl World {
 
     /// The layout of a shard's own database (its alarm's pass), by its place's name.
     fn shard_layout(&self, place: &str) -> Option<Layout> {
-        let Layout::Sharded { count, .. } = self.layout.get() else {
-            return None;
-        };
-        (0..count.get())
-            .map(|index| Shard { count, index })
-            .find(|shard| shard.object_name() == place)
-            .map(Layout::Inside)
+        super::passes_of(self.layout.get())
+            .into_iter()
+            .find(|layout| matches!(layout, Layout::Inside(shard) if shard.object_name() == place))
     }
 
     /// The shards whose alarm is running.
