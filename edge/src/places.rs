@@ -129,16 +129,33 @@ struct WorkerPlaces {
     local: Option<Local>,
 }
 
-fn var(env: &Env, name: &str) -> Option<String> {
-    env.var(name).ok().map(|v| v.to_string())
+/// A var that decides where keys bind, read strictly: unset is `None`, a text is itself,
+/// a whole number (`SHARDS = 16` in TOML) its digits; anything else is a configuration
+/// error (500, logged), never read as unset, which would silently change the layout.
+fn var(env: &Env, name: &str) -> ApiResult<Option<String>> {
+    let raw = Reflect::get(env.as_ref(), &name.into()).unwrap_or(JsValue::UNDEFINED);
+    if raw.is_undefined() || raw.is_null() {
+        return Ok(None);
+    }
+    if let Some(text) = raw.as_string() {
+        return Ok(Some(text));
+    }
+    match raw.as_f64() {
+        Some(n) if n.fract() == 0.0 && (0.0..=f64::from(u32::MAX)).contains(&n) => {
+            Ok(Some((n as u32).to_string()))
+        }
+        _ => Err(AppError::internal(format!(
+            "{name} is {raw:?}; write it as a string"
+        ))),
+    }
 }
 
 /// The layout `STORE` and `SHARDS` name: where new keys bind.
 fn layout_now(env: &Env) -> ApiResult<StoreLayout> {
-    match var(env, "STORE").as_deref() {
+    match var(env, "STORE")?.as_deref() {
         None | Some("d1") => Ok(StoreLayout::D1),
         Some("durable") => {
-            let count = match var(env, "SHARDS") {
+            let count = match var(env, "SHARDS")? {
                 None => DEFAULT_SHARDS,
                 Some(text) => text.parse().map_err(|_| bad_shards(&text))?,
             };
@@ -158,7 +175,7 @@ fn layout_now(env: &Env) -> ApiResult<StoreLayout> {
 /// (`moving::check_move`), before any call.
 pub(crate) fn from_env(env: &Env) -> ApiResult<Store> {
     let now = layout_now(env)?;
-    let previous = match var(env, "PREVIOUS_STORE").as_deref() {
+    let previous = match var(env, "PREVIOUS_STORE")?.as_deref() {
         None | Some("") => None,
         Some(text) => Some(
             StoreLayout::parse(text)
@@ -182,7 +199,7 @@ pub(crate) fn from_env(env: &Env) -> ApiResult<Store> {
     let layout = Layout::Deployed { now, previous };
     Ok(Store::new(Rc::new(places), layout)
         .refusing_new_keys(refusing)
-        .logging_calls(var(env, "LOG_STORE_CALLS").as_deref() == Some("true")))
+        .logging_calls(var(env, "LOG_STORE_CALLS")?.as_deref() == Some("true")))
 }
 
 /// The store of one D1 database (a sharded deployment's previous layout's).

@@ -116,7 +116,7 @@ impl MoveStatus {
         if self.previous_may_go() {
             return match previous {
                 StoreLayout::D1 => "d1 may go: it holds no job; remove PREVIOUS_STORE, then the [[d1_databases]] block (keep the cron: it certifies providers)".to_owned(),
-                StoreLayout::Shards(_) => format!("{previous} may go: its shards hold no job; remove PREVIOUS_STORE (its objects, empty, cost nothing)"),
+                StoreLayout::Shards(_) => format!("{previous} may go: its shards hold no job; remove PREVIOUS_STORE (its objects keep only a copy of the certifications and old figures, and do not run)"),
             };
         }
         let mut why = format!(

@@ -47,21 +47,32 @@ fn shard_files(dir: &Path) -> Vec<PathBuf> {
     found
 }
 
-/// The shards' SQLite files under `dir` of the layout of `count` shards: those whose
-/// object named itself `s<count>.<index>` (its `onceclick_shard` row), in a stable order.
-pub fn shard_files_of(dir: &Path, count: u32) -> Vec<PathBuf> {
-    let prefix = format!("s{count}.");
+/// Each shard's SQLite file under `dir`, with the name its object gave itself
+/// (`s<count>.<index>`, its `onceclick_shard` row; `None` if it has none yet).
+pub fn shard_names_in(dir: &Path) -> Vec<(PathBuf, Option<String>)> {
     shard_files(dir)
         .into_iter()
-        .filter(|path| {
-            Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .map(|path| {
+            let name = Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_ONLY)
                 .and_then(|c| {
                     c.query_row("SELECT name FROM onceclick_shard", [], |r| {
                         r.get::<_, String>(0)
                     })
                 })
-                .is_ok_and(|name| name.starts_with(&prefix))
+                .ok();
+            (path, name)
         })
+        .collect()
+}
+
+/// The shards' SQLite files under `dir` of the layout of `count` shards: those whose
+/// object named itself `s<count>.<index>`, in a stable order.
+pub fn shard_files_of(dir: &Path, count: u32) -> Vec<PathBuf> {
+    let prefix = format!("s{count}.");
+    shard_names_in(dir)
+        .into_iter()
+        .filter(|(_, name)| name.as_ref().is_some_and(|n| n.starts_with(&prefix)))
+        .map(|(path, _)| path)
         .collect()
 }
 

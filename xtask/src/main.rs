@@ -353,7 +353,8 @@ fn real_main() -> Result<()> {
             let root = project_root();
             let previous = move_status::previous_layout(&root, flags.previous.as_deref())?;
             let at = match (flags.local, flags.url) {
-                (true, _) => move_status::Asked::Local(
+                (true, Some(_)) => bail!("move-status asks one place: --local, or --url"),
+                (true, None) => move_status::Asked::Local(
                     flags
                         .persist
                         .unwrap_or_else(|| root.join(".wrangler/state")),

@@ -59,24 +59,50 @@ pub(crate) fn status(tools: &Tools, previous: StoreLayout, at: &Asked) -> Result
 }
 
 /// The local shards of `count`, each asked, the counts summed. A shard never called has
-/// no file, and holds nothing.
+/// no file, and holds nothing; but a folder with no shard of `count` at all is more
+/// likely the wrong folder than an empty layout, and a shard's file that has not named
+/// itself yet (its name is kept on its first call) could be of either count: both are
+/// errors, never a "may go".
 fn from_local_shards(persist: &Path, count: u32) -> Result<MoveStatus> {
+    let prefix = format!("s{count}.");
     let mut sum = MoveStatus::default();
-    for file in onceclick_tests::db::shard_files_of(persist, count) {
-        let conn = onceclick_tests::db::open_file(&file);
-        let place = conn
-            .query_row(MOVE_STATUS_SQL, [], |r| {
-                Ok(MoveStatus {
-                    jobs: r.get("jobs")?,
-                    unknown: r.get("unknown")?,
-                    open: r.get("open")?,
-                    last_updated_at: r.get("last_updated_at")?,
-                })
-            })
-            .with_context(|| format!("the counts of {}", file.display()))?;
-        sum.add(place);
+    let mut asked = 0;
+    for (file, name) in onceclick_tests::db::shard_names_in(persist) {
+        let place = ask_file(&file)?;
+        match name {
+            Some(name) if name.starts_with(&prefix) => {
+                sum.add(place);
+                asked += 1;
+            }
+            Some(_) => {}
+            None if place.jobs == 0 => {}
+            None => bail!(
+                "{} holds {} jobs and names no shard: its count is unknown",
+                file.display(),
+                place.jobs
+            ),
+        }
     }
+    ensure!(
+        asked > 0,
+        "no shard of durable:{count} under {}: is it the folder `wrangler dev --persist-to` keeps?",
+        persist.display()
+    );
     Ok(sum)
+}
+
+/// One shard's file asked the statement `GET /v1/move` runs.
+fn ask_file(file: &Path) -> Result<MoveStatus> {
+    onceclick_tests::db::open_file(file)
+        .query_row(MOVE_STATUS_SQL, [], |r| {
+            Ok(MoveStatus {
+                jobs: r.get("jobs")?,
+                unknown: r.get("unknown")?,
+                open: r.get("open")?,
+                last_updated_at: r.get("last_updated_at")?,
+            })
+        })
+        .with_context(|| format!("the counts of {}", file.display()))
 }
 
 /// A deployed Worker's `GET /v1/move`, which must be about `previous`.

@@ -575,7 +575,7 @@ impl MoveSuite<'_> {
 }
 
 /// Whether `provider` is certified for every kind that names it (`GET /v1/providers`).
-async fn all_certified(api: &Api, provider: &str) -> bool {
+pub(crate) async fn all_certified(api: &Api, provider: &str) -> bool {
     let token = api.token("certification-reader");
     let reply = send(api.get(&token, "/v1/providers")).await;
     let body = reply.json();
@@ -689,7 +689,7 @@ pub(crate) async fn check_move_status(
     Ok(())
 }
 
-fn d1_count(persist: &Path, sql: &str, param: &str) -> Result<i64> {
+pub(crate) fn d1_count(persist: &Path, sql: &str, param: &str) -> Result<i64> {
     onceclick_tests::db::open_d1_in(persist)
         .query_row(sql, [param], |r| r.get(0))
         .with_context(|| format!("{sql} on the D1 file"))

@@ -1,6 +1,6 @@
-//! Changing the number of shards, as README.md describes it: 8 → 16, then 16 → 4, on one
-//! persisted local store, through the lives of the Worker (the same mechanism as the
-//! move from D1, `moves.rs`):
+//! Changing the number of shards, and going back to D1, as README.md describes it: 8 → 16,
+//! then 16 → 4, then 4 → D1, on one persisted local store, through the lives of the
+//! Worker (the same mechanism as the move from D1, `moves.rs`):
 //!
 //! 1. **8 shards**: jobs are made, all but one succeed; the fallback is certified.
 //! 2. **8 shards refusing new keys** (step 1 of the move): a new key is `503` and binds
@@ -9,23 +9,28 @@
 //!    - every old key is still answered from its shard of 8 (the same job, or the 409 of
 //!      another body);
 //!    - new keys, and the one refused in life 2, are bound in shards of 16;
+//!    - the shards of 16 start with no certification, and the cron's pass certifies them;
 //!    - the failed old job takes the fallback button: its attempt is made, dispatched
-//!      and recorded in the job's own shard of 8;
+//!      and recorded in the job's own shard of 8 (on that shard's certification);
 //!    - the owner's list holds the jobs of both layouts;
 //!    - every key is bound exactly once over both layouts, in the layout of its time;
 //!    - the end of the move is a count: with every old job idle for years but the one
 //!      that finished after step 1, `GET /v1/move` and `cargo xtask move-status --local
-//!      --previous durable:8` both say keep; once the shards of 8 have purged it too,
-//!      both say they may go.
+//!      --previous durable:8` both say keep; once the old shards' alarms have purged it
+//!      too, both say they may go.
 //! 4. **A second move started during the first** (16 shards refusing new keys, with
 //!    `PREVIOUS_STORE` still set) is refused when it loads: every request is a 500, and
 //!    the log says "one move at a time".
-//! 5. **16 shards refusing new keys** (the first move ended): a new key is `503`.
-//! 6. **4 shards, `PREVIOUS_STORE = "durable:16"`**: the keys of 16 answered from there,
-//!    new keys bound in shards of 4, each key once; the shards of 16 still hold jobs, so
-//!    they may not go.
+//! 5. **16 shards refusing new keys** (the first move ended), then **4 shards,
+//!    `PREVIOUS_STORE = "durable:16"`**: the keys of 16 answered from there, new keys
+//!    bound in shards of 4, each key once; the move ends when the alarms have purged 16.
+//! 6. **4 shards refusing new keys**, then **D1, `PREVIOUS_STORE = "durable:4"`**: the
+//!    keys of 4 answered from there, new keys bound in D1 (UUIDv7 ids), each key once;
+//!    the shards of 4 still hold jobs, so they may not go.
 
-use crate::moves::{check_move_status, MoveSuite, OLD_KEYS};
+use crate::moves::{
+    all_certified, certified_by_cron, check_move_status, d1_count, MoveSuite, OLD_KEYS,
+};
 use crate::wrangler::{self, DevOptions, Wrangler};
 use anyhow::{ensure, Context, Result};
 use onceclick_protocol::moving::StoreLayout;
@@ -33,33 +38,37 @@ use onceclick_protocol::shard::{route_of_id, IdRoute, ShardCount};
 use onceclick_tests::client::{id, send, unique, Api};
 use serde_json::json;
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-/// Keys bound in each later layout (16, then 4).
+/// Keys bound in each later layout (16, 4, then D1).
 const LATER_KEYS: usize = 6;
-/// The key life 2 refuses (bound in 16 in life 3), and the one life 5 refuses (in 4).
-const REFUSED_IN_8: usize = 50;
-const REFUSED_IN_16: usize = 60;
+/// The keys each step 1 refuses (on 8, 16 and 4 shards), each bound in the next layout.
+const REFUSED: [usize; 3] = [50, 60, 70];
 
 /// The resharding suite: the lives of the module's list, in order, on one store.
 pub(crate) fn run(tools: &crate::tools::Tools, root: &Path) -> Result<()> {
     let started = Instant::now();
     let suite = MoveSuite::new(tools, root, "reshard")?;
     let moves = Reshard { suite: &suite };
+    let (eight, sixteen, four) = (shards(8)?, shards(16)?, shards(4)?);
     eprintln!("xtask: resharding, life 1: 8 shards");
-    let old = moves.life_on(8)?;
+    let old = moves.life_on(eight)?;
     eprintln!("xtask: resharding, life 2: 8 shards refusing new keys");
-    moves.life_refusing(8, REFUSED_IN_8, (0, &old[0]))?;
+    moves.life_refusing(eight, REFUSED[0], (0, &old[0]))?;
     eprintln!("xtask: resharding, life 3: 16 shards, 8 kept");
-    let mid = moves.life_moved_to_16(&old)?;
+    let (keys_16, mid) = moves.life_moved_to_16(&old)?;
     eprintln!("xtask: resharding, life 4: a second move during the first is refused");
     moves.second_move_refused()?;
-    eprintln!("xtask: resharding, life 5: 16 shards refusing new keys");
-    moves.life_refusing(16, REFUSED_IN_16, (OLD_KEYS, &mid[0]))?;
-    eprintln!("xtask: resharding, life 6: 4 shards, 16 kept");
-    moves.life_moved_to_4(&mid)?;
+    eprintln!("xtask: resharding, life 5: 16 shards refusing new keys, then 4 shards, 16 kept");
+    moves.life_refusing(sixteen, REFUSED[1], (keys_16[0], &mid[0]))?;
+    let keys_4 = moves.later_keys(2, REFUSED[1]);
+    let new = moves.life_moved(four, sixteen, (&keys_16, &mid), &keys_4, true)?;
+    eprintln!("xtask: resharding, life 6: 4 shards refusing new keys, then D1, 4 kept");
+    moves.life_refusing(four, REFUSED[2], (keys_4[0], &new[0]))?;
+    let keys_d1 = moves.later_keys(3, REFUSED[2]);
+    moves.life_moved(StoreLayout::D1, four, (&keys_4, &new), &keys_d1, false)?;
     eprintln!(
-        "xtask: resharding 8 → 16 → 4: every key answered from the layout it was bound in, none bound twice ({:.0} s)",
+        "xtask: resharding 8 → 16 → 4 → D1: every key answered from the layout it was bound in, none bound twice ({:.0} s)",
         started.elapsed().as_secs_f64()
     );
     Ok(())
@@ -69,24 +78,6 @@ struct Reshard<'s, 'a> {
     suite: &'s MoveSuite<'a>,
 }
 
-/// Every shard's reconciler pass now, of both layouts (`POST /v1/_reconcile`, test-only):
-/// what their alarms do in their time.
-async fn reconcile_every_shard(api: &Api) -> Result<()> {
-    let admin = api.admin_token("reshard-cron");
-    let (reply, _) = onceclick_tests::client::resend_while_unavailable(
-        || api.post_json(&admin, "/v1/_reconcile", &json!({})),
-        &[200; 4],
-    )
-    .await;
-    ensure!(
-        reply.status == 200,
-        "the shards' passes: {} {}",
-        reply.status,
-        reply.text
-    );
-    Ok(())
-}
-
 /// `durable:N`.
 fn shards(count: u32) -> Result<StoreLayout> {
     ShardCount::new(count)
@@ -94,51 +85,72 @@ fn shards(count: u32) -> Result<StoreLayout> {
         .context("a shard count")
 }
 
-/// The shard count an id was made under (none for a D1's id).
-fn count_of(id: &str) -> Option<u32> {
-    match route_of_id(id) {
-        IdRoute::Shard(shard) => Some(shard.count.get()),
-        _ => None,
+/// Whether `id` is a job (or attempt) of `layout`: a UUIDv7 for D1, a UUIDv8 naming a
+/// shard of its count otherwise.
+fn made_in(id: &str, layout: StoreLayout) -> bool {
+    match (route_of_id(id), layout) {
+        (IdRoute::Database, StoreLayout::D1) => true,
+        (IdRoute::Shard(shard), StoreLayout::Shards(count)) => shard.count == count,
+        _ => false,
     }
 }
 
 impl Reshard<'_, '_> {
-    fn life(&self, name: &str, count: u32, previous: Option<u32>) -> Result<Wrangler> {
-        let (count, previous) = (
-            count.to_string(),
-            previous.map(|p| format!("durable:{p}")).unwrap_or_default(),
-        );
-        self.suite.life(
-            name,
-            &[
-                ("STORE", "durable"),
-                ("SHARDS", &count),
-                ("PREVIOUS_STORE", &previous),
-                ("RECONCILE_STARTING_AFTER_MS", "1500"),
-                ("ALLOW_FAULT_INJECTION", "true"),
-            ],
-        )
+    /// A life on `now`, moving from `previous` if any.
+    fn life(
+        &self,
+        name: &str,
+        now: StoreLayout,
+        previous: Option<StoreLayout>,
+    ) -> Result<Wrangler> {
+        let previous = previous.map(|p| p.to_string()).unwrap_or_default();
+        let mut vars = vec![
+            ("PREVIOUS_STORE", previous.as_str()),
+            ("RECONCILE_STARTING_AFTER_MS", "1500"),
+            ("ALLOW_FAULT_INJECTION", "true"),
+        ];
+        let count;
+        match now {
+            StoreLayout::D1 => vars.push(("STORE", "d1")),
+            StoreLayout::Shards(n) => {
+                count = n.get().to_string();
+                vars.extend([("STORE", "durable"), ("SHARDS", count.as_str())]);
+            }
+        }
+        self.suite.life(name, &vars)
     }
 
-    /// Life 1: the old keys' jobs on `count` shards (the last failed), the fallback
-    /// certified; every id names a shard of `count`.
-    fn life_on(&self, count: u32) -> Result<Vec<String>> {
-        let server = self.life(&format!("reshard-{count}"), count, None)?;
+    /// The keys the `n`th later layout binds (`LATER_KEYS` of its own, and the key the
+    /// step 1 before it refused).
+    fn later_keys(&self, n: usize, refused: usize) -> Vec<usize> {
+        let first = OLD_KEYS + (n - 1) * LATER_KEYS;
+        (first..first + LATER_KEYS).chain([refused]).collect()
+    }
+
+    /// Life 1: the old keys' jobs on `layout` (the last failed), the fallback certified;
+    /// every id is one of `layout`.
+    fn life_on(&self, layout: StoreLayout) -> Result<Vec<String>> {
+        let server = self.life(&format!("reshard-{layout}"), layout, None)?;
         let ids = self
             .suite
             .runtime
             .block_on(self.suite.make_old_jobs(&self.suite.api(&server)))?;
         ensure!(
-            ids.iter().all(|i| count_of(i) == Some(count)),
-            "{count} shards made ids of another layout: {ids:?}"
+            ids.iter().all(|i| made_in(i, layout)),
+            "{layout} made ids of another layout: {ids:?}"
         );
         Ok(ids)
     }
 
-    /// Step 1 on `count` shards: key `refused` is a `503` and binds nothing; key
-    /// `bound.0` is still the replay of its job `bound.1`.
-    fn life_refusing(&self, count: u32, refused: usize, bound: (usize, &str)) -> Result<()> {
-        let server = self.life(&format!("reshard-refuse-{count}"), count, None)?;
+    /// Step 1 on `layout`: key `refused` is a `503` and binds nothing; key `bound.0` is
+    /// still the replay of its job `bound.1`.
+    fn life_refusing(
+        &self,
+        layout: StoreLayout,
+        refused: usize,
+        bound: (usize, &str),
+    ) -> Result<()> {
+        let server = self.life(&format!("reshard-refuse-{layout}"), layout, None)?;
         let suite = self.suite;
         suite.runtime.block_on(async {
             let api = suite.api(&server);
@@ -147,7 +159,7 @@ impl Reshard<'_, '_> {
                 send(api.create(&token, Some(&suite.key(refused)), &suite.body(refused))).await;
             ensure!(
                 reply.status == 503 && reply.header("retry-after") == Some("30"),
-                "a new key while {count} shards refuse them: {} {}",
+                "a new key while {layout} refuses them: {} {}",
                 reply.status,
                 reply.text
             );
@@ -155,31 +167,34 @@ impl Reshard<'_, '_> {
             let replay = send(api.create(&token, Some(&suite.key(i)), &suite.body(i))).await;
             ensure!(
                 replay.status == 200 && id(&replay.json()) == bound,
-                "a bound key while {count} shards refuse new ones: {} {}",
+                "a bound key while {layout} refuses new ones: {} {}",
                 replay.status,
                 replay.text
             );
             Ok(())
         })?;
         ensure!(
-            self.bound(count, refused)? == 0,
+            self.bound(layout, refused)? == 0,
             "the refused key was written"
         );
         Ok(())
     }
 
-    /// Life 3: 16 shards with the 8 kept. The ids of the keys bound in 16.
-    fn life_moved_to_16(&self, old: &[String]) -> Result<Vec<String>> {
-        let server = self.life("reshard-16", 16, Some(8))?;
+    /// Life 3: 16 shards with the 8 kept; its end. The keys bound in 16, and their ids.
+    fn life_moved_to_16(&self, old: &[String]) -> Result<(Vec<usize>, Vec<String>)> {
+        let (eight, sixteen) = (shards(8)?, shards(16)?);
+        let server = self.life("reshard-16", sixteen, Some(eight))?;
         let suite = self.suite;
-        let later: Vec<usize> = (OLD_KEYS..OLD_KEYS + LATER_KEYS)
-            .chain([REFUSED_IN_8])
-            .collect();
+        let later = self.later_keys(1, REFUSED[0]);
+        let old_keys: Vec<usize> = (0..OLD_KEYS).collect();
         let mid = suite.runtime.block_on(async {
             let api = suite.api(&server);
             let token = api.token(&suite.owner);
-            let keys: Vec<usize> = (0..OLD_KEYS).collect();
-            self.replays(&api, &token, &keys, old, 8).await?;
+            ensure!(
+                !all_certified(&api, "fallback").await,
+                "the shards of 16 start with no certification"
+            );
+            self.replays(&api, &token, (&old_keys, old), eight).await?;
             let conflict = send(api.create(&token, Some(&suite.key(1)), &suite.body(1000))).await;
             ensure!(
                 conflict.status == 409 && conflict.problem_code() == "idempotency_key_reused",
@@ -187,47 +202,69 @@ impl Reshard<'_, '_> {
                 conflict.status,
                 conflict.text
             );
-            let mid = self.bind(&api, &token, &later, 16).await?;
+            let mid = self.bind(&api, &token, &later, sixteen).await?;
             self.fallback_in_its_own_shard(&api, &token, &old[OLD_KEYS - 1])
                 .await?;
+            certified_by_cron(&api, "fallback").await?;
             let every: Vec<String> = old.iter().chain(&mid).cloned().collect();
             self.listed(&api, &token, &every).await?;
             anyhow::Ok(mid)
         })?;
-        self.bound_once(&(0..OLD_KEYS).collect::<Vec<_>>(), 8, 16)?;
-        self.bound_once(&later, 16, 8)?;
+        self.bound_once(&old_keys, eight, sixteen)?;
+        self.bound_once(&later, sixteen, eight)?;
         // The end of the move is a count: every job of 8 idle for years but the one that
         // took the fallback button after step 1, then that one too.
-        let late = [old[OLD_KEYS - 1].clone()];
-        let eight = shards(8)?;
-        for (keep, left) in [(&late[..], 1), (&[][..], 0)] {
-            self.backdate(8, keep)?;
-            suite.runtime.block_on(async {
-                let api = suite.api(&server);
-                reconcile_every_shard(&api).await?;
-                check_move_status(suite.tools, &api, &suite.persist, eight, Some(left)).await
-            })?;
-        }
-        Ok(mid)
+        self.purged(&server, eight, &old[OLD_KEYS - 1..], 1)?;
+        self.purged(&server, eight, &[], 0)?;
+        Ok((later, mid))
     }
 
-    /// Each of `keys` is the replay of its job in `ids` (in the same order), from the
-    /// layout of `count` shards the job was made in.
+    /// Step 2 of a move from `previous` to `now`: the keys `before.0` (whose jobs are
+    /// `before.1`) answered from `previous`, the keys `keys` bound in `now`, each key
+    /// once, and `previous` still holding its jobs; with `end`, then the move's end, its
+    /// old jobs purged by their shards' alarms. The ids of `keys`' jobs.
+    fn life_moved(
+        &self,
+        now: StoreLayout,
+        previous: StoreLayout,
+        before: (&[usize], &[String]),
+        keys: &[usize],
+        end: bool,
+    ) -> Result<Vec<String>> {
+        let server = self.life(&format!("reshard-{now}"), now, Some(previous))?;
+        let suite = self.suite;
+        let new = suite.runtime.block_on(async {
+            let api = suite.api(&server);
+            let token = api.token(&suite.owner);
+            self.replays(&api, &token, before, previous).await?;
+            let new = self.bind(&api, &token, keys, now).await?;
+            let every: Vec<String> = before.1.iter().chain(&new).cloned().collect();
+            self.listed(&api, &token, &every).await?;
+            let held = Some(before.1.len() as u64);
+            check_move_status(suite.tools, &api, &suite.persist, previous, held).await?;
+            anyhow::Ok(new)
+        })?;
+        self.bound_once(before.0, previous, now)?;
+        self.bound_once(keys, now, previous)?;
+        if end {
+            self.purged(&server, previous, &[], 0)?;
+        }
+        Ok(new)
+    }
+
+    /// Each of `keys.0` is the replay of its job in `keys.1` (in the same order), from the
+    /// layout `layout` the job was made in.
     async fn replays(
         &self,
         api: &Api,
         token: &str,
-        keys: &[usize],
-        ids: &[String],
-        count: u32,
+        (keys, ids): (&[usize], &[String]),
+        layout: StoreLayout,
     ) -> Result<()> {
         ensure!(keys.len() == ids.len(), "{keys:?} and {ids:?}");
         let suite = self.suite;
         for (&i, job) in keys.iter().zip(ids) {
-            ensure!(
-                count_of(job) == Some(count),
-                "{job} is not a job of {count} shards"
-            );
+            ensure!(made_in(job, layout), "{job} is not a job of {layout}");
             let read = send(api.get(token, &format!("/v1/jobs/{job}"))).await;
             ensure!(read.status == 200, "{job} read: {}", read.text);
             let replay = send(api.create(token, Some(&suite.key(i)), &suite.body(i))).await;
@@ -241,13 +278,13 @@ impl Reshard<'_, '_> {
         Ok(())
     }
 
-    /// Binds `keys`: each a new job of `count` shards, succeeded. Their ids.
+    /// Binds `keys`: each a new job of `layout`, succeeded. Their ids.
     async fn bind(
         &self,
         api: &Api,
         token: &str,
         keys: &[usize],
-        count: u32,
+        layout: StoreLayout,
     ) -> Result<Vec<String>> {
         let suite = self.suite;
         let mut ids = Vec::new();
@@ -256,8 +293,8 @@ impl Reshard<'_, '_> {
             ensure!(made.status == 201, "key {i}: {} {}", made.status, made.text);
             let job = id(&made.json());
             ensure!(
-                count_of(&job) == Some(count),
-                "key {i} made {job}, not a job of {count} shards"
+                made_in(&job, layout),
+                "key {i} made {job}, not a job of {layout}"
             );
             ids.push(job);
         }
@@ -324,37 +361,49 @@ impl Reshard<'_, '_> {
         Ok(())
     }
 
-    /// How many jobs key `i` is bound to in the shards of `count`.
-    fn bound(&self, count: u32, i: usize) -> Result<i64> {
+    /// How many jobs key `i` is bound to in `layout`.
+    fn bound(&self, layout: StoreLayout, i: usize) -> Result<i64> {
+        let sql = "SELECT count(*) FROM jobs WHERE idempotency_key = ?1";
+        let count = match layout {
+            StoreLayout::D1 => return d1_count(&self.suite.persist, sql, &self.suite.key(i)),
+            StoreLayout::Shards(count) => count.get(),
+        };
         let mut n = 0;
         for file in onceclick_tests::db::shard_files_of(&self.suite.persist, count) {
             n += onceclick_tests::db::open_file(&file)
-                .query_row(
-                    "SELECT count(*) FROM jobs WHERE idempotency_key = ?1",
-                    [self.suite.key(i)],
-                    |r| r.get::<_, i64>(0),
-                )
+                .query_row(sql, [self.suite.key(i)], |r| r.get::<_, i64>(0))
                 .with_context(|| format!("the jobs of {}", file.display()))?;
         }
         Ok(n)
     }
 
-    /// Each of `keys` is bound once in the shards of `count`, and not in those of `other`.
-    fn bound_once(&self, keys: &[usize], count: u32, other: u32) -> Result<()> {
+    /// Each of `keys` is bound once in `layout`, and not in `other`.
+    fn bound_once(&self, keys: &[usize], layout: StoreLayout, other: StoreLayout) -> Result<()> {
         for &i in keys {
-            let (here, there) = (self.bound(count, i)?, self.bound(other, i)?);
+            let (here, there) = (self.bound(layout, i)?, self.bound(other, i)?);
             ensure!(
                 here == 1 && there == 0,
-                "key {i} is bound {here} times in {count} shards and {there} times in {other}"
+                "key {i} is bound {here} times in {layout} and {there} times in {other}"
             );
         }
         Ok(())
     }
 
-    /// Makes every job of the shards of `count` but those in `keep` look idle since 2000,
-    /// past any retention.
-    fn backdate(&self, count: u32, keep: &[String]) -> Result<()> {
-        for file in onceclick_tests::db::shard_files_of(&self.suite.persist, count) {
+    /// The end of a move from the shards `previous`: every job there but those in `keep`
+    /// made to look idle since 2000, past any retention; then every shard's alarm moved
+    /// near (`POST /v1/_reconcile` with `alarm_in_ms`), and `GET /v1/move` awaited until
+    /// the alarms have purged all but `left` jobs, which `move-status` then says too.
+    fn purged(
+        &self,
+        server: &Wrangler,
+        previous: StoreLayout,
+        keep: &[String],
+        left: u64,
+    ) -> Result<()> {
+        let StoreLayout::Shards(count) = previous else {
+            anyhow::bail!("a D1 is purged by the cron, not by alarms");
+        };
+        for file in onceclick_tests::db::shard_files_of(&self.suite.persist, count.get()) {
             onceclick_tests::db::open_file_writable(&file)
                 .execute(
                     "UPDATE jobs SET updated_at = '2000-01-01T00:00:00.000Z'
@@ -363,7 +412,36 @@ impl Reshard<'_, '_> {
                 )
                 .with_context(|| format!("backdating the jobs of {}", file.display()))?;
         }
-        Ok(())
+        let suite = self.suite;
+        suite.runtime.block_on(async {
+            let api = suite.api(server);
+            let admin = api.admin_token("reshard-alarms");
+            let (armed, _) = onceclick_tests::client::resend_while_unavailable(
+                || api.post_json(&admin, "/v1/_reconcile", &json!({"alarm_in_ms": 50})),
+                &[200; 4],
+            )
+            .await;
+            ensure!(
+                armed.status == 200,
+                "the alarms: {} {}",
+                armed.status,
+                armed.text
+            );
+            // The alarms run on their own: wait for their purge, as a person would ask.
+            let by = Instant::now() + Duration::from_secs(60);
+            loop {
+                let status = send(api.get(&admin, "/v1/move")).await.json();
+                if status["jobs"].as_u64() == Some(left) {
+                    break;
+                }
+                ensure!(
+                    Instant::now() < by,
+                    "{previous}'s alarms did not purge: {status}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            check_move_status(suite.tools, &api, &suite.persist, previous, Some(left)).await
+        })
     }
 
     /// A second move's first step while the first move still keeps its previous layout
@@ -423,38 +501,5 @@ impl Reshard<'_, '_> {
             }
         }
         Ok(())
-    }
-
-    /// Life 6: 4 shards with the 16 kept: the keys of 16 answered from there, new keys
-    /// bound in 4, each key once; the shards of 16 still hold jobs.
-    fn life_moved_to_4(&self, mid: &[String]) -> Result<()> {
-        let server = self.life("reshard-4", 4, Some(16))?;
-        let suite = self.suite;
-        let first = OLD_KEYS + LATER_KEYS;
-        let newer: Vec<usize> = (first..first + LATER_KEYS).chain([REFUSED_IN_16]).collect();
-        suite.runtime.block_on(async {
-            let api = suite.api(&server);
-            let token = api.token(&suite.owner);
-            let keys: Vec<usize> = (OLD_KEYS..OLD_KEYS + LATER_KEYS)
-                .chain([REFUSED_IN_8])
-                .collect();
-            self.replays(&api, &token, &keys, mid, 16).await?;
-            let new = self.bind(&api, &token, &newer, 4).await?;
-            let every: Vec<String> = mid.iter().chain(&new).cloned().collect();
-            self.listed(&api, &token, &every).await?;
-            check_move_status(
-                suite.tools,
-                &api,
-                &suite.persist,
-                shards(16)?,
-                Some(mid.len() as u64),
-            )
-            .await
-        })?;
-        let of_16: Vec<usize> = (OLD_KEYS..OLD_KEYS + LATER_KEYS)
-            .chain([REFUSED_IN_8])
-            .collect();
-        self.bound_once(&of_16, 16, 4)?;
-        self.bound_once(&newer, 4, 16)
     }
 }

@@ -5,7 +5,7 @@
 //! step logged.
 
 use super::generate::Request;
-use super::{column_text, World};
+use super::{column_text, Shape, World};
 use crate::db;
 use crate::model::{self, JobRecord, JobView, Reply};
 use crate::requests::Answer;
@@ -135,8 +135,15 @@ impl World {
             self.violate(what);
         }
         if let (Request::Create { .. }, Some(job)) = (request, reply.job) {
-            if self.of_previous_layout(&job.id) {
-                self.figures.borrow_mut().previous_answers += 1;
+            if let (true, Shape::Moved { from, to }) =
+                (self.of_previous_layout(&job.id), self.shape)
+            {
+                *self
+                    .figures
+                    .borrow_mut()
+                    .previous_answers
+                    .entry(format!("{from} → {to}"))
+                    .or_default() += 1;
             }
         }
     }

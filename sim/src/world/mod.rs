@@ -97,9 +97,9 @@ pub struct Figures {
     pub watch_capped: u64,
     /// The moves made halfway, by kind (`d1 → durable:2`).
     pub moves: BTreeMap<String, u64>,
-    /// Creates answered, after a move, with a job of the layout it left: a key bound
-    /// before the move found where it was bound.
-    pub previous_answers: u64,
+    /// Creates answered, after a move, with a job of the layout it left (a key bound
+    /// before the move found where it was bound), by kind of move.
+    pub previous_answers: BTreeMap<String, u64>,
 }
 
 impl Figures {
@@ -123,7 +123,9 @@ impl Figures {
         self.live.add(&o.live);
         self.recertified += o.recertified;
         self.watch_capped += o.watch_capped;
-        self.previous_answers += o.previous_answers;
+        for (kind, n) in &o.previous_answers {
+            *self.previous_answers.entry(kind.clone()).or_default() += n;
+        }
         for (kind, n) in &o.moves {
             *self.moves.entry(kind.clone()).or_default() += n;
         }
