@@ -22,7 +22,7 @@
 //!   commit, a failed send) is late by at most that, never lost.
 //! - **Kept text never outlives its job.** A hub deletes its storage once it learns
 //!   that its job is settled or gone, however it learns it. While storage keeps text,
-//!   the same alarm reads the job at least every [`HubState::check_every_ms`] (the
+//!   the same alarm reads the job at least every [`Live::check_every_ms`] (the
 //!   retention): so even when every notification is lost, the text goes before the
 //!   purge could take the job (a job is purged a retention after it settled). An
 //!   `unknown` job's text stays, for its operator: such a job is never purged.
@@ -31,7 +31,6 @@
 //!   would be the next hot object.
 
 mod alarm;
-mod calls;
 mod frame;
 mod hubs;
 mod kept;
@@ -43,12 +42,10 @@ pub(crate) use line::SocketLink;
 
 use crate::keeping::{self, Writes};
 use alarm::sooner;
-use calls::Calls;
 use frame::{frame, text_frames};
 use onceclick_protocol::live::{Hub, Keeper, Piece, Place};
 use onceclick_protocol::Job;
 use std::cell::{Cell, RefCell};
-use std::rc::Rc;
 use std::time::Duration;
 use worker::{
     durable_object, DurableObject, Env, Request, Response, Result, State, WebSocket,
@@ -58,10 +55,10 @@ use worker::{
 /// The storage key of the job's id, written with its first kept text.
 const JOB_KEY: &str = "job";
 
-/// The tag of a stream's socket: the fan-out, the subscriber limit and the alarm's
-/// re-read count only the streams'. (A call's connection is no hibernatable socket at
-/// all: [`calls`].)
+/// The tag of a stream's socket, and of a streaming call's ([`line::HAND`]): the fan-out,
+/// the subscriber limit and the alarm's re-read count only the streams'.
 const STREAM: &str = "stream";
+const CALL: &str = "call";
 
 /// The binding of the hubs in wrangler.toml.
 pub(crate) const BINDING: &str = "LIVE";
@@ -80,20 +77,9 @@ pub(crate) fn number_var(env: &Env, name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// The hub of one job (see the module's docs): its state, shared with the listeners of
-/// its calls' connections ([`Calls`]).
+/// The hub of one job (see the module's docs).
 #[durable_object]
-pub struct Live(Rc<HubState>);
-
-impl std::ops::Deref for Live {
-    type Target = HubState;
-    fn deref(&self) -> &HubState {
-        &self.0
-    }
-}
-
-/// What a hub holds: its object's state and memory.
-pub struct HubState {
+pub struct Live {
     state: State,
     env: Env,
     /// The newest change heard of since this instance began, and the text of each
@@ -105,8 +91,6 @@ pub struct HubState {
     settled: Cell<bool>,
     /// The job's id is in storage beside the text ([`JOB_KEY`]).
     job_kept: Cell<bool>,
-    /// The calls' connections, with their listeners.
-    calls: RefCell<Calls>,
 }
 
 /// What a stream's socket carries for the hub's alarm: the job it follows.
@@ -115,10 +99,10 @@ struct Attachment {
     job: String,
 }
 
-impl HubState {
+impl Live {
     /// Takes change `seq` if it is newer than any heard of, and sends it to every
     /// stream; drops it otherwise. The job's id when that document settles the job and
-    /// the hub's storage is to be emptied ([`HubState::delete_kept`]).
+    /// the hub's storage is to be emptied ([`Live::delete_kept`]).
     async fn offer(&self, seq: u64, doc: &str) -> Option<String> {
         if !self.latest.borrow_mut().offer(seq, doc) {
             return None;
@@ -264,15 +248,14 @@ impl HubState {
 
 impl DurableObject for Live {
     fn new(state: State, env: Env) -> Self {
-        Self(Rc::new(HubState {
+        Self {
             state,
             env,
             latest: RefCell::new(Hub::default()),
             keeper: RefCell::new(Keeper::default()),
             settled: Cell::new(false),
             job_kept: Cell::new(false),
-            calls: RefCell::new(Calls::default()),
-        }))
+        }
     }
 
     async fn fetch(&self, mut req: Request) -> Result<Response> {
@@ -290,8 +273,7 @@ impl DurableObject for Live {
                             let storage = self.state.storage();
                             worker::wasm_bindgen_futures::spawn_local(async move {
                                 let _ =
-                                    HubState::delete_kept(storage, &job_id, "notify", "settled")
-                                        .await;
+                                    Self::delete_kept(storage, &job_id, "notify", "settled").await;
                             });
                         }
                         Ok(Response::empty()?.with_status(204))
@@ -301,7 +283,7 @@ impl DurableObject for Live {
             }
             line::HAND => {
                 let pair = WebSocketPair::new()?;
-                calls::accept(&self.0, &pair.server)?;
+                self.state.accept_websocket_with_tags(&pair.server, &[CALL]);
                 Response::from_websocket(pair.client)
             }
             "/subscribe" => self.subscribe(&req).await,
@@ -314,14 +296,16 @@ impl DurableObject for Live {
         Response::empty()
     }
 
-    /// Streams (the Worker's relays) send nothing; a call's text comes on its own
-    /// connection, which is not hibernatable ([`calls`]).
     async fn websocket_message(
         &self,
-        _ws: WebSocket,
-        _message: WebSocketIncomingMessage,
+        ws: WebSocket,
+        message: WebSocketIncomingMessage,
     ) -> Result<()> {
-        Ok(())
+        // Streams (the Worker's relays) send nothing; a call sends its text.
+        match message {
+            WebSocketIncomingMessage::String(m) => self.hand(&ws, &m).await,
+            _ => Ok(()),
+        }
     }
 
     async fn websocket_close(

@@ -1,13 +1,13 @@
 //! The hub's one alarm, for two needs: while streams are open, a re-read of the job
 //! every `LIVE_REREAD_MS`, so that a lost notification is only late; and while storage
-//! keeps text, a read at least every [`HubState::check_every_ms`], so that the text never
+//! keeps text, a read at least every [`Live::check_every_ms`], so that the text never
 //! outlives its job even when every notification is lost.
 
-use super::{number_var, HubState, DEFAULT_REREAD_MS};
+use super::{number_var, Live, DEFAULT_REREAD_MS};
 use onceclick_protocol::live::{Hub, Position};
 use worker::{Result, WebSocket};
 
-impl HubState {
+impl Live {
     /// The alarm: reads the job (offered as a notification is); the text goes once the
     /// job is settled or gone, and stays while it is not (an `unknown` attempt's text is
     /// what an operator resolves it with, and such a job is never purged). The next
@@ -48,14 +48,14 @@ impl HubState {
                 // Settled: emptied now (a delete that failed before is done again); a
                 // delete that fails now is tried again at the next re-read.
                 (due || (kept && self.settled.get()))
-                    && HubState::delete_kept(self.state.storage(), &job, "alarm", "settled")
+                    && Self::delete_kept(self.state.storage(), &job, "alarm", "settled")
                         .await
                         .is_err()
             }
             // Purged: what it kept goes; a delete that fails is tried again soon.
             Ok(None) => {
                 if self.forget(&sockets, kept)
-                    && HubState::delete_kept(self.state.storage(), &job, "alarm", "gone")
+                    && Self::delete_kept(self.state.storage(), &job, "alarm", "gone")
                         .await
                         .is_err()
                 {

@@ -2,7 +2,7 @@
 //! `keeping.rs` decides, and the job's id beside it ([`JOB_KEY`]). Read back once per
 //! instance, and deleted whole once the job is settled or gone.
 
-use super::{HubState, JOB_KEY};
+use super::{Live, JOB_KEY};
 use crate::keeping::Writes;
 use onceclick_protocol::chat::MAX_CHARS;
 use onceclick_protocol::live::EndChunk;
@@ -11,7 +11,7 @@ use worker::js_sys::{Function, Object, Promise, Reflect};
 use worker::wasm_bindgen_futures::JsFuture;
 use worker::{Result, WebSocket};
 
-impl HubState {
+impl Live {
     /// Reads back the text kept in storage, once per instance (after a restart, the
     /// hub's memory is empty).
     pub(super) async fn load(&self) -> Result<()> {
@@ -116,7 +116,7 @@ impl HubState {
         Ok(found.size() > 0)
     }
 
-    /// [`HubState::job_id`], or the id kept beside the text ([`JOB_KEY`]).
+    /// [`Live::job_id`], or the id kept beside the text ([`JOB_KEY`]).
     pub(super) async fn job_of(&self, sockets: &[WebSocket]) -> Option<String> {
         match self.job_id(sockets) {
             Some(job) => Some(job),

@@ -1,6 +1,5 @@
 //! A streaming call's connection to its job's hub (the core's `HubLink`): one WebSocket
-//! (`GET /hand`: a plain socket the hub listens to, `calls.rs`, apart from the streams'
-//! hibernatable ones), each piece of text a
+//! (`GET /hand`, the call's own, tagged apart from the streams'), each piece of text a
 //! message on it (a text frame, `frame.rs`), each answered on it with the code points
 //! the hub has (`<offset> <have>`) or that the attempt ended (`<offset> stop`).
 //!

@@ -79,8 +79,7 @@ const HAND_LOST_ONE_IN: u64 = 16;
 const OPEN_FAILS_ONE_IN: u64 = 24;
 const DROPPED_ONE_IN: u64 = 24;
 /// Before one hand-off in this many the hub is evicted: its memory is gone, and its
-/// sockets stay open (the streams' hibernate; a call's plain socket would keep a real
-/// object in memory, so its eviction under an open call is the harder case, kept).
+/// (hibernatable) sockets stay open.
 const EVICTED_ONE_IN: u64 = 6;
 /// The model's hubs keep an attempt's text once per this many code points (the
 /// Worker's, `KEEP_EVERY_CHARS`, is a kilobyte; the model's texts are short).
