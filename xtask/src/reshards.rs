@@ -78,6 +78,25 @@ struct Reshard<'s, 'a> {
     suite: &'s MoveSuite<'a>,
 }
 
+/// `GET /v1/stats`'s replays and conflicts of the last hour, over every place.
+async fn repeats(api: &Api) -> Result<(u64, u64)> {
+    let admin = api.admin_token("reshard-stats");
+    let reply = send(api.get(&admin, "/v1/stats")).await;
+    ensure!(
+        reply.status == 200,
+        "GET /v1/stats: {} {}",
+        reply.status,
+        reply.text
+    );
+    let totals = &reply.json()["totals"];
+    let n = |name: &str| {
+        totals[name]
+            .as_u64()
+            .with_context(|| format!("no {name} in {totals}"))
+    };
+    Ok((n("replays")?, n("conflicts")?))
+}
+
 /// `durable:N`.
 fn shards(count: u32) -> Result<StoreLayout> {
     ShardCount::new(count)
@@ -194,6 +213,7 @@ impl Reshard<'_, '_> {
                 !all_certified(&api, "fallback").await,
                 "the shards of 16 start with no certification"
             );
+            let before = repeats(&api).await?;
             self.replays(&api, &token, (&old_keys, old), eight).await?;
             let conflict = send(api.create(&token, Some(&suite.key(1)), &suite.body(1000))).await;
             ensure!(
@@ -201,6 +221,12 @@ impl Reshard<'_, '_> {
                 "another body under a key of 8: {} {}",
                 conflict.status,
                 conflict.text
+            );
+            // Each replay and the conflict answered from the old layout are counted too.
+            let after = repeats(&api).await?;
+            ensure!(
+                after.0 >= before.0 + OLD_KEYS as u64 && after.1 > before.1,
+                "GET /v1/stats counted {after:?} replays and conflicts, {before:?} before"
             );
             let mid = self.bind(&api, &token, &later, sixteen).await?;
             self.fallback_in_its_own_shard(&api, &token, &old[OLD_KEYS - 1])

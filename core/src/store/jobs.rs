@@ -62,7 +62,7 @@ impl Store {
                 .retry_after(30)
             });
         }
-        if let Some(found) = self.job_by_key_before(new.owner, new.key).await? {
+        if let Some(found) = self.create_before(new).await? {
             return Ok(found);
         }
         let route = Route::Key {
@@ -140,6 +140,33 @@ impl Store {
             &params,
         )
         .await
+    }
+
+    /// A create's read of the previous layout during a move ([`Store::job_by_key_before`]),
+    /// which also counts a replay or a conflict there for `GET /v1/stats`, as the create's
+    /// own batch does: one round trip, and no row if the key is not bound there.
+    async fn create_before(&self, new: &NewJob<'_>) -> ApiResult<Option<StoredJob>> {
+        if !self.has_previous()
+            || crate::mutant::on(crate::mutant::Mutant::ShardedCreateSkipsBefore)
+        {
+            return Ok(None);
+        }
+        let count = self.stmt(
+            sql::COUNT_REPEAT,
+            &[
+                bind_text(new.owner),
+                bind_text(new.key),
+                bind_text(new.fingerprint),
+                bind_text(new.job_id),
+            ],
+        )?;
+        let read = self.stmt(sql::JOB_BY_KEY, &[bind_text(new.owner), bind_text(new.key)])?;
+        let route = Route::Previous {
+            owner: new.owner,
+            key: new.key,
+        };
+        let [_, read] = self.batch(Op::JobByKeyBefore, route, [count, read]).await?;
+        first_row::<DocRow>(&read)?.map(DocRow::stored).transpose()
     }
 
     /// The job `id` if `owner` owns it (any owner for `None`). One round trip.
