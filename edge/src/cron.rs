@@ -20,11 +20,17 @@ use worker::Env;
 pub(crate) async fn cron(env: &Env) -> ApiResult<()> {
     let store = crate::places::from_env(env)?.with_live(crate::live::notifier(env));
     let host = WorkerHost::new(env, None);
-    match store.is_sharded() {
-        false => run(&host, &store).await?,
-        true => run_previous(env, &store).await?,
-    }
+    run_d1(env, &host, &store).await?;
     certify_due(&host, &store).await
+}
+
+/// The D1's pass: the store's own, when new jobs live in D1; else the D1 a move from D1
+/// leaves, if any (shards reconcile themselves).
+async fn run_d1(env: &Env, host: &WorkerHost<'_>, store: &Store) -> ApiResult<()> {
+    match store.is_sharded() {
+        false => run(host, store).await,
+        true => run_previous(env, host, store).await,
+    }
 }
 
 /// The background certification pass: a store that fails it fails the cron's run,
@@ -36,12 +42,11 @@ async fn certify_due(host: &WorkerHost<'_>, store: &Store) -> ApiResult<()> {
 
 /// The pass over the previous layout's D1, during a move from D1 (a previous layout of
 /// shards reconciles itself: each shard's alarm).
-async fn run_previous(env: &Env, store: &Store) -> ApiResult<()> {
+async fn run_previous(env: &Env, host: &WorkerHost<'_>, store: &Store) -> ApiResult<()> {
     if store.previous() == Some(onceclick_protocol::moving::StoreLayout::D1) {
-        let host = WorkerHost::new(env, None);
         let store = crate::places::d1(env.d1("DB").map_err(crate::problem::runtime)?)
             .with_live(crate::live::notifier(env));
-        run(&host, &store).await?;
+        run(host, &store).await?;
     }
     Ok(())
 }
@@ -58,10 +63,7 @@ pub(crate) async fn run_now(
     alarm_in_ms: Option<i64>,
 ) -> ApiResult<()> {
     let host = WorkerHost::new(env, None);
-    match store.is_sharded() {
-        false => run(&host, store).await?,
-        true => run_previous(env, store).await?,
-    }
+    run_d1(env, &host, store).await?;
     certify_due(&host, store).await?;
     let shards = store.shards();
     if shards.is_empty() {

@@ -129,14 +129,20 @@ struct WorkerPlaces {
     local: Option<Local>,
 }
 
+/// A var as the runtime gives it (a text, or a TOML number or boolean); `None` if unset.
+fn raw_var(env: &Env, name: &str) -> Option<JsValue> {
+    Reflect::get(env.as_ref(), &name.into())
+        .ok()
+        .filter(|raw| !raw.is_undefined() && !raw.is_null())
+}
+
 /// A var that decides where keys bind, read strictly: unset is `None`, a text is itself,
 /// a whole number (`SHARDS = 16` in TOML) its digits; anything else is a configuration
 /// error (500, logged), never read as unset, which would silently change the layout.
 fn var(env: &Env, name: &str) -> ApiResult<Option<String>> {
-    let raw = Reflect::get(env.as_ref(), &name.into()).unwrap_or(JsValue::UNDEFINED);
-    if raw.is_undefined() || raw.is_null() {
+    let Some(raw) = raw_var(env, name) else {
         return Ok(None);
-    }
+    };
     if let Some(text) = raw.as_string() {
         return Ok(Some(text));
     }
@@ -501,11 +507,9 @@ pub(crate) fn js_text(value: &JsValue) -> String {
 /// `""`, `"false"` or `false` does not. Anything else is a configuration error (500,
 /// logged): a value that was meant to protect a move must never pass for "off".
 fn refuse_new_keys(env: &Env) -> ApiResult<bool> {
-    let raw = worker::js_sys::Reflect::get(env.as_ref(), &"REFUSE_NEW_KEYS".into())
-        .unwrap_or(JsValue::UNDEFINED);
-    if raw.is_undefined() || raw.is_null() {
+    let Some(raw) = raw_var(env, "REFUSE_NEW_KEYS") else {
         return Ok(false);
-    }
+    };
     match (raw.as_bool(), raw.as_string().as_deref()) {
         (Some(on), _) => Ok(on),
         (_, Some("true")) => Ok(true),

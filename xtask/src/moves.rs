@@ -317,10 +317,16 @@ impl<'a> MoveSuite<'a> {
             // Shards start with no certifications: the cron's background pass certifies
             // them, with no one certifying by hand.
             certified_by_cron(&api, "fallback").await?;
-            self.fallback_button_on_an_old_job(&api, &token, old)
-                .await?;
-            self.owners_list_holds_every_job(&api, &token, old, &new_ids)
-                .await
+            // The failed old job takes the fallback button, and the attempt runs in D1.
+            fallback_stays_home(&api, &token, old.failed()).await?;
+            let every: Vec<String> = old
+                .ids
+                .iter()
+                .chain(&new_ids)
+                .chain([&old.stuck])
+                .cloned()
+                .collect();
+            lists_exactly(&api, &token, &every).await
         })?;
         // Every key bound exactly once, over D1 and the shards together.
         every_key_bound_once(&self.persist, &|i| self.key(i))?;
@@ -410,78 +416,6 @@ impl<'a> MoveSuite<'a> {
             done["status"] == "succeeded" && providers == ["primary", "fallback"],
             "a D1 job's failover before certify runs again: {done}"
         );
-        Ok(())
-    }
-
-    /// The failed old job takes the fallback button, and the attempt runs in D1.
-    async fn fallback_button_on_an_old_job(
-        &self,
-        api: &Api,
-        token: &str,
-        old: &OldJobs,
-    ) -> Result<()> {
-        let failed = old.failed();
-        let click = send(
-            api.post_json(
-                token,
-                &format!("/v1/jobs/{failed}/attempts"),
-                &json!({"provider": "fallback"}),
-            )
-            .header("Idempotency-Key", unique("click")),
-        )
-        .await;
-        ensure!(
-            click.status == 201,
-            "the fallback button on an old job: {} {}",
-            click.status,
-            click.text
-        );
-        let done = api
-            .wait_job(token, failed, |j| j["status"] == "succeeded")
-            .await;
-        ensure!(
-            done["status"] == "succeeded",
-            "the old job after its fallback: {done}"
-        );
-        let attempts = done["attempts"].as_array().cloned().unwrap_or_default();
-        ensure!(
-            attempts.len() == 2
-                && attempts
-                    .iter()
-                    .all(|a| onceclick_protocol::shard::route_of_id(&id(a))
-                        == onceclick_protocol::shard::IdRoute::Database),
-            "the old job's attempts are not all D1's: {done}"
-        );
-        Ok(())
-    }
-
-    /// The owner's list: the old jobs and the new, once each.
-    async fn owners_list_holds_every_job(
-        &self,
-        api: &Api,
-        token: &str,
-        old: &OldJobs,
-        new_ids: &[String],
-    ) -> Result<()> {
-        let list = send(api.get(token, "/v1/jobs?limit=200")).await;
-        ensure!(list.status == 200, "{}", list.text);
-        let listed: Vec<String> = list.json()["items"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(id)
-            .collect();
-        let mut want: Vec<String> = old
-            .ids
-            .iter()
-            .chain(new_ids)
-            .chain([&old.stuck])
-            .cloned()
-            .collect();
-        want.sort();
-        let mut got = listed.clone();
-        got.sort();
-        ensure!(got == want, "the owner's list after the move: {listed:?}");
         Ok(())
     }
 
@@ -629,13 +563,75 @@ fn every_key_bound_once(persist: &Path, key: &dyn Fn(usize) -> String) -> Result
 
 /// Makes every D1 job but those in `keep` look idle since 2000, past any retention.
 fn backdate_d1(persist: &Path, keep: &[String]) -> Result<()> {
-    onceclick_tests::db::open_writable_in(persist)
-        .execute(
-            "UPDATE jobs SET updated_at = '2000-01-01T00:00:00.000Z'
-              WHERE id NOT IN (SELECT value FROM json_each(?1))",
-            [serde_json::to_string(keep)?],
+    backdate(&onceclick_tests::db::open_writable_in(persist), keep).context("backdating D1's jobs")
+}
+
+/// Makes every job of the database `conn` but those in `keep` look idle since 2000, past
+/// any retention.
+pub(crate) fn backdate(conn: &rusqlite::Connection, keep: &[String]) -> Result<()> {
+    conn.execute(
+        "UPDATE jobs SET updated_at = '2000-01-01T00:00:00.000Z'
+          WHERE id NOT IN (SELECT value FROM json_each(?1))",
+        [serde_json::to_string(keep)?],
+    )?;
+    Ok(())
+}
+
+/// The failed old job `failed` takes the fallback button: its new attempt is made where
+/// the job lives (its id names the place, and the attempt's names the same), dispatched
+/// there, and wins.
+pub(crate) async fn fallback_stays_home(api: &Api, token: &str, failed: &str) -> Result<()> {
+    let click = send(
+        api.post_json(
+            token,
+            &format!("/v1/jobs/{failed}/attempts"),
+            &json!({"provider": "fallback"}),
         )
-        .context("backdating D1's jobs")?;
+        .header("Idempotency-Key", unique("click")),
+    )
+    .await;
+    ensure!(
+        click.status == 201,
+        "the fallback button on an old job: {} {}",
+        click.status,
+        click.text
+    );
+    let done = api
+        .wait_job(token, failed, |j| j["status"] == "succeeded")
+        .await;
+    ensure!(
+        done["status"] == "succeeded",
+        "the old job after its fallback: {done}"
+    );
+    let home = onceclick_protocol::shard::route_of_id(failed);
+    let attempts = done["attempts"].as_array().cloned().unwrap_or_default();
+    ensure!(
+        attempts.len() == 2
+            && attempts
+                .iter()
+                .all(|a| onceclick_protocol::shard::route_of_id(&id(a)) == home),
+        "the old job's attempts are not all where it lives: {done}"
+    );
+    Ok(())
+}
+
+/// The owner's list (of `token`) holds `ids`, once each, and nothing else.
+pub(crate) async fn lists_exactly(api: &Api, token: &str, ids: &[String]) -> Result<()> {
+    let list = send(api.get(token, "/v1/jobs?limit=200")).await;
+    ensure!(list.status == 200, "{}", list.text);
+    let mut listed: Vec<String> = list.json()["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(id)
+        .collect();
+    let mut want = ids.to_vec();
+    listed.sort();
+    want.sort();
+    ensure!(
+        listed == want,
+        "the owner's list during the move: {listed:?}, not {want:?}"
+    );
     Ok(())
 }
 

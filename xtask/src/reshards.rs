@@ -29,7 +29,8 @@
 //!    the shards of 4 still hold jobs, so they may not go.
 
 use crate::moves::{
-    all_certified, certified_by_cron, check_move_status, d1_count, MoveSuite, OLD_KEYS,
+    all_certified, backdate, certified_by_cron, check_move_status, d1_count, fallback_stays_home,
+    lists_exactly, MoveSuite, OLD_KEYS,
 };
 use crate::wrangler::{self, DevOptions, Wrangler};
 use anyhow::{ensure, Context, Result};
@@ -229,11 +230,11 @@ impl Reshard<'_, '_> {
                 "GET /v1/stats counted {after:?} replays and conflicts, {before:?} before"
             );
             let mid = self.bind(&api, &token, &later, sixteen).await?;
-            self.fallback_in_its_own_shard(&api, &token, &old[OLD_KEYS - 1])
-                .await?;
+            // Its attempt is made, dispatched and recorded in its own shard of 8.
+            fallback_stays_home(&api, &token, &old[OLD_KEYS - 1]).await?;
             certified_by_cron(&api, "fallback").await?;
             let every: Vec<String> = old.iter().chain(&mid).cloned().collect();
-            self.listed(&api, &token, &every).await?;
+            lists_exactly(&api, &token, &every).await?;
             anyhow::Ok(mid)
         })?;
         self.bound_once(&old_keys, eight, sixteen)?;
@@ -265,7 +266,7 @@ impl Reshard<'_, '_> {
             self.replays(&api, &token, before, previous).await?;
             let new = self.bind(&api, &token, keys, now).await?;
             let every: Vec<String> = before.1.iter().chain(&new).cloned().collect();
-            self.listed(&api, &token, &every).await?;
+            lists_exactly(&api, &token, &every).await?;
             let held = Some(before.1.len() as u64);
             check_move_status(suite.tools, &api, &suite.persist, previous, held).await?;
             anyhow::Ok(new)
@@ -333,60 +334,6 @@ impl Reshard<'_, '_> {
         Ok(ids)
     }
 
-    /// The failed old job takes the fallback button: its new attempt is made in the job's
-    /// own shard (its id names it), dispatched there, and wins.
-    async fn fallback_in_its_own_shard(&self, api: &Api, token: &str, failed: &str) -> Result<()> {
-        let click = send(
-            api.post_json(
-                token,
-                &format!("/v1/jobs/{failed}/attempts"),
-                &json!({"provider": "fallback"}),
-            )
-            .header("Idempotency-Key", unique("click")),
-        )
-        .await;
-        ensure!(
-            click.status == 201,
-            "the fallback button on an old job: {} {}",
-            click.status,
-            click.text
-        );
-        let done = api
-            .wait_job(token, failed, |j| j["status"] == "succeeded")
-            .await;
-        ensure!(
-            done["status"] == "succeeded",
-            "the old job after its fallback: {done}"
-        );
-        let home = route_of_id(failed);
-        let attempts = done["attempts"].as_array().cloned().unwrap_or_default();
-        ensure!(
-            attempts.len() == 2 && attempts.iter().all(|a| route_of_id(&id(a)) == home),
-            "the old job's attempts are not all in its own shard: {done}"
-        );
-        Ok(())
-    }
-
-    /// The owner's list holds `ids`, once each, and nothing else.
-    async fn listed(&self, api: &Api, token: &str, ids: &[String]) -> Result<()> {
-        let list = send(api.get(token, "/v1/jobs?limit=200")).await;
-        ensure!(list.status == 200, "{}", list.text);
-        let mut listed: Vec<String> = list.json()["items"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(id)
-            .collect();
-        let mut want = ids.to_vec();
-        listed.sort();
-        want.sort();
-        ensure!(
-            listed == want,
-            "the owner's list during the move: {listed:?}, not {want:?}"
-        );
-        Ok(())
-    }
-
     /// How many jobs key `i` is bound to in `layout`.
     fn bound(&self, layout: StoreLayout, i: usize) -> Result<i64> {
         let sql = "SELECT count(*) FROM jobs WHERE idempotency_key = ?1";
@@ -430,12 +377,7 @@ impl Reshard<'_, '_> {
             anyhow::bail!("a D1 is purged by the cron, not by alarms");
         };
         for file in onceclick_tests::db::shard_files_of(&self.suite.persist, count.get()) {
-            onceclick_tests::db::open_file_writable(&file)
-                .execute(
-                    "UPDATE jobs SET updated_at = '2000-01-01T00:00:00.000Z'
-                      WHERE id NOT IN (SELECT value FROM json_each(?1))",
-                    [serde_json::to_string(keep)?],
-                )
+            backdate(&onceclick_tests::db::open_file_writable(&file), keep)
                 .with_context(|| format!("backdating the jobs of {}", file.display()))?;
         }
         let suite = self.suite;

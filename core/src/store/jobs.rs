@@ -62,7 +62,10 @@ impl Store {
                 .retry_after(30)
             });
         }
-        if let Some(found) = self.create_before(new).await? {
+        if let Some(found) = self
+            .job_by_key_before(new.owner, new.key, Some(new))
+            .await?
+        {
             return Ok(found);
         }
         let route = Route::Key {
@@ -87,15 +90,7 @@ impl Store {
         )?;
         insert_attempt.hand_off = new.hand_off.clone();
         let read = self.stmt(sql::JOB_BY_KEY, &[bind_text(new.owner), bind_text(new.key)])?;
-        let count = self.stmt(
-            sql::COUNT_REPEAT,
-            &[
-                bind_text(new.owner),
-                bind_text(new.key),
-                bind_text(new.fingerprint),
-                bind_text(new.job_id),
-            ],
-        )?;
+        let count = self.count_repeat(new)?;
         let [_, _, read, _] = self
             .batch(
                 Op::CreateOrGetJob,
@@ -111,7 +106,7 @@ impl Store {
     /// The job that (owner, key) is bound to, if any: how a request that no longer
     /// validates (a kind or provider removed since) is still answered with its replay.
     pub async fn job_by_key(&self, owner: &str, key: &str) -> ApiResult<Option<StoredJob>> {
-        if let Some(found) = self.job_by_key_before(owner, key).await? {
+        if let Some(found) = self.job_by_key_before(owner, key, None).await? {
             return Ok(Some(found));
         }
         let params = [bind_text(owner), bind_text(key)];
@@ -125,33 +120,38 @@ impl Store {
     }
 
     /// The job (owner, key) is bound to in the previous layout (its D1, or the shard the
-    /// pair hashes to under the previous count), during a move; no call otherwise.
-    async fn job_by_key_before(&self, owner: &str, key: &str) -> ApiResult<Option<StoredJob>> {
+    /// pair hashes to under the previous count), during a move; no call otherwise. For a
+    /// create (`counting`), a replay or a conflict there is counted there too for
+    /// `GET /v1/stats`, as the create's own batch counts it: still one round trip, and no
+    /// row if the key is not bound there.
+    async fn job_by_key_before(
+        &self,
+        owner: &str,
+        key: &str,
+        counting: Option<&NewJob<'_>>,
+    ) -> ApiResult<Option<StoredJob>> {
         if !self.has_previous()
             || crate::mutant::on(crate::mutant::Mutant::ShardedCreateSkipsBefore)
         {
             return Ok(None);
         }
-        let params = [bind_text(owner), bind_text(key)];
-        self.read_job(
-            Op::JobByKeyBefore,
-            Route::Previous { owner, key },
-            sql::JOB_BY_KEY,
-            &params,
-        )
-        .await
+        let read = self.stmt(sql::JOB_BY_KEY, &[bind_text(owner), bind_text(key)])?;
+        let route = Route::Previous { owner, key };
+        let read = match counting {
+            Some(new) => {
+                let count = self.count_repeat(new)?;
+                let [_, read] = self.batch(Op::JobByKeyBefore, route, [count, read]).await?;
+                read
+            }
+            None => self.one(Op::JobByKeyBefore, route, read).await?,
+        };
+        first_row::<DocRow>(&read)?.map(DocRow::stored).transpose()
     }
 
-    /// A create's read of the previous layout during a move ([`Store::job_by_key_before`]),
-    /// which also counts a replay or a conflict there for `GET /v1/stats`, as the create's
-    /// own batch does: one round trip, and no row if the key is not bound there.
-    async fn create_before(&self, new: &NewJob<'_>) -> ApiResult<Option<StoredJob>> {
-        if !self.has_previous()
-            || crate::mutant::on(crate::mutant::Mutant::ShardedCreateSkipsBefore)
-        {
-            return Ok(None);
-        }
-        let count = self.stmt(
+    /// The statement that counts a create of `new` that found its key bound: a replay,
+    /// or a conflict (`GET /v1/stats`).
+    fn count_repeat(&self, new: &NewJob<'_>) -> ApiResult<super::Stmt> {
+        self.stmt(
             sql::COUNT_REPEAT,
             &[
                 bind_text(new.owner),
@@ -159,14 +159,7 @@ impl Store {
                 bind_text(new.fingerprint),
                 bind_text(new.job_id),
             ],
-        )?;
-        let read = self.stmt(sql::JOB_BY_KEY, &[bind_text(new.owner), bind_text(new.key)])?;
-        let route = Route::Previous {
-            owner: new.owner,
-            key: new.key,
-        };
-        let [_, read] = self.batch(Op::JobByKeyBefore, route, [count, read]).await?;
-        first_row::<DocRow>(&read)?.map(DocRow::stored).transpose()
+        )
     }
 
     /// The job `id` if `owner` owns it (any owner for `None`). One round trip.
