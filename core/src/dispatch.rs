@@ -321,14 +321,17 @@ async fn call_and_record(
     let outcome = unless_stopped(host, store, p, call, watching).await?;
     // What a streamed call cost on the way (the bench reads it): the pieces of text it
     // sent its job's hub, the connections they went on (the hub's requests), the text,
+    // the pieces the hub answered with no stream watching and its pokes (`pacing.rs`),
     // and the time to its first text (null if none came).
     if p.provider().stream {
         let first_text_ms = news
             .first_text_at()
             .map(|at| (at - started).max(0.0) as u64);
+        let (alone, pokes) = news.alone_and_pokes();
         crate::log::info(json!({"event": "call_streamed", "job_id": p.attempt.job_id,
                                 "attempt_id": p.attempt.id, "chars": news.chars(),
                                 "hand_offs": news.hand_offs(), "hub_opens": news.opens(),
+                                "alone": alone, "pokes": pokes,
                                 "first_text_ms": first_text_ms}));
     }
     let Some(outcome) = outcome else {

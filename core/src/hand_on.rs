@@ -3,7 +3,8 @@
 //!
 //! The hub port is a channel of messages, not a transport: the call sends a piece (the
 //! attempt's text from a code point on), and the hub answers what it has of the
-//! attempt's text, or that the attempt may stream no more. A shell carries the messages
+//! attempt's text (and whether a stream watches), or that the attempt may stream no
+//! more; between pieces the hub may poke the call ([`HubLine::poked`]). A shell carries the messages
 //! on one connection per call ([`HubLink`], [`Connected`]): the Worker on a WebSocket to
 //! the job's Durable Object (`edge/src/live/line.rs`), the simulator on its model of
 //! one. A connection that drops is opened again, at most [`MAX_OPENS`] times a call, and
@@ -33,6 +34,14 @@ pub trait HubLine {
     /// The last piece went unanswered for [`HAND_OFF_MS`]: a connection that carried it
     /// is taken for dropped (a late answer on it is not waited for).
     fn unanswered(&self) {}
+
+    /// Ready when the hub pokes the call: a stream subscribed to the job, or its
+    /// document changed (it may say the attempt ended), so the next piece should go
+    /// now. A poke that came while a piece was on its way is kept for the next wait.
+    /// Never ready on a connection that cannot be poked.
+    fn poked(&self) -> LocalBoxFuture<'_, ()> {
+        Box::pin(std::future::pending())
+    }
 }
 
 /// The connections a call opens to its hub at most: one, and one again for each that
@@ -98,6 +107,17 @@ impl HubLine for Connected<'_> {
         self.line.borrow_mut().take();
     }
 
+    fn poked(&self) -> LocalBoxFuture<'_, ()> {
+        // The connection open now; none is opened to hear a poke.
+        let line = self.line.borrow().clone();
+        Box::pin(async move {
+            match line {
+                Some(line) => line.poked().await,
+                None => std::future::pending().await,
+            }
+        })
+    }
+
     fn send<'a>(
         &'a self,
         sent: u64,
@@ -159,7 +179,19 @@ pub async fn hand_on(
                 continue;
             }
             Next::ReadOn(ms) => {
-                pace.read(read_on(sleep, woken, ms).await);
+                let poked = match mutant::on(Mutant::PokeIgnored) {
+                    true => Box::pin(std::future::pending()),
+                    false => hub.poked(),
+                };
+                match read_on(sleep, woken, ms, poked).await {
+                    Waited::Poked => {
+                        pace.poked();
+                        if let Some(news) = who.news {
+                            news.poked();
+                        }
+                    }
+                    Waited::Out(reading) => pace.read(reading),
+                }
                 continue;
             }
             Next::Sleep(ms) => {
@@ -183,8 +215,12 @@ pub async fn hand_on(
             news.handed_off();
         }
         let why = match select(hub.send(sent, &piece), sleep(HAND_OFF_MS)).await {
-            Either::Left((Ok(HubAnswer::Have(have)), _)) => {
-                if pace.took(have) && !mutant::on(Mutant::HandOffQuitsAfterFirstPiece) {
+            Either::Left((Ok(answer @ (HubAnswer::Have(have) | HubAnswer::Alone(have))), _)) => {
+                let alone = matches!(answer, HubAnswer::Alone(_));
+                if let (Some(news), true) = (who.news, alone) {
+                    news.alone();
+                }
+                if pace.took(have, alone) && !mutant::on(Mutant::HandOffQuitsAfterFirstPiece) {
                     continue;
                 }
                 crate::log::error(json!({"event": "text_hand_off_failed",
@@ -218,19 +254,30 @@ pub async fn hand_on(
     }
 }
 
-/// Waits `ms` while the body is read on; `false` if its reading ends first (`woken`
-/// ends), so that the rest of the text goes at once.
+/// How a wait of [`read_on`] ended.
+enum Waited {
+    /// The time was out: `true` while the body is still read, `false` if its reading
+    /// ended first (the rest of the text goes at once).
+    Out(bool),
+    /// The hub poked the call first.
+    Poked,
+}
+
+/// Waits `ms` while the body is read on, or until the hub pokes the call (`poked`).
 async fn read_on(
     sleep: &dyn Fn(u64) -> LocalBoxFuture<'static, ()>,
     woken: &mut (dyn Stream<Item = ()> + Unpin),
     ms: u64,
-) -> bool {
-    let mut timer = sleep(ms);
+    poked: LocalBoxFuture<'_, ()>,
+) -> Waited {
+    // A poke that came by the time the interval is out still counts as one.
+    let mut timer = select(poked, sleep(ms));
     loop {
         match select(woken.next(), &mut timer).await {
             Either::Left((Some(()), _)) => continue,
-            Either::Left((None, _)) => return false,
-            Either::Right(_) => return true,
+            Either::Left((None, _)) => return Waited::Out(false),
+            Either::Right((Either::Left(_), _)) => return Waited::Poked,
+            Either::Right((Either::Right(_), _)) => return Waited::Out(true),
         }
     }
 }

@@ -58,6 +58,8 @@ pub struct CallProgress {
     first_text_at: std::cell::Cell<Option<f64>>,
     hand_offs: std::cell::Cell<u32>,
     opens: std::cell::Cell<u32>,
+    alone: std::cell::Cell<u32>,
+    pokes: std::cell::Cell<u32>,
     ended: std::cell::Cell<bool>,
     waker: std::cell::RefCell<Option<std::task::Waker>>,
 }
@@ -80,6 +82,21 @@ impl CallProgress {
     /// The call sends a piece of its text to the job's hub.
     pub fn handed_off(&self) {
         self.hand_offs.set(self.hand_offs.get() + 1);
+    }
+
+    /// The hub answered a piece saying no stream watches the job (`HubAnswer::Alone`).
+    pub fn alone(&self) {
+        self.alone.set(self.alone.get() + 1);
+    }
+
+    /// The hub poked the call while it waited to hand on (`HubLine::poked`).
+    pub fn poked(&self) {
+        self.pokes.set(self.pokes.get() + 1);
+    }
+
+    /// The pieces the hub answered alone, and the pokes that ended a wait.
+    pub fn alone_and_pokes(&self) -> (u32, u32) {
+        (self.alone.get(), self.pokes.get())
     }
 
     /// The call opens a connection to the job's hub (`hand_on::Connected`).

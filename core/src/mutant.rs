@@ -50,6 +50,10 @@ pub enum Mutant {
     /// A provider's answer is taken as an output without the kind's contract checked
     /// (`answer::offer`): a job succeeds with a result its kind refuses.
     OfferSkipsContract,
+    /// A call handing its text on at the pace for a job no stream watches does not
+    /// hear the hub's poke (`hand_on.rs`): a stream that subscribes meanwhile waits out
+    /// the slow interval for the text the call already has.
+    PokeIgnored,
 }
 
 #[cfg(not(feature = "mutants"))]

@@ -108,6 +108,9 @@ impl Live {
             return None;
         }
         self.broadcast(&frame(seq, doc));
+        // It may say an attempt ended: a call that hands on at the slow pace hears it
+        // with its next piece, now.
+        self.poke();
         self.write(Writes::after_document()).await;
         // The result is stored, or the job ended without one: its text is done with
         // (`Hub::offer` dropped it from memory). Storage holds nothing else, so all of
@@ -118,8 +121,17 @@ impl Live {
     }
 
     fn broadcast(&self, text: &str) {
-        for socket in self.state.get_websockets_with_tag(STREAM) {
-            // A socket that is closing takes nothing; its stream has ended.
+        Self::send_all(&self.state.get_websockets_with_tag(STREAM), text);
+    }
+
+    /// Tells every streaming call on the hub to hand its text on now (`line::POKE`).
+    fn poke(&self) {
+        Self::send_all(&self.state.get_websockets_with_tag(CALL), line::POKE);
+    }
+
+    fn send_all(sockets: &[WebSocket], text: &str) {
+        for socket in sockets {
+            // A socket that is closing takes nothing; its stream or call has ended.
             let _ = socket.send_with_str(text);
         }
     }
@@ -177,6 +189,10 @@ impl Live {
             let late = crate::pacing::HAND_OFF_MS - 100;
             worker::Delay::from(Duration::from_millis(late)).await;
         }
+        // No stream watches: the call may hand on at its slower pace until a poke.
+        if have.is_some() && self.state.get_websockets_with_tag(STREAM).is_empty() {
+            let _ = ws.send_with_str(line::ALONE);
+        }
         let have = have.map_or("stop".to_owned(), |have| have.to_string());
         // A call that has gone (stopped, or its invocation ended) takes nothing.
         let _ = ws.send_with_str(format!("{} {have}", piece.offset));
@@ -225,6 +241,8 @@ impl Live {
             // it.
             let _ = pair.server.send_with_str(CAUGHT_UP);
         }
+        // A call handing on at the slow pace sends the rest now, then at the watched one.
+        self.poke();
         // Sooner than a check of kept text that may be set (a retention away).
         let storage = self.state.storage();
         let reread = self.reread_every();

@@ -1,18 +1,22 @@
 //! A streaming call's hand-off of its text to its job's hub: the core's own loop
 //! (`hand_on.rs`), paced by its `Pacing` on the executor's timers, over the core's
 //! connection (`hand_on::Connected`), each piece a message on the model's connection and
-//! taken by the model's hub (`live/text.rs`). The call reads its
+//! taken by the model's hub (`live/text.rs`), which answers whether a stream watches
+//! and pokes the connection when one subscribes or a document comes. The call reads its
 //! body meanwhile and says on `woken` whenever text came; it answers once both are done.
 
-use crate::live::Live;
+use crate::live::{CallSide, Live};
 use futures_channel::mpsc::UnboundedReceiver;
 use futures_util::future::LocalBoxFuture;
+use futures_util::{Stream, StreamExt};
 use onceclick_core::hand_on::{self, Connected, Ended, Handing, HubLine, HubLink};
 use onceclick_core::host::{Host, ProviderCall};
 use onceclick_core::pacing::HubAnswer;
 use onceclick_protocol::chat::ChatStream;
 use std::cell::{Cell, RefCell};
+use std::pin::Pin;
 use std::rc::Rc;
+use std::task::{Context, Poll};
 
 /// Hands the text of `chat` on to the hub of `call`'s job, as the Worker's call does.
 /// Once the body is read and the hub has all of it, the hub must have been handed all
@@ -23,7 +27,7 @@ pub(crate) async fn hand_on(
     call: &ProviderCall<'_>,
     whole: &str,
     chat: &RefCell<ChatStream>,
-    mut woken: UnboundedReceiver<()>,
+    woken: UnboundedReceiver<()>,
 ) {
     let Some((job_id, n)) = call.job else { return };
     let link = ModelLink {
@@ -34,6 +38,12 @@ pub(crate) async fn hand_on(
         whole,
         took_all: Cell::new(false),
         failed: Cell::new(0),
+        side: Rc::default(),
+    };
+    let mut woken = Woken {
+        woken,
+        side: &link.side,
+        chat,
     };
     let hub = Connected::new(&link, call.news);
     let who = Handing {
@@ -52,6 +62,28 @@ pub(crate) async fn hand_on(
     }
 }
 
+/// The call's word that text came, as its hand-off reads it (whenever it waits for text
+/// or out its interval), telling the hub's poke check what the call has read, and that
+/// its body is read.
+struct Woken<'a> {
+    woken: UnboundedReceiver<()>,
+    side: &'a CallSide,
+    chat: &'a RefCell<ChatStream>,
+}
+
+impl Stream for Woken<'_> {
+    type Item = ();
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<()>> {
+        let next = std::task::ready!(self.woken.poll_next_unpin(cx));
+        match next {
+            Some(()) => self.side.read.set(self.chat.borrow().chars()),
+            None => self.side.body_read.set(true),
+        }
+        Poll::Ready(next)
+    }
+}
+
 /// The model's way to one attempt's job's hub, behind the core's hub port: each
 /// connection may fail to open, and drops when the hub restarts or the network cuts it.
 struct ModelLink<'a> {
@@ -66,22 +98,26 @@ struct ModelLink<'a> {
     took_all: Cell<bool>,
     /// Opens and sends that failed.
     failed: Cell<u32>,
+    /// What the hub's poke check knows of the call.
+    side: Rc<CallSide>,
 }
 
 impl ModelLink<'_> {
     fn failed(&self, why: String) -> String {
         self.failed.set(self.failed.get() + 1);
         self.took_all.set(false);
+        self.side.pausing.set(true);
         why
     }
 }
 
 impl HubLink for ModelLink<'_> {
     fn open(&self) -> LocalBoxFuture<'_, Result<Rc<dyn HubLine + '_>, String>> {
-        let opened = match self.live.connect(self.job_id) {
-            Ok(restarts) => Ok(Rc::new(ModelLine {
+        let opened = match self.live.connect(self.job_id, &self.side) {
+            Ok(connection) => Ok(Rc::new(ModelLine {
                 link: self,
-                restarts,
+                restarts: connection.restarts,
+                pokes: RefCell::new(connection.pokes),
             }) as Rc<dyn HubLine>),
             Err(why) => Err(self.failed(why)),
         };
@@ -94,15 +130,30 @@ struct ModelLine<'a> {
     link: &'a ModelLink<'a>,
     /// The hub's restarts when it opened.
     restarts: u64,
+    /// The hub's pokes, in order.
+    pokes: RefCell<UnboundedReceiver<()>>,
 }
 
 impl HubLine for ModelLine<'_> {
+    fn poked(&self) -> LocalBoxFuture<'_, ()> {
+        Box::pin(async move {
+            let poke = std::future::poll_fn(|cx| self.pokes.borrow_mut().poll_next_unpin(cx));
+            if poke.await.is_none() {
+                std::future::pending::<()>().await; // closed: the hub restarted
+            }
+            // As the Worker's line does: pokes that came meanwhile go with this piece.
+            while self.pokes.borrow_mut().try_recv().is_ok() {}
+            self.link.side.heard.set(true);
+        })
+    }
+
     fn send<'a>(
         &'a self,
         sent: u64,
         piece: &'a str,
     ) -> LocalBoxFuture<'a, Result<HubAnswer, String>> {
         let link = self.link;
+        link.live.check_poked(&link.side, link.attempt_id);
         if !link.live.still_open(link.job_id, self.restarts) {
             let why = link.failed("the connection to the hub dropped (simulated)".to_owned());
             return Box::pin(std::future::ready(Err(why)));
@@ -116,8 +167,15 @@ impl HubLine for ModelLine<'_> {
             link.whole,
         );
         let offered = sent + piece.chars().count() as u64;
-        link.took_all
-            .set(matches!(taken, Ok(HubAnswer::Have(have)) if have >= offered));
+        let had = match taken {
+            Ok(HubAnswer::Have(have) | HubAnswer::Alone(have)) => Some(have),
+            _ => None,
+        };
+        link.took_all.set(had.is_some_and(|have| have >= offered));
+        if let Some(have) = had {
+            link.side.believed.set(have);
+            link.side.pausing.set(false);
+        }
         let taken = taken.map_err(|why| link.failed(why));
         Box::pin(std::future::ready(taken))
     }

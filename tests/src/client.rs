@@ -382,6 +382,13 @@ pub fn marked_text(marker: &str) -> String {
     format!("{marker}: the quarterly numbers came in above the forecast again.")
 }
 
+/// This machine's clock, in ms since the Unix epoch (the mock's `sent` times are on it).
+pub fn epoch_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 /// A fresh key that no other test (or earlier run) uses.
 pub fn unique(prefix: &str) -> String {
     use std::sync::atomic::{AtomicU64, Ordering};

@@ -674,9 +674,7 @@ async fn next_bytes(
             };
             watched.answered = n + 1 == last;
             if let Some(chars) = content {
-                let at = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_millis() as u64);
+                let at = crate::client::epoch_ms();
                 if let Some(call) = watched.mock.lock().calls.get_mut(watched.index) {
                     call.sent.push((chars, at));
                 }

@@ -669,6 +669,28 @@ pub struct StreamedCost {
     pub hub_rows_written: f64,
 }
 
+impl StreamedCost {
+    /// The mean of `costs`, all of one provider, answer and floor: what one job cost on
+    /// average over all of them (the longest text streamed).
+    pub fn mean(costs: &[StreamedCost]) -> Option<StreamedCost> {
+        let first = costs.first()?;
+        let n = costs.len() as f64;
+        let mean = |f: fn(&StreamedCost) -> f64| costs.iter().map(f).sum::<f64>() / n;
+        Some(StreamedCost {
+            jobs: costs.iter().map(|c| c.jobs).sum(),
+            streamed_chars: costs.iter().map(|c| c.streamed_chars).max().unwrap_or(0),
+            round_trips: mean(|c| c.round_trips),
+            rows_written: mean(|c| c.rows_written),
+            rows_read: mean(|c| c.rows_read),
+            hub_notifies: mean(|c| c.hub_notifies),
+            hand_offs: mean(|c| c.hand_offs),
+            hub_opens: mean(|c| c.hub_opens),
+            hub_rows_written: mean(|c| c.hub_rows_written),
+            ..first.clone()
+        })
+    }
+}
+
 /// Certifies `provider` (another provider than the kind's primary takes a first
 /// attempt once certified), apart from [`streamed`], whose server CPU the caller
 /// measures.

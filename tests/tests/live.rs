@@ -809,6 +809,64 @@ async fn a_streamed_call_hands_its_text_on_per_interval_not_per_chunk() {
         hand_offs >= 1 && hand_offs * 4 <= chunks,
         "{hand_offs} hand-offs for {chunks} chunks 5 ms apart: {line}"
     );
+    // No stream watched: the hub said so to every piece it answered (a piece tried again
+    // after a slow answer is counted once more).
+    let alone = line["alone"].as_u64().unwrap_or_default();
+    assert!(alone >= 1 && alone + 1 >= hand_offs, "{line}");
+}
+
+// Issue 49: a call whose job no stream watches hands its text on at the slow pace, each
+// piece answered "alone"; a stream that subscribes mid-answer pokes the call, which
+// sends what it has at once and the rest at the watched pace. The stream has the whole
+// text, no gap and nothing twice, and the live part of it in many pieces.
+#[tokio::test]
+async fn a_call_nobody_watches_hands_on_rarely_until_a_stream_subscribes() {
+    let (api, mock) = (Api::from_env(), Mock::from_env());
+    let token = api.token("alone");
+    let marker = unique("alone");
+    let summary =
+        "The numbers beat the forecast for the third time this year; the board asked twice.";
+    // About 120 code points, one every 40 ms: five seconds.
+    let content = stream_from_fallback(&mock, &marker, summary, 1, 40).await;
+    let job = api
+        .create_job(&token, "summarize", &marked_text(&marker), Some("fallback"))
+        .await;
+    let (job_id, attempt_id) = (id(&job), id(&job["attempts"][0]));
+    // An eighth of the answer has left the mock: the call has handed on, alone.
+    let sent = |c: &Value| c["sent"].as_array().map_or(0, Vec::len);
+    let call = mock.wait_call(&marker, |c| sent(c) >= 15).await;
+    let first_ms = call["sent"][0][1].as_u64().unwrap();
+    let mut stream = sse::follow(&api, Some(&token), &job_id, None).await;
+    // How long the call had text before its job was watched (the mock's clock is this
+    // machine's).
+    let unwatched_ms = onceclick_tests::client::epoch_ms().saturating_sub(first_ms);
+    let (mut deltas, mut docs) = (Vec::new(), Vec::new());
+    assert!(read_text(&mut stream, &mut deltas, &mut docs, |_, _| false).await);
+    assert_eq!(docs.last().unwrap()["status"], "succeeded", "{docs:?}");
+    assert_eq!(joined(&deltas, 0), content, "{deltas:?}");
+    let line = onceclick_tests::log::wait_event("call_streamed", 10, |l| {
+        l["attempt_id"] == attempt_id.as_str()
+    })
+    .await
+    .expect("the call's line");
+    let (alone, hand_offs) = (
+        line["alone"].as_u64().unwrap(),
+        line["hand_offs"].as_u64().unwrap(),
+    );
+    // Unwatched, one piece per 500 ms: the first, one per interval, and one more while
+    // the stream subscribed (one per 50 ms would be ten times as many).
+    assert!(
+        alone >= 1 && alone <= 3 + unwatched_ms / 500 && alone < hand_offs,
+        "{alone} pieces answered alone in {unwatched_ms} ms unwatched: {line}"
+    );
+    assert!(line["pokes"].as_u64().unwrap() >= 1, "{line}");
+    // The catch-up, then about 100 code points over 4 s: at the watched pace (one piece
+    // per 50 ms, each chunk 40 ms apart) some 80 pieces, at the slow one at most 9.
+    assert!(
+        deltas.len() >= 20,
+        "{} deltas after the stream subscribed: {deltas:?} {line}",
+        deltas.len()
+    );
 }
 
 /// Reads `stream` until a `job` event whose status is `status`: the deltas before it,

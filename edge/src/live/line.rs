@@ -1,7 +1,11 @@
 //! A streaming call's connection to its job's hub (the core's `HubLink`): one WebSocket
 //! (`GET /hand`, the call's own, tagged apart from the streams'), each piece of text a
 //! message on it (a text frame, `frame.rs`), each answered on it with the code points
-//! the hub has (`<offset> <have>`) or that the attempt ended (`<offset> stop`).
+//! the hub has (`<offset> <have>`) or that the attempt ended (`<offset> stop`). An
+//! answer that [`ALONE`] comes just before says no stream watches the job; [`POKE`],
+//! between answers, says a stream subscribed or the job's document changed (the core's
+//! `HubAnswer::Alone` and `HubLine::poked`). A call of an earlier version reads neither
+//! as an answer, so a hub of this one serves it as before.
 //!
 //! The first connection is asked for when the link is made, beside the provider's
 //! fetch, so that it adds no round trip before the first piece. (A provider that then
@@ -25,6 +29,13 @@ use worker::WebSocket;
 
 /// The path of a call's connection on the hub.
 pub(crate) const HAND: &str = "/hand";
+
+/// What the hub sends a call just before an answer when no stream watches the job.
+pub(crate) const ALONE: &str = "alone";
+
+/// What the hub sends its calls when a stream subscribes or the job's document changes:
+/// hand on now.
+pub(crate) const POKE: &str = "now";
 
 /// A streaming call's way to its job's hub.
 pub(crate) struct SocketLink<'a> {
@@ -89,24 +100,38 @@ impl HubLink for SocketLink<'_> {
             let reply = asked?.await.map_err(|e| format!("{e:?}"))?;
             let socket = socket_of(&reply)?;
             // The hub's newest answer waits in `last` until a piece reads it (one piece is
-            // on a connection at a time); `closed` once the socket closed.
+            // on a connection at a time), `alone` if [`ALONE`] came before it; `closed`
+            // once the socket closed. Pokes wait in `pokes` for the call's next wait.
             let (tell, heard) = futures_channel::mpsc::unbounded();
+            let (poke, pokes) = futures_channel::mpsc::unbounded();
             let last = Rc::new(RefCell::new(String::new()));
+            let alone = Rc::new(Cell::new(false));
             let closed = Rc::new(Cell::new(false));
             let on_message = {
-                let (tell, last) = (tell.clone(), last.clone());
+                let (tell, last, alone, poke) =
+                    (tell.clone(), last.clone(), alone.clone(), poke.clone());
                 Listener::new(move |e: MessageEvent| {
-                    if let Some(text) = e.data().as_string() {
-                        *last.borrow_mut() = text;
+                    match e.data().as_string() {
+                        Some(text) if text == ALONE => return alone.set(true),
+                        Some(text) if text == POKE => {
+                            alone.set(false);
+                            let _ = poke.unbounded_send(());
+                            return;
+                        }
+                        Some(text) => *last.borrow_mut() = text,
+                        None => {}
                     }
                     let _ = tell.unbounded_send(());
                 })
             };
             let on_close = {
-                let closed = closed.clone();
+                let (closed, poke) = (closed.clone(), poke.clone());
                 Listener::new(move |_: MessageEvent| {
                     closed.set(true);
                     let _ = tell.unbounded_send(());
+                    // A call waiting out its interval hands on now, and the piece's
+                    // failure opens another connection at once.
+                    let _ = poke.unbounded_send(());
                 })
             };
             listen(&socket, &on_message, &on_close);
@@ -114,7 +139,9 @@ impl HubLink for SocketLink<'_> {
                 socket,
                 link: self,
                 heard: RefCell::new(heard),
+                pokes: RefCell::new(pokes),
                 last,
+                alone,
                 closed,
                 _listeners: [on_message, on_close],
             };
@@ -130,7 +157,10 @@ struct SocketLine<'a> {
     link: &'a SocketLink<'a>,
     /// Says that `last` changed.
     heard: RefCell<UnboundedReceiver<()>>,
+    /// Says the hub poked the call.
+    pokes: RefCell<UnboundedReceiver<()>>,
     last: Rc<RefCell<String>>,
+    alone: Rc<Cell<bool>>,
     closed: Rc<Cell<bool>>,
     _listeners: [Listener; 2],
 }
@@ -143,6 +173,17 @@ impl Drop for SocketLine<'_> {
 }
 
 impl HubLine for SocketLine<'_> {
+    fn poked(&self) -> LocalBoxFuture<'_, ()> {
+        Box::pin(async move {
+            let poke = std::future::poll_fn(|cx| self.pokes.borrow_mut().poll_next_unpin(cx));
+            if poke.await.is_none() {
+                std::future::pending::<()>().await;
+            }
+            // Pokes that came meanwhile are answered by the same piece.
+            while self.pokes.borrow_mut().try_recv().is_ok() {}
+        })
+    }
+
     fn send<'a>(
         &'a self,
         sent: u64,
@@ -162,6 +203,7 @@ impl HubLine for SocketLine<'_> {
             // An answer to an earlier piece of the same offset (the hub took nothing of
             // it) must not stand for this one's.
             self.last.borrow_mut().clear();
+            self.alone.set(false);
             self.socket
                 .send_with_str(message)
                 .map_err(|e| e.to_string())?;
@@ -169,7 +211,7 @@ impl HubLine for SocketLine<'_> {
             // An answer to an earlier piece (it came late) is passed over; one that came
             // before the socket closed still counts.
             while heard().await.is_some() {
-                if let Some(answer) = answer(&self.last.borrow(), sent) {
+                if let Some(answer) = answer(&self.last.borrow(), sent, self.alone.get()) {
                     return Ok(answer);
                 }
                 if self.closed.get() {
@@ -181,14 +223,32 @@ impl HubLine for SocketLine<'_> {
     }
 }
 
-/// The hub's answer to the piece from code point `sent`, if `text` is one.
-fn answer(text: &str, sent: u64) -> Option<HubAnswer> {
+/// The hub's answer to the piece from code point `sent`, if `text` is one (`alone`:
+/// [`ALONE`] came before it).
+fn answer(text: &str, sent: u64, alone: bool) -> Option<HubAnswer> {
     let (offset, have) = text.split_once(' ')?;
     if Position::parse(offset)?.0 != sent {
         return None;
     }
-    match have {
-        "stop" => Some(HubAnswer::Stop),
-        have => Some(HubAnswer::Have(Position::parse(have)?.0)),
+    match (have, alone) {
+        ("stop", _) => Some(HubAnswer::Stop),
+        (have, false) => Some(HubAnswer::Have(Position::parse(have)?.0)),
+        (have, true) => Some(HubAnswer::Alone(Position::parse(have)?.0)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_answer_is_the_pieces_own_and_says_whether_a_stream_watches() {
+        assert_eq!(answer("40 52", 40, false), Some(HubAnswer::Have(52)));
+        assert_eq!(answer("40 52", 40, true), Some(HubAnswer::Alone(52)));
+        assert_eq!(answer("40 stop", 40, true), Some(HubAnswer::Stop));
+        // Another piece's answer, and what is no answer: a poke, the word alone, junk.
+        for other in ["12 52", POKE, ALONE, "40", "40 x", "40 -1", ""] {
+            assert_eq!(answer(other, 40, false), None, "{other:?}");
+        }
     }
 }

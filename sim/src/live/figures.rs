@@ -36,6 +36,12 @@ pub struct LiveFigures {
     /// Hand-offs the hub refused because the attempt had ended: the call then tells its
     /// dispatcher, which reads the store at once (`host::CallProgress::ended`).
     pub refused_ended: u64,
+    /// Hand-offs the hub answered with no stream watching (the call's slow pace), and
+    /// pokes it sent its calls (a stream subscribed, or a document came), and those
+    /// that found the call with text to hand on (which must then go at once).
+    pub alone: u64,
+    pub pokes: u64,
+    pub pokes_due: u64,
 }
 
 impl LiveFigures {
@@ -60,5 +66,8 @@ impl LiveFigures {
         self.kept_checks += o.kept_checks;
         self.check_deleted += o.check_deleted;
         self.refused_ended += o.refused_ended;
+        self.alone += o.alone;
+        self.pokes += o.pokes;
+        self.pokes_due += o.pokes_due;
     }
 }

@@ -2,11 +2,14 @@
 //! its `Keeper` knows), its storage and its alarm, which outlive an eviction and a
 //! restart, and the streams open on it; and what it does with a change it hears.
 
+use super::text::CallSide;
 use super::{settled, Live, KEEP_BYTES, KEEP_EVERY};
+use futures_channel::mpsc::UnboundedSender;
 use onceclick_core::keeping::Writes;
 use onceclick_protocol::chat::MAX_CHARS;
 use onceclick_protocol::live::{Follower, Hub, Keeper};
 use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
 
 /// One job's hub object: its memory, its storage, its alarm, and the streams open on it.
 pub(super) struct HubObject {
@@ -25,6 +28,8 @@ pub(super) struct HubObject {
     pub(super) check_at: Option<u64>,
     /// Restarts so far: a call's connection opened before the last one is closed.
     pub(super) restarts: u64,
+    /// The calls' connections open on it, as it pokes them (a restart closes them).
+    pub(super) calls: Vec<(UnboundedSender<()>, Rc<CallSide>)>,
 }
 
 /// One stream the model opened: where it stands, and whether it is open.
@@ -56,6 +61,7 @@ impl Default for HubObject {
             read_at: 0,
             check_at: None,
             restarts: 0,
+            calls: Vec::new(),
         }
     }
 }
@@ -89,6 +95,8 @@ impl Live {
         for w in object.streams.iter_mut().filter(|w| w.connected) {
             self.send(job, w, seq, doc);
         }
+        // As `Live::offer` does: the document may end an attempt.
+        self.poke(object);
         // As `Live::offer` does: an attempt gone `unknown` keeps its whole text.
         self.write(job, object, Writes::after_document());
         if settled(doc) == Some(true) && object.keeper.settle() {

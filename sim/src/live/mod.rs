@@ -52,6 +52,7 @@ mod streams;
 mod text;
 
 pub use figures::LiveFigures;
+pub(crate) use text::CallSide;
 
 use crate::rng::Rng;
 use hub::HubObject;
@@ -239,6 +240,7 @@ impl Live {
         if let Some(object) = self.objects.borrow_mut().get_mut(job) {
             object.forget();
             object.restarts += 1;
+            object.calls.clear();
             object.read_at = 0;
             for w in &mut object.streams {
                 w.connected = false;

@@ -120,6 +120,8 @@ impl Live {
         }
         if w.connected {
             self.check_caught_up(job, object, w, &knew_ended);
+            // As `Live::subscribe` does: a call at the slow pace hands on now.
+            self.poke(object);
         }
     }
 

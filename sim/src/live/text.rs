@@ -8,12 +8,43 @@ use super::{
     Live, DROPPED_ONE_IN, EVICTED_ONE_IN, HAND_LOST_ONE_IN, KEEP_BYTES, KEEP_EVERY,
     KEEP_FAILS_ONE_IN, OPEN_FAILS_ONE_IN,
 };
+use futures_channel::mpsc::UnboundedReceiver;
 use onceclick_core::keeping::{self, Answer, Writes};
 use onceclick_core::pacing::HubAnswer;
 use onceclick_protocol::chat::MAX_CHARS;
 use onceclick_protocol::live::{EndChunk, Hub, Keeper};
 use onceclick_protocol::{AttemptState, Job};
+use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
+
+/// What the hub's poke check knows of a streaming call (`handing.rs` keeps it). A poke
+/// that finds the call with text the hub lacks finds it waiting out its interval (it
+/// hands on at once otherwise, with no wait between): the call must hear the poke and
+/// end that wait, rather than hand on when the interval for a job nobody watches is out.
+/// Said in order, not in time, so that the model's scheduling cannot make it fail.
+#[derive(Default)]
+pub(crate) struct CallSide {
+    /// The code points the call has read, as its hand-off last saw.
+    pub(crate) read: Cell<u64>,
+    /// The code points the hub last told it it has.
+    pub(crate) believed: Cell<u64>,
+    /// Its last open or hand-off failed: it waits out a pause, which a poke does not cut.
+    pub(crate) pausing: Cell<bool>,
+    /// A poke found it with text to hand on, and it has not handed on since.
+    due: Cell<bool>,
+    /// It has heard a poke since then.
+    pub(crate) heard: Cell<bool>,
+    /// Its body is read: it hands the rest on at once, poke or none.
+    pub(crate) body_read: Cell<bool>,
+}
+
+/// A call's connection to its hub, opened: the hub's restarts then (a later one closes
+/// it), and the pokes it hears.
+pub(crate) struct Connection {
+    pub(crate) restarts: u64,
+    pub(crate) pokes: UnboundedReceiver<()>,
+}
 
 /// How far attempt `n`'s text reads back from a hub's `storage` without a gap, as
 /// `Keeper::load` reads it: chunk after chunk from 0.
@@ -44,16 +75,50 @@ fn read_back(storage: &BTreeMap<String, String>, n: u32) -> u64 {
 }
 
 impl Live {
-    /// A call opens a connection to the hub of `job`: its restarts so far (a later one
-    /// closes it), or why it could not be opened.
-    pub(crate) fn connect(&self, job: &str) -> Result<u64, String> {
+    /// A call (`call`) opens a connection to the hub of `job`, or says why it could not
+    /// be opened.
+    pub(crate) fn connect(&self, job: &str, call: &Rc<CallSide>) -> Result<Connection, String> {
         self.count(|f| f.connections += 1);
         if self.rng.borrow_mut().below(OPEN_FAILS_ONE_IN) == 0 {
             self.count(|f| f.open_failed += 1);
             return Err("the hub's connection could not be opened (simulated)".to_owned());
         }
-        let objects = self.objects.borrow();
-        Ok(objects.get(job).map_or(0, |o| o.restarts))
+        let mut objects = self.objects.borrow_mut();
+        let object = objects.entry(job.to_owned()).or_default();
+        let (poke, pokes) = futures_channel::mpsc::unbounded();
+        object.calls.push((poke, call.clone()));
+        Ok(Connection {
+            restarts: object.restarts,
+            pokes,
+        })
+    }
+
+    /// The hub tells each call on it to hand on now (a stream subscribed, or a document
+    /// came), as `Live::poke` does; a call that then has text to hand on is due to.
+    pub(super) fn poke(&self, object: &mut HubObject) {
+        object.calls.retain(|(poke, call)| {
+            if poke.unbounded_send(()).is_err() {
+                return false; // the call closed it
+            }
+            self.count(|f| f.pokes += 1);
+            let lacks = call.read.get() > call.believed.get() && !call.pausing.get();
+            if lacks && !call.due.get() {
+                self.count(|f| f.pokes_due += 1);
+                call.due.set(true);
+                call.heard.set(false);
+            }
+            true
+        });
+    }
+
+    /// A call (`call`, of attempt `attempt_id`) hands on a piece: if a poke found it
+    /// with text to hand on, it heard that poke first (see [`CallSide`]).
+    pub(crate) fn check_poked(&self, call: &CallSide, attempt_id: &str) {
+        if call.due.take() && !call.heard.get() && !call.body_read.get() {
+            self.problem(format!(
+                "the call of attempt {attempt_id} held back its text after its hub poked it (a stream subscribed, or a document came): it waited out its interval, and a late viewer waits out the pace for a job nobody watches"
+            ));
+        }
     }
 
     /// Whether a call's connection to the hub of `job`, opened after `restarts`
@@ -113,7 +178,12 @@ impl Live {
         let mut reached = self.reached.borrow_mut();
         let most = reached.entry(attempt_id.to_owned()).or_default();
         *most = (*most).max(have);
-        Ok(HubAnswer::Have(have))
+        // As `Live::hand` answers: alone when no stream watches.
+        if object.streams.iter().any(|w| w.connected) {
+            return Ok(HubAnswer::Have(have));
+        }
+        self.count(|f| f.alone += 1);
+        Ok(HubAnswer::Alone(have))
     }
 
     /// A call's hand-off ended having opened `opens` connections to its hub, `failed`
