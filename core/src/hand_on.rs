@@ -13,6 +13,7 @@
 use crate::host::CallProgress;
 use crate::mutant::{self, Mutant};
 use crate::pacing::{HubAnswer, Next, Pacing, HAND_OFF_MS};
+use futures_channel::mpsc::UnboundedReceiver;
 use futures_util::future::{select, Either, FutureExt, LocalBoxFuture};
 use futures_util::{Stream, StreamExt};
 use onceclick_protocol::chat::ChatStream;
@@ -42,6 +43,18 @@ pub trait HubLine {
     fn poked(&self) -> LocalBoxFuture<'_, ()> {
         Box::pin(std::future::pending())
     }
+}
+
+/// The next poke on a connection's channel of them, for a shell whose [`HubLine::poked`]
+/// hears the hub's pokes there: ready at a poke, with those that came meanwhile taken
+/// with it (the one piece that follows answers them all); never, once the channel is
+/// closed (the connection is gone).
+pub async fn next_poke(pokes: &RefCell<UnboundedReceiver<()>>) {
+    let poke = std::future::poll_fn(|cx| pokes.borrow_mut().poll_next_unpin(cx));
+    if poke.await.is_none() {
+        std::future::pending::<()>().await;
+    }
+    while pokes.borrow_mut().try_recv().is_ok() {}
 }
 
 /// The connections a call opens to its hub at most: one, and one again for each that

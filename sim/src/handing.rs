@@ -137,12 +137,8 @@ struct ModelLine<'a> {
 impl HubLine for ModelLine<'_> {
     fn poked(&self) -> LocalBoxFuture<'_, ()> {
         Box::pin(async move {
-            let poke = std::future::poll_fn(|cx| self.pokes.borrow_mut().poll_next_unpin(cx));
-            if poke.await.is_none() {
-                std::future::pending::<()>().await; // closed: the hub restarted
-            }
-            // As the Worker's line does: pokes that came meanwhile go with this piece.
-            while self.pokes.borrow_mut().try_recv().is_ok() {}
+            // The Worker's own wait: never once the hub restarted (the channel closed).
+            hand_on::next_poke(&self.pokes).await;
             self.link.side.heard.set(true);
         })
     }

@@ -700,13 +700,12 @@ pub async fn certify(base: &str, secret: &str, provider: &str) {
         .await;
 }
 
-/// Runs `jobs` first-try jobs of `summarize` on `provider` (certified, for another
-/// than the primary: [`certify`]), one after the other, each
-/// answer `pad_to` code points long (padded with JSON whitespace, which the contract
-/// reads as the same answer) and streamed four code points per chunk, a chunk every
-/// 5 ms where the provider streams; with `floor`, the calls hand their text to no hub.
-/// Returns their cost per job ([`StreamedCost`]).
-#[allow(clippy::too_many_arguments)]
+/// Runs one first-try job of `summarize` on `provider` (certified, for another than the
+/// primary: [`certify`]), its answer `pad_to` code points long (padded with JSON
+/// whitespace, which the contract reads as the same answer) and streamed four code
+/// points per chunk, a chunk every 5 ms where the provider streams; with `floor`, the
+/// call hands its text to no hub. Returns its cost ([`StreamedCost`]; a row's mean is
+/// [`StreamedCost::mean`]).
 pub async fn streamed(
     base: &str,
     secret: &str,
@@ -714,80 +713,62 @@ pub async fn streamed(
     log: &Path,
     provider: &'static str,
     (pad_to, floor): (usize, bool),
-    jobs: usize,
 ) -> Result<StreamedCost> {
     let api = crate::client::Api::at(base, secret);
     let token = crate::auth::mint(secret, &crate::client::unique("streamed"), false, 600)?;
-    let mut sum = [0u64; 7];
-    let mut streamed_chars = 0;
-    for _ in 0..jobs {
-        let marker = crate::client::unique("streamed");
-        let step = serde_json::json!([{"summary": "The numbers beat the forecast again.",
-                                       "chunk_chars": 4, "chunk_ms": 5, "pad_to": pad_to}]);
-        mock.script(provider, &marker, step).await;
-        let body = serde_json::json!({"kind": "summarize", "provider": provider,
-                                      "input": {"text": crate::client::marked_text(&marker)}});
-        let fault = floor.then_some("no_hand_off:before");
-        let created = create_fresh(&api.http, base, &token, &body, fault).await?;
-        let [trips, written, read] = timing_sum(&created);
-        let job: Value = created.json().await?;
-        let id = job["id"].as_str().context("the job has no id")?.to_owned();
-        // Waited for in the log, then read once: polling the job would count reads as
-        // the job's CPU, and more of them for the longer answers.
-        let by = Instant::now() + Duration::from_secs(40);
-        let [d_trips, d_written, d_read, _] = dispatched_sum(log, &id, 1, by).await?;
-        let job = api
-            .wait_job(&token, &id, |j| j["status"] == "succeeded")
-            .await;
-        if job["status"] != "succeeded" {
-            bail!("streamed job {id} ended {}", job["status"]);
-        }
-        let attempt = job["attempts"][0]["id"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
-        let dispatched = line_of(log, "dispatched", &attempt, by).await?;
-        let notified = dispatched["hub_notified"].as_u64().unwrap_or_default();
-        let (hand_offs, opens, read_chars) = match provider {
-            "primary" => (0, 0, 0),
-            _ => {
-                let line = line_of(log, "call_streamed", &attempt, by).await?;
-                let n = |name: &str| line[name].as_u64().unwrap_or_default();
-                (n("hand_offs"), n("hub_opens"), n("chars"))
-            }
-        };
-        // Each kilobyte kept is a row; once the result is stored, the hub deletes them all.
-        let kept = events_of(log, "live_text_kept", &attempt).len() as u64;
-        if kept > 0 {
-            line_of(log, "live_text_deleted", &id, by).await?;
-        }
-        streamed_chars = read_chars.max(streamed_chars);
-        for (total, n) in sum.iter_mut().zip([
-            trips + d_trips,
-            written + d_written,
-            read + d_read,
-            notified,
-            hand_offs,
-            2 * kept,
-            opens,
-        ]) {
-            *total += n;
-        }
+    let marker = crate::client::unique("streamed");
+    let step = serde_json::json!([{"summary": "The numbers beat the forecast again.",
+                                   "chunk_chars": 4, "chunk_ms": 5, "pad_to": pad_to}]);
+    mock.script(provider, &marker, step).await;
+    let body = serde_json::json!({"kind": "summarize", "provider": provider,
+                                  "input": {"text": crate::client::marked_text(&marker)}});
+    let fault = floor.then_some("no_hand_off:before");
+    let created = create_fresh(&api.http, base, &token, &body, fault).await?;
+    let [trips, written, read] = timing_sum(&created);
+    let job: Value = created.json().await?;
+    let id = job["id"].as_str().context("the job has no id")?.to_owned();
+    // Waited for in the log, then read once: polling the job would count reads as the
+    // job's CPU, and more of them for the longer answers.
+    let by = Instant::now() + Duration::from_secs(40);
+    let [d_trips, d_written, d_read, _] = dispatched_sum(log, &id, 1, by).await?;
+    let job = api
+        .wait_job(&token, &id, |j| j["status"] == "succeeded")
+        .await;
+    if job["status"] != "succeeded" {
+        bail!("streamed job {id} ended {}", job["status"]);
     }
-    let per = |n: u64| n as f64 / jobs.max(1) as f64;
+    let attempt = job["attempts"][0]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let dispatched = line_of(log, "dispatched", &attempt, by).await?;
+    let notified = dispatched["hub_notified"].as_u64().unwrap_or_default();
+    let (hand_offs, opens, streamed_chars) = match provider {
+        "primary" => (0, 0, 0),
+        _ => {
+            let line = line_of(log, "call_streamed", &attempt, by).await?;
+            let n = |name: &str| line[name].as_u64().unwrap_or_default();
+            (n("hand_offs"), n("hub_opens"), n("chars"))
+        }
+    };
+    // Each kilobyte kept is a row; once the result is stored, the hub deletes them all.
+    let kept = events_of(log, "live_text_kept", &attempt).len() as u64;
+    if kept > 0 {
+        line_of(log, "live_text_deleted", &id, by).await?;
+    }
     Ok(StreamedCost {
         provider,
         floor,
-        jobs,
+        jobs: 1,
         chars: pad_to,
         streamed_chars,
-        round_trips: per(sum[0]),
-        rows_written: per(sum[1]),
-        rows_read: per(sum[2]),
-        hub_notifies: per(sum[3]),
-        hand_offs: per(sum[4]),
-        hub_opens: per(sum[6]),
-        hub_rows_written: per(sum[5]),
+        round_trips: (trips + d_trips) as f64,
+        rows_written: (written + d_written) as f64,
+        rows_read: (read + d_read) as f64,
+        hub_notifies: notified as f64,
+        hand_offs: hand_offs as f64,
+        hub_opens: opens as f64,
+        hub_rows_written: (2 * kept) as f64,
     })
 }
 

@@ -95,7 +95,6 @@ pub(crate) fn streamed(
                     &worker.log,
                     provider,
                     (chars, floor),
-                    1,
                 ))?;
                 cpu[row] += worker.server.cpu_time() - before;
                 costs[row].push(cost);

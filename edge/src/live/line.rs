@@ -19,7 +19,7 @@ use crate::stream::relay::{listen, unlisten, Listener};
 use futures_channel::mpsc::UnboundedReceiver;
 use futures_util::future::LocalBoxFuture;
 use futures_util::StreamExt;
-use onceclick_core::hand_on::{HubLine, HubLink};
+use onceclick_core::hand_on::{next_poke, HubLine, HubLink};
 use onceclick_protocol::live::{Piece, Position};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -174,14 +174,7 @@ impl Drop for SocketLine<'_> {
 
 impl HubLine for SocketLine<'_> {
     fn poked(&self) -> LocalBoxFuture<'_, ()> {
-        Box::pin(async move {
-            let poke = std::future::poll_fn(|cx| self.pokes.borrow_mut().poll_next_unpin(cx));
-            if poke.await.is_none() {
-                std::future::pending::<()>().await;
-            }
-            // Pokes that came meanwhile are answered by the same piece.
-            while self.pokes.borrow_mut().try_recv().is_ok() {}
-        })
+        Box::pin(next_poke(&self.pokes))
     }
 
     fn send<'a>(
