@@ -133,6 +133,7 @@ async fn run(host: &dyn Host, store: &Store, attempt_id: &str) -> ApiResult<()> 
             ran
         }
         Claim::Ignored { job_id, state } => {
+            store.tell_claim().await;
             store
                 .log_event(
                     &job_id,
@@ -299,13 +300,18 @@ async fn prepare_or_fail<'a>(
 /// Calls the attempt's provider and records the outcome; a retryable failure then
 /// fails over, if the kind allows. A call whose attempt is cancelled meanwhile, or whose
 /// job another attempt wins, is stopped ([`unless_stopped`]). `news` hears the call as
-/// it runs.
+/// it runs. The claim's document goes to the job's hub as the call's watch begins
+/// ([`Store::tell_claim`]), beside the call, not before it: a request to the hub is not
+/// on the way to the first text.
 async fn call_and_record(
     host: &dyn Host,
     store: &Store,
     p: &Prepared<'_>,
     news: &CallProgress,
 ) -> ApiResult<()> {
+    if crate::mutant::on(crate::mutant::Mutant::ClaimNoticeFirst) {
+        store.tell_claim().await;
+    }
     let started = clock::now_ms();
     let call = host.call(ProviderCall {
         provider: p.provider(),
@@ -404,6 +410,7 @@ async fn unless_stopped(
     let attempt = p.attempt;
     let Watching { news, started } = watching;
     let watch = async {
+        store.tell_claim().await;
         let mut said = false;
         // The hub's word, until it comes (once); then the ticks alone. Past
         // `MAX_WATCH_READS` in this delivery (a hedge's watch shares them), the hub's
@@ -579,7 +586,10 @@ async fn start_hedge(
     let token = clock::new_id("claim");
     match persist(host, || store.claim(&hedge_id, &token)).await? {
         Claim::Claimed(hedge) => Ok(Some(hedge)),
-        _ => Ok(None),
+        _ => {
+            store.tell_claim().await;
+            Ok(None)
+        }
     }
 }
 

@@ -54,6 +54,10 @@ pub enum Mutant {
     /// hear the hub's poke (`hand_on.rs`): a stream that subscribes meanwhile waits out
     /// the slow interval for the text the call already has.
     PokeIgnored,
+    /// The dispatcher tells the job's hub of its claim before it calls the provider,
+    /// not beside the call (`dispatch::call_and_record`): a request to the hub on the
+    /// way to every first text.
+    ClaimNoticeFirst,
 }
 
 #[cfg(not(feature = "mutants"))]

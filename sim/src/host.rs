@@ -123,6 +123,9 @@ impl Drop for Stopped {
 pub(crate) struct SimHost {
     pub(crate) world: Rc<dyn Platform>,
     pub(crate) isolate: u32,
+    /// The notifier of the delivery's store (`Live::notifier`): its provider calls are
+    /// checked against that store's notification of their claim.
+    pub(crate) sender: Option<u64>,
 }
 
 impl Host for SimHost {
@@ -150,6 +153,7 @@ impl Host for SimHost {
                 let host = SimHost {
                     world: world.clone(),
                     isolate: 0,
+                    sender: None,
                 };
                 onceclick_core::host::send(&host, message).await;
             });
@@ -160,6 +164,9 @@ impl Host for SimHost {
         if call.attempt_id.starts_with("cert_") {
             let output = world.output(0, call.kind, call.input);
             return Box::pin(async move { CallOutcome::Output(output, None) });
+        }
+        if let Some(sender) = self.sender {
+            world.live().call_begins(sender, call.attempt_id);
         }
         let timeout = call.provider.timeout_ms;
         let (script, delay) = world.provider_call(call.attempt_id, &call.provider.name, timeout);

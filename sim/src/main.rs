@@ -107,7 +107,7 @@ fn run() -> Result<()> {
 /// The run's last line: what its worlds did.
 fn figures_line(seed: u64, worlds: u64, f: &Figures) -> String {
     format!(
-        "sim: seed {seed}: {} worlds, {} operations, {} requests, {} deliveries ({} redelivered), {} provider calls ({} stopped), {} shard alarms ({} attempts handed on), {} reconciler passes, {} crashes, {} clock jumps, {} store faults in {} batches, {} checks on {} jobs; live: {} streams opened, {} reconnected, {} events, {} of {} notifications lost, {} hub re-reads, {} hub restarts, {} hand-offs of text ({} failed, {} after an eviction, {} refused as ended, {} answered with no stream watching; {} pokes, {} of them to a call with text to hand on) on {} connections to hubs ({} not opened, {} dropped), {} pieces of text sent, {} chunks of text kept ({} at an attempt's unknown end; {} writes failed), {} hub alarms that read a job for its kept text ({} deleted it); jobs succeeded by kind: {}; {} certifications made again after a redeploy; {} deliveries whose watch reached its cap; moves: {}; creates answered from the layout a move left: {}; no promise broken",
+        "sim: seed {seed}: {} worlds, {} operations, {} requests, {} deliveries ({} redelivered), {} provider calls ({} stopped), {} shard alarms ({} attempts handed on), {} reconciler passes, {} crashes, {} clock jumps, {} store faults in {} batches, {} checks on {} jobs; live: {} streams opened, {} reconnected, {} events, {} of {} notifications lost, {} hub re-reads, {} hub restarts, {} hand-offs of text ({} failed, {} after an eviction, {} refused as ended, {} answered with no stream watching; {} pokes, {} of them to a call with text to hand on) on {} connections to hubs ({} not opened, {} dropped), {} pieces of text sent, {} chunks of text kept ({} at an attempt's unknown end; {} writes failed), {} hub alarms that read a job for its kept text ({} deleted it), {} claims told their hub after their provider call began; jobs succeeded by kind: {}; {} certifications made again after a redeploy; {} deliveries whose watch reached its cap; moves: {}; creates answered from the layout a move left: {}; no promise broken",
         worlds,
         f.ops,
         f.requests,
@@ -147,6 +147,7 @@ fn figures_line(seed: u64, worlds: u64, f: &Figures) -> String {
         f.live.keep_failed,
         f.live.kept_checks,
         f.live.check_deleted,
+        f.live.calls_beside,
         f.succeeded
             .iter()
             .map(|(kind, n)| format!("{kind} {n}"))
@@ -201,7 +202,8 @@ fn every_path_reached(ops: u64, figures: &Figures) -> Result<()> {
             || live.keep_failed == 0
             || live.check_deleted == 0
             || live.alone == 0
-            || live.pokes_due == 0)
+            || live.pokes_due == 0
+            || live.calls_beside == 0)
     {
         bail!("the live channel went untested in {ops} operations: {live:?}");
     }
@@ -510,6 +512,11 @@ const MUTANTS: &[Planted] = &[
         "poke-ignored",
         AnyMutant::Rust(Mutant::PokeIgnored),
         &["held back its text"],
+    ),
+    (
+        "claim-notice-first",
+        AnyMutant::Rust(Mutant::ClaimNoticeFirst),
+        &["came back from the hub"],
     ),
 ];
 

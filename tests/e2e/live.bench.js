@@ -20,7 +20,7 @@ const h = require("./harness.js");
 const LAG_JOBS = Number(process.env.ONCECLICK_BENCH_LAG_JOBS || 24);
 const CLICKS = Number(process.env.ONCECLICK_BENCH_CLICKS || 10);
 const FIRSTS = Number(process.env.ONCECLICK_BENCH_FIRSTS || 20);
-const TEXTS = Number(process.env.ONCECLICK_BENCH_TEXTS || 12);
+const TEXTS = Number(process.env.ONCECLICK_BENCH_TEXTS || 24);
 const CLICK_DELAY_MS = 300;
 const SLOW_JOB_MS = 10_000;
 

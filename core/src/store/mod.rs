@@ -77,6 +77,9 @@ pub struct Store {
     /// streams (`live.rs`); `None` when nobody listens (the simulator, a deployment
     /// without the `LIVE` binding).
     live: Option<std::rc::Rc<dyn crate::host::Notify>>,
+    /// The document of the last claim ([`Moves::OneJobByCaller`]), until the dispatcher
+    /// tells its hub ([`Store::tell_claim`]).
+    claimed: Cell<Option<Rows>>,
 }
 
 /// What one database or shard was asked for by this request.
@@ -170,6 +173,7 @@ impl Store {
             refuse_new_keys: false,
             log_calls: false,
             live: None,
+            claimed: Cell::new(None),
         }
     }
 
@@ -424,7 +428,9 @@ impl Store {
             // hub; a move of many reads theirs after (`tell_moved`).
             let moves = op.moves();
             let live = match (&self.live, moves, route) {
-                (Some(live), Moves::OneJob, Route::Id(id)) => Some((live, id)),
+                (Some(live), Moves::OneJob | Moves::OneJobByCaller, Route::Id(id)) => {
+                    Some((live, id))
+                }
                 _ => None,
             };
             let mut statements = statements;
@@ -453,13 +459,25 @@ impl Store {
                 let doc = out.pop().ok_or_else(|| {
                     AppError::internal(format!("{}: the batch returned no document", op.name()))
                 })?;
-                self.notify_hub(live.as_ref(), &doc).await;
+                match moves {
+                    Moves::OneJobByCaller => self.claimed.set(Some(doc)),
+                    _ => self.notify_hub(live.as_ref(), &doc).await,
+                }
             }
             if moves == Moves::Many {
                 self.tell_moved(&out).await;
             }
             Ok(out)
         })
+    }
+
+    /// Hands the last claim's document to its job's hub, if it has not gone yet. The
+    /// dispatcher does so as its call's watch begins, beside the provider's call rather
+    /// than before it; a document never told is only late (the streams re-read).
+    pub async fn tell_claim(&self) {
+        if let (Some(live), Some(doc)) = (&self.live, self.claimed.take()) {
+            self.notify_hub(live.as_ref(), &doc).await;
+        }
     }
 
     /// Hands a moved job's document to its live streams. A notification that cannot be

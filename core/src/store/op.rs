@@ -92,6 +92,10 @@ pub enum Moves {
     /// It may move the one job its route names: its batch reads the job's document
     /// back, and the store hands it to the job's hub.
     OneJob,
+    /// The same, but the document waits in the store until its caller hands it on
+    /// ([`super::Store::tell_claim`]): the claim's, which the dispatcher sends beside the
+    /// provider's call rather than before it.
+    OneJobByCaller,
     /// It may move many jobs at once: each of its statements returns the jobs it moved
     /// (as `id`), and the store reads their documents back after, and tells each hub.
     Many,
@@ -103,8 +107,8 @@ impl Op {
     /// whose hubs were told when they did.
     pub fn moves(self) -> Moves {
         match self {
-            Op::Claim
-            | Op::MoveAttempt
+            Op::Claim => Moves::OneJobByCaller,
+            Op::MoveAttempt
             | Op::Complete
             | Op::Cancel
             | Op::InsertAttempt

@@ -237,6 +237,7 @@ impl Bench {
     fn claim(&self, attempt_id: &str) {
         let claim = done(self.store.claim(attempt_id, "token_1"))
             .unwrap_or_else(|e| panic!("claim: {e:?}"));
+        done(self.store.tell_claim());
         assert!(
             matches!(claim, Claim::Claimed(_)),
             "the claim holds {attempt_id}"
@@ -308,11 +309,13 @@ fn every_operation_that_moves_a_job_tells_its_hub() {
     for &op in Op::ALL {
         let t = Bench::new();
         match op {
+            // Its caller tells the hub (`Store::tell_claim`), when it chooses.
             Op::Claim => {
                 let (job, att) = t.create();
                 t.tells(op, &[&job], |s| {
                     let claim = done(s.claim(&att, "token_1")).unwrap_or_else(|e| panic!("{e:?}"));
                     assert!(matches!(claim, Claim::Claimed(_)));
+                    done(s.tell_claim());
                 });
             }
             Op::MoveAttempt => {
@@ -433,5 +436,42 @@ fn every_operation_that_moves_a_job_tells_its_hub() {
         scenarios,
         moving.count(),
         "one scenario per operation that moves jobs"
+    );
+}
+
+/// The claim's document waits in the store, not sent to the hub: the hub hears of the
+/// claim only when its caller tells it, at the claim's position, and only once; a
+/// delivery that finds the attempt already claimed has the document to tell too.
+#[test]
+fn a_claim_tells_its_hub_only_through_its_caller() {
+    let t = Bench::new();
+    let (job, att) = t.create();
+    t.hubs.0.borrow_mut().clear();
+    let claim = done(t.store.claim(&att, "token_1")).unwrap_or_else(|e| panic!("{e:?}"));
+    assert!(matches!(claim, Claim::Claimed(_)), "{att} is claimed");
+    assert_eq!(t.hubs.0.borrow().len(), 0, "the claim itself tells no hub");
+    let (seq, doc) = t.read(&job);
+    done(t.store.tell_claim());
+    assert_eq!(
+        t.hubs.0.take(),
+        vec![Told {
+            job_id: job.clone(),
+            seq,
+            doc
+        }],
+        "told by its caller, at the claim's position"
+    );
+    done(t.store.tell_claim());
+    assert_eq!(t.hubs.0.take().len(), 0, "a claim's document is told once");
+    let again = done(t.store.claim(&att, "token_2")).unwrap_or_else(|e| panic!("{e:?}"));
+    assert!(
+        matches!(again, Claim::Ignored { .. }),
+        "a second delivery is ignored"
+    );
+    done(t.store.tell_claim());
+    assert_eq!(
+        t.hubs.0.take().len(),
+        1,
+        "its document is there to tell too"
     );
 }

@@ -42,6 +42,9 @@ pub struct LiveFigures {
     pub alone: u64,
     pub pokes: u64,
     pub pokes_due: u64,
+    /// Claims told their hub after their provider call began (`dispatch::call_and_record`
+    /// tells it as the call's watch begins).
+    pub calls_beside: u64,
 }
 
 impl LiveFigures {
@@ -69,5 +72,6 @@ impl LiveFigures {
         self.alone += o.alone;
         self.pokes += o.pokes;
         self.pokes_due += o.pokes_due;
+        self.calls_beside += o.calls_beside;
     }
 }

@@ -30,7 +30,10 @@
 //! - kept text never outlives its job (issue 42): the reconciler's sweeps tell the hubs
 //!   of the jobs they move, and every hub that keeps text, whether or not it heard its
 //!   job settle, has an alarm that reads its job at least every `CHECK_MS`; once the
-//!   world settles and that alarm has come, no hub keeps text of a settled or gone job.
+//!   world settles and that alarm has come, no hub keeps text of a settled or gone job;
+//! - a claim's notification is not on the way to the first text (issue 49): the store's
+//!   requests to hubs take virtual time (`SENT_IN_MS`), and no provider call begins
+//!   after the request that tells its hub of its attempt's claim came back.
 //!
 //! Its parts:
 //! - `figures.rs` — what the live channel did in a world.
@@ -54,13 +57,14 @@ mod text;
 pub use figures::LiveFigures;
 pub(crate) use text::CallSide;
 
+use crate::exec::Exec;
 use crate::rng::Rng;
 use hub::HubObject;
 use hub::Stream;
 use notifier::{Notification, Notifier};
 use onceclick_core::host::Notify;
 use onceclick_protocol::live::Place;
-use onceclick_protocol::Job;
+use onceclick_protocol::{AttemptState, Job};
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -71,6 +75,9 @@ const REREAD_MS: u64 = 5_000;
 const LATE_MS: u64 = 400;
 /// One notification in this many is lost (an isolate that died after the commit).
 const LOST_ONE_IN: u64 = 8;
+/// The longest the store's request to a hub takes to come back, in virtual ms (at least
+/// 1): what a sender that awaits it waits.
+const SENT_IN_MS: u64 = 8;
 /// Streams the model opens on one job.
 const STREAMS_PER_JOB: usize = 4;
 /// One hand-off of text in this many fails (the hub did not answer in time).
@@ -115,6 +122,23 @@ pub(crate) struct Live {
     reached: RefCell<BTreeMap<String, u64>>,
     problems: RefCell<Vec<String>>,
     figures: Cell<LiveFigures>,
+    /// By a store's notifier and an attempt: where that store's telling of the claim
+    /// stands (the first document it sent that showed the attempt running) against the
+    /// attempt's provider call.
+    claims_told: RefCell<BTreeMap<(u64, String), ClaimTold>>,
+    /// The notifiers made so far (each store's has its own name).
+    senders: Cell<u64>,
+}
+
+/// Where a store's telling of a claim stands, against its provider call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ClaimTold {
+    /// Sent, not come back: the call may begin.
+    OnItsWay,
+    /// Come back: a call that begins now waited for it.
+    Back,
+    /// The call began, and the store has not told the claim yet.
+    CallFirst,
 }
 
 fn settled(doc: &str) -> Option<bool> {
@@ -134,12 +158,87 @@ impl Live {
             reached: RefCell::new(BTreeMap::new()),
             problems: RefCell::new(Vec::new()),
             figures: Cell::new(LiveFigures::default()),
+            claims_told: RefCell::new(BTreeMap::new()),
+            senders: Cell::new(0),
         })
     }
 
-    /// What the store is to tell of every move it commits.
-    pub(crate) fn notifier(self: &Rc<Self>) -> Rc<dyn Notify> {
-        Rc::new(Notifier(self.clone()))
+    /// What a store is to tell of every move it commits, and its name; its requests
+    /// take virtual time on `exec`.
+    pub(crate) fn notifier(self: &Rc<Self>, exec: &Rc<Exec>) -> (Rc<dyn Notify>, u64) {
+        let sender = self.senders.get() + 1;
+        self.senders.set(sender);
+        let notifier = Notifier {
+            live: self.clone(),
+            exec: exec.clone(),
+            sender,
+        };
+        (Rc::new(notifier), sender)
+    }
+
+    /// The attempts `doc` is the first document from `sender` to show running: their
+    /// claims' (an attempt runs only once claimed), now on their way; a claim whose call
+    /// began already is counted and followed no further.
+    fn claims_in(&self, sender: u64, doc: &str) -> Vec<(u64, String)> {
+        let Ok(job) = serde_json::from_str::<Job>(doc) else {
+            return Vec::new();
+        };
+        let mut told = self.claims_told.borrow_mut();
+        let mut claims = Vec::new();
+        for attempt in job.attempts {
+            if attempt.state != AttemptState::Running {
+                continue;
+            }
+            let key = (sender, attempt.id);
+            match told.get(&key) {
+                None => {
+                    told.insert(key.clone(), ClaimTold::OnItsWay);
+                    claims.push(key);
+                }
+                Some(ClaimTold::CallFirst) => {
+                    told.remove(&key);
+                    self.count(|f| f.calls_beside += 1);
+                }
+                Some(_) => {}
+            }
+        }
+        claims
+    }
+
+    /// The store's requests that told these claims came back.
+    fn claims_back(&self, claims: &[(u64, String)]) {
+        let mut told = self.claims_told.borrow_mut();
+        for claim in claims {
+            if let Some(state @ ClaimTold::OnItsWay) = told.get_mut(claim) {
+                *state = ClaimTold::Back;
+            }
+        }
+    }
+
+    /// Attempt `attempt_id`'s provider call begins, made by the delivery whose store is
+    /// `sender`: that store's request that tells the hub of the claim must not have come
+    /// back, since the dispatcher sends it beside the call, as the call's watch begins
+    /// (`dispatch::call_and_record`).
+    pub(crate) fn call_begins(&self, sender: u64, attempt_id: &str) {
+        let key = (sender, attempt_id.to_owned());
+        let mut told = self.claims_told.borrow_mut();
+        match told.get(&key) {
+            Some(ClaimTold::Back) => {
+                told.remove(&key);
+                drop(told);
+                self.problem(format!(
+                    "the provider call of {attempt_id} began after its claim's notification \
+                     came back from the hub: a request to the hub on the way to its first text"
+                ));
+            }
+            Some(ClaimTold::OnItsWay) => {
+                told.remove(&key);
+            }
+            Some(ClaimTold::CallFirst) => {}
+            None => {
+                told.insert(key, ClaimTold::CallFirst);
+            }
+        }
     }
 
     pub(crate) fn figures(&self) -> LiveFigures {

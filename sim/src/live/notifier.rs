@@ -2,8 +2,9 @@
 //! and the notification may be lost (an isolate that died after the commit: half of
 //! them the sender hears of) or late, and arrive out of order.
 
-use super::{Live, LATE_MS, LOST_ONE_IN};
-use futures_util::future::{self, LocalBoxFuture};
+use super::{Live, LATE_MS, LOST_ONE_IN, SENT_IN_MS};
+use crate::exec::{Exec, Sleep};
+use futures_util::future::LocalBoxFuture;
 use onceclick_core::host::Notify;
 use std::rc::Rc;
 
@@ -15,8 +16,14 @@ pub(super) struct Notification {
     pub(super) doc: String,
 }
 
-/// The store's side: what `Store::with_live` is given in the model.
-pub(super) struct Notifier(pub(super) Rc<Live>);
+/// The store's side: what `Store::with_live` is given in the model. Each request takes
+/// the sender 1 to `SENT_IN_MS` virtual ms, whatever becomes of the notification.
+pub(super) struct Notifier {
+    pub(super) live: Rc<Live>,
+    pub(super) exec: Rc<Exec>,
+    /// Its store's name (`Live::notifier`).
+    pub(super) sender: u64,
+}
 
 impl Notify for Notifier {
     fn notify<'a>(
@@ -25,27 +32,38 @@ impl Notify for Notifier {
         seq: u64,
         doc: &'a str,
     ) -> LocalBoxFuture<'a, Result<(), String>> {
-        let live = &self.0;
+        let live = &self.live;
         live.record(job_id, seq, doc, "told");
+        let claims = live.claims_in(self.sender, doc);
         live.count(|f| f.told += 1);
-        let mut rng = live.rng.borrow_mut();
-        if rng.below(LOST_ONE_IN) == 0 {
-            live.count(|f| f.lost += 1);
-            // Half of them the sender hears of (a failed send, logged); half not.
-            let answer = if rng.below(2) == 0 {
-                Err("the hub did not answer (simulated)".to_owned())
+        let now = crate::platform::now_ms() as u64;
+        let (answer, back_at) = {
+            let mut rng = live.rng.borrow_mut();
+            let back_at = now + 1 + rng.below(SENT_IN_MS);
+            if rng.below(LOST_ONE_IN) == 0 {
+                live.count(|f| f.lost += 1);
+                // Half of them the sender hears of (a failed send, logged); half not.
+                let answer = match rng.below(2) {
+                    0 => Err("the hub did not answer (simulated)".to_owned()),
+                    _ => Ok(()),
+                };
+                (answer, back_at)
             } else {
-                Ok(())
-            };
-            return Box::pin(future::ready(answer));
-        }
-        let due = crate::platform::now_ms() as u64 + rng.below(LATE_MS);
-        live.notifications.borrow_mut().push(Notification {
-            due,
-            job: job_id.to_owned(),
-            seq,
-            doc: doc.to_owned(),
-        });
-        Box::pin(future::ready(Ok(())))
+                let due = now + rng.below(LATE_MS);
+                live.notifications.borrow_mut().push(Notification {
+                    due,
+                    job: job_id.to_owned(),
+                    seq,
+                    doc: doc.to_owned(),
+                });
+                (Ok(()), back_at)
+            }
+        };
+        let exec = self.exec.clone();
+        Box::pin(async move {
+            Sleep::until(exec, back_at).await;
+            live.claims_back(&claims);
+            answer
+        })
     }
 }

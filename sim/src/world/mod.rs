@@ -520,13 +520,32 @@ impl World {
     /// queue consumer's and the reconciler's do in the Worker (a shard's hand-off moves
     /// no job).
     fn notifying_store(&self, layout: Layout, scope: &str) -> Store {
-        requests::notifying(self.store(layout, scope), self.live.notifier())
+        self.sending_store(layout, scope).0
+    }
+
+    /// A [`Self::notifying_store`], and its notifier's name for [`Self::sending_host`].
+    fn sending_store(&self, layout: Layout, scope: &str) -> (Store, u64) {
+        let (notifier, sender) = self.live.notifier(&self.exec);
+        (
+            requests::notifying(self.store(layout, scope), notifier),
+            sender,
+        )
     }
 
     fn host(self: &Rc<Self>, isolate: u32) -> SimHost {
         SimHost {
             world: self.clone(),
             isolate,
+            sender: None,
+        }
+    }
+
+    /// A delivery's host, whose provider calls are checked against what its store
+    /// (`sender`) told their hubs.
+    fn sending_host(self: &Rc<Self>, isolate: u32, sender: u64) -> SimHost {
+        SimHost {
+            sender: Some(sender),
+            ..self.host(isolate)
         }
     }
 

@@ -110,8 +110,8 @@ impl World {
         let task = self
             .exec
             .spawn(CONSUMER, Role::Delivery(msg.id), async move {
-                let host = world.host(CONSUMER);
-                let store = world.notifying_store(layout, &dispatch.attempt_id);
+                let (store, sender) = world.sending_store(layout, &dispatch.attempt_id);
+                let host = world.sending_host(CONSUMER, sender);
                 let outcome = requests::deliver(&host, &store, &dispatch).await;
                 // The watch's reads are bounded per delivery (a hedge's share them), one
                 // more per call after its hub's word: so are its subrequests.
