@@ -410,6 +410,9 @@ async fn unless_stopped(
     let attempt = p.attempt;
     let Watching { news, started } = watching;
     let watch = async {
+        // The claim's document, beside the call (polled first, below). A hub slow to
+        // answer delays the first read by as much (before issue 49 it delayed the call
+        // and the watch both).
         store.tell_claim().await;
         let mut said = false;
         // The hub's word, until it comes (once); then the ticks alone. Past

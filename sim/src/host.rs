@@ -165,13 +165,15 @@ impl Host for SimHost {
             let output = world.output(0, call.kind, call.input);
             return Box::pin(async move { CallOutcome::Output(output, None) });
         }
-        if let Some(sender) = self.sender {
-            world.live().call_begins(sender, call.attempt_id);
-        }
+        let sender = self.sender;
         let timeout = call.provider.timeout_ms;
         let (script, delay) = world.provider_call(call.attempt_id, &call.provider.name, timeout);
         let attempt_id = call.attempt_id.to_owned();
         Box::pin(async move {
+            // Begun when first polled, as the Worker's fetch is sent (`openai::call`).
+            if let Some(sender) = sender {
+                world.live().call_begins(sender, &attempt_id);
+            }
             let answers_in = match script {
                 Script::Hang | Script::Late => timeout,
                 _ => delay.min(timeout),

@@ -163,11 +163,19 @@ impl Live {
         })
     }
 
-    /// What a store is to tell of every move it commits, and its name; its requests
-    /// take virtual time on `exec`.
-    pub(crate) fn notifier(self: &Rc<Self>, exec: &Rc<Exec>) -> (Rc<dyn Notify>, u64) {
-        let sender = self.senders.get() + 1;
-        self.senders.set(sender);
+    /// What a store is to tell of every move it commits, and its name (0 for a store
+    /// whose claims are not `followed`: no provider call of it is checked); its
+    /// requests take virtual time on `exec`.
+    pub(crate) fn notifier(
+        self: &Rc<Self>,
+        exec: &Rc<Exec>,
+        followed: bool,
+    ) -> (Rc<dyn Notify>, u64) {
+        let sender = match followed {
+            true => self.senders.get() + 1,
+            false => 0,
+        };
+        self.senders.set(self.senders.get().max(sender));
         let notifier = Notifier {
             live: self.clone(),
             exec: exec.clone(),
@@ -180,6 +188,9 @@ impl Live {
     /// claims' (an attempt runs only once claimed), now on their way; a claim whose call
     /// began already is counted and followed no further.
     fn claims_in(&self, sender: u64, doc: &str) -> Vec<(u64, String)> {
+        if sender == 0 {
+            return Vec::new();
+        }
         let Ok(job) = serde_json::from_str::<Job>(doc) else {
             return Vec::new();
         };

@@ -520,12 +520,13 @@ impl World {
     /// queue consumer's and the reconciler's do in the Worker (a shard's hand-off moves
     /// no job).
     fn notifying_store(&self, layout: Layout, scope: &str) -> Store {
-        self.sending_store(layout, scope).0
+        self.sending_store(layout, scope, false).0
     }
 
-    /// A [`Self::notifying_store`], and its notifier's name for [`Self::sending_host`].
-    fn sending_store(&self, layout: Layout, scope: &str) -> (Store, u64) {
-        let (notifier, sender) = self.live.notifier(&self.exec);
+    /// A [`Self::notifying_store`] whose claims are followed, and its notifier's name
+    /// for [`Self::sending_host`]: a delivery's.
+    fn sending_store(&self, layout: Layout, scope: &str, followed: bool) -> (Store, u64) {
+        let (notifier, sender) = self.live.notifier(&self.exec, followed);
         (
             requests::notifying(self.store(layout, scope), notifier),
             sender,

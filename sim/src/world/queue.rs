@@ -110,7 +110,7 @@ impl World {
         let task = self
             .exec
             .spawn(CONSUMER, Role::Delivery(msg.id), async move {
-                let (store, sender) = world.sending_store(layout, &dispatch.attempt_id);
+                let (store, sender) = world.sending_store(layout, &dispatch.attempt_id, true);
                 let host = world.sending_host(CONSUMER, sender);
                 let outcome = requests::deliver(&host, &store, &dispatch).await;
                 // The watch's reads are bounded per delivery (a hedge's share them), one
