@@ -126,7 +126,7 @@ pub(crate) struct Live {
     /// stands (the first document it sent that showed the attempt running) against the
     /// attempt's provider call.
     claims_told: RefCell<BTreeMap<(u64, String), ClaimTold>>,
-    /// The notifiers made so far (each store's has its own name).
+    /// The followed notifiers made so far (each one's name is its number).
     senders: Cell<u64>,
 }
 
@@ -172,10 +172,12 @@ impl Live {
         followed: bool,
     ) -> (Rc<dyn Notify>, u64) {
         let sender = match followed {
-            true => self.senders.get() + 1,
+            true => {
+                self.senders.set(self.senders.get() + 1);
+                self.senders.get()
+            }
             false => 0,
         };
-        self.senders.set(self.senders.get().max(sender));
         let notifier = Notifier {
             live: self.clone(),
             exec: exec.clone(),
